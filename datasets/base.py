@@ -1,0 +1,68 @@
+"""What a dataset is for the harness: a grammar plus the strings (samples) that the runner teacher-forces."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gcdbench.parsers.base import GrammarSpec
+
+GRAMMAR_DIR = Path(__file__).parent / "grammars"
+
+# Where a user gets each downloadable file (printed when one is missing).
+DOWNLOADS = {
+    "spider": "Spider 1.0 from https://yale-lily.github.io/spider (dev_gold.sql, train_gold.sql, tables.json, "
+              "dev.json; gold files are 'SQL<TAB>db_id' per line) into <data_root>/spider/",
+    "treebank": "the NLTK 10% Penn Treebank sample: python -m nltk.downloader treebank, or "
+                "https://raw.githubusercontent.com/nltk/nltk_data/gh-pages/packages/corpora/treebank.zip; "
+                "unzip its treebank/combined/*.mrg into <data_root>/treebank/combined/",
+}
+
+
+class DataMissing(FileNotFoundError):
+    """A data file is not under the data root; the message names the file and where to get it."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    id: str
+    text: str
+
+
+@dataclass
+class Dataset:
+    name: str
+    grammar: GrammarSpec
+    samples: list[Sample]
+    meta: dict = field(default_factory=dict)   # counts, provenance, grammar statistics
+
+
+def data_file(data_root: str | Path, source: str, relpath: str) -> Path:
+    """Path of ``<data_root>/<source>/<relpath>``; raises :class:`DataMissing` with a download hint."""
+    path = Path(data_root).expanduser() / source / relpath
+    if not path.exists():
+        raise DataMissing(
+            f"missing data file {path} (data_root={data_root!r}). Get {DOWNLOADS[source]}, "
+            f"or point data_root=<folder> at a folder that has {source}/{relpath}."
+        )
+    return path
+
+
+def load_grammar(name: str, start: str = "start") -> GrammarSpec:
+    """A grammar shipped with the project, ``datasets/grammars/<name>.lark``."""
+    path = GRAMMAR_DIR / f"{name}.lark"
+    if not path.exists():
+        valid = sorted(p.stem for p in GRAMMAR_DIR.glob("*.lark"))
+        raise FileNotFoundError(f"no grammar {name!r} in {GRAMMAR_DIR}; valid: {valid}")
+    return GrammarSpec(name=name, lark=path.read_text(), start=start, path=str(path))
+
+
+def pick(samples: list[Sample], n: int | None, seed: int) -> list[Sample]:
+    """``n`` samples: the first ``n`` in file order when seed < 0, else a seeded random choice kept in order."""
+    if n is None or n <= 0 or n >= len(samples):
+        return list(samples)
+    if seed < 0:
+        return samples[:n]
+    import random
+
+    idx = sorted(random.Random(seed).sample(range(len(samples)), n))
+    return [samples[i] for i in idx]

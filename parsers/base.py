@@ -1,0 +1,130 @@
+"""The one engine interface every constrained-decoding engine implements.
+
+Contract (read by the runner, the audit and every adapter):
+
+* ``compile(grammar, tokenizer)`` is called once; its wall time is the engine's *init* time. It raises
+  :class:`CompileError` (with a reason a person can act on) when the engine cannot take the grammar.
+* ``reset()`` returns to the empty prefix. It is cheap and untimed.
+* ``fill_mask(out)`` writes the set of allowed next tokens into ``out``, a buffer the runner owns:
+  a 1-D ``int32`` array of ``ceil(vocab_size / 32)`` words, token ``i`` allowed iff bit ``i % 32`` of
+  word ``i // 32`` is set (the layout XGrammar and LLGuidance use). EOS is allowed exactly when the prefix
+  is a complete sentence. The engine must overwrite every word; it never checks the oracle token itself.
+* ``commit(token_id)`` advances by one token and returns False when the engine refuses it (the state is
+  then unspecified; the runner stops the sample).
+* Engines never print, never exit the process and keep no module-level state set by the runner.
+"""
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class Outcome(str, enum.Enum):
+    """Typed outcome of one sample (and of a whole run when it could not start)."""
+
+    OK = "ok"                      # oracle token allowed at every step and EOS allowed at the end
+    REJECTED = "rejected"          # the oracle token was not in the mask (or commit refused it)
+    NO_EOS = "no_eos"              # all tokens accepted but EOS not allowed at the end
+    TIMEOUT = "timeout"            # per-sample or per-run time limit hit
+    OOM = "oom"                    # memory limit hit
+    CRASH = "crash"                # the engine raised or the worker process died
+    COMPILE_ERROR = "compile_error"  # the engine refused the grammar (typed, with a reason)
+    SKIPPED = "skipped"            # not attempted (the run was aborted earlier)
+
+
+class CompileError(Exception):
+    """The engine cannot take this grammar; ``str(err)`` says why (e.g. 'not LALR(1): ...')."""
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A grammar in the project's source format (Lark), plus what engines need to know about it."""
+
+    name: str
+    lark: str                 # full text of the .lark source
+    start: str = "start"
+    path: str | None = None   # where it came from, for messages
+
+    def key(self) -> str:
+        """Content hash, used to key on-disk caches of compiled artifacts."""
+        import hashlib
+
+        return hashlib.sha256(f"{self.start}\n{self.lark}".encode()).hexdigest()[:16]
+
+
+def n_mask_words(vocab_size: int) -> int:
+    return (vocab_size + 31) // 32
+
+
+def allocate_mask(vocab_size: int) -> np.ndarray:
+    return np.zeros(n_mask_words(vocab_size), dtype=np.int32)
+
+
+def mask_get(mask: np.ndarray, token_id: int) -> bool:
+    return bool((int(mask[token_id >> 5]) >> (token_id & 31)) & 1)
+
+
+def mask_to_ids(mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Allowed token ids of a packed mask, ascending."""
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab_size]
+    return np.flatnonzero(bits)
+
+
+def mask_count(mask: np.ndarray, vocab_size: int) -> int:
+    return int(mask_to_ids(mask, vocab_size).size)
+
+
+def ids_to_mask(ids, vocab_size: int) -> np.ndarray:
+    bits = np.zeros(n_mask_words(vocab_size) * 32, dtype=np.uint8)
+    bits[np.asarray(list(ids), dtype=np.int64)] = 1
+    return np.packbits(bits, bitorder="little").view(np.int32).copy()
+
+
+class Engine(ABC):
+    """A grammar-constrained decoding engine seen by the harness."""
+
+    #: registry name (``engine=<name>`` on the command line)
+    name: str = "engine"
+
+    def __init__(self, **options):
+        unknown = set(options) - set(self.options())
+        if unknown:
+            raise ValueError(
+                f"engine {self.name!r}: unknown option(s) {sorted(unknown)}; valid: {sorted(self.options())}"
+            )
+        self.opts = {**self.options(), **options}
+
+    @classmethod
+    def options(cls) -> dict:
+        """Accepted options with their defaults (from ``conf/engine/<name>.yaml``)."""
+        return {}
+
+    @abstractmethod
+    def version(self) -> str:
+        """Version string of the engine (package version, or the project's for built-in engines)."""
+
+    @abstractmethod
+    def compile(self, grammar: GrammarSpec, tokenizer) -> None:
+        """Prepare for ``grammar`` over ``tokenizer`` (a :class:`gcdbench.parsers.tokenizers.Tokenizer`)."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Go back to the empty prefix."""
+
+    @abstractmethod
+    def fill_mask(self, out: np.ndarray) -> None:
+        """Write the next-token bitmask into ``out`` (see the module docstring)."""
+
+    @abstractmethod
+    def commit(self, token_id: int) -> bool:
+        """Advance by ``token_id``; False when the engine refuses it."""
+
+    def info(self) -> dict:
+        """Extra facts to store in run.json (grammar form used, class counts, cache hits...)."""
+        return {}
+
+    def close(self) -> None:
+        """Release resources (GPU memory, threads)."""

