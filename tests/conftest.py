@@ -1,0 +1,36 @@
+"""Shared fixtures. The data root is ``$GCDBENCH_DATA_ROOT`` or ``../shared/data`` beside the checkout."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_ROOT = REPO.parent / "shared" / "data"
+
+
+def _data_root() -> Path:
+    return Path(os.environ.get("GCDBENCH_DATA_ROOT", DEFAULT_DATA_ROOT))
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    root = _data_root()
+    if not (root / "spider").exists() and not (root / "treebank").exists():
+        pytest.skip(f"no downloaded data under {root} (set GCDBENCH_DATA_ROOT; see README 'Data')")
+    return root
+
+
+@pytest.fixture(scope="session")
+def bytes_tokenizer():
+    from gcdbench.parsers.tokenizers import byte_level
+
+    return byte_level()
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    from gcdbench.parsers.tokenizers import qwen3
+
+    return qwen3()
