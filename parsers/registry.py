@@ -17,10 +17,10 @@ ENGINES: dict[str, str] = {
 
 
 def engine_class(name: str) -> type[Engine]:
-    try:
-        target = ENGINES[name]
-    except KeyError:
-        raise ValueError(f"unknown engine {name!r}; valid: {sorted(ENGINES)}") from None
+    """The class registered as ``name``; ``"package.module:Class"`` also works, for engines kept elsewhere."""
+    target = name if ":" in name else ENGINES.get(name)
+    if target is None:
+        raise ValueError(f"unknown engine {name!r}; valid: {sorted(ENGINES)} or 'package.module:Class'")
     module, cls = target.split(":")
     try:
         mod = importlib.import_module(module)

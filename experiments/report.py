@@ -1,0 +1,195 @@
+"""Tables from stored results only: every folder under the results root that has a ``run.json``.
+
+``python -m experiments.report [--results results/runs] [--out results]`` writes Table 1 (seed 000's layout)
+as Markdown, CSV and LaTeX, a per-cell detail table, and ``README.md`` with both, and prints Table 1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+COMPLEXITY = {"xgrammar": "?", "llguidance": "O(n)", "psc": "O(n)", "valiant": "O(n^3)", "cfgzip": "?",
+              "glrmask": "O(n^3)", "reference": "O(n^3)"}
+AMBIGUOUS = {"treebank", "sample_pos"}
+DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
+
+
+def find_runs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in Path(root).rglob("run.json") if ".hydra" not in p.parts)
+
+
+def cell_stats(run_dir: Path) -> dict:
+    """One cell's numbers, computed from its stored files."""
+    meta = json.loads((run_dir / "run.json").read_text())
+    samples = pd.read_parquet(run_dir / "samples.parquet") if (run_dir / "samples.parquet").exists() else None
+    steps = pd.read_parquet(run_dir / "steps.parquet") if (run_dir / "steps.parquet").exists() else None
+    audit = pd.read_parquet(run_dir / "audit.parquet") if (run_dir / "audit.parquet").exists() else None
+    row = {
+        "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"], "tokenizer": meta["tokenizer"],
+        "requested": meta.get("n_samples"), "init_s": meta.get("init_s"), "compile_error": meta.get("compile_error"),
+        "aborted": meta.get("aborted"), "machine": (meta.get("machine") or {}).get("cpu"),
+        "gpu": (meta.get("machine") or {}).get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
+        "peak_rss_run_mb": meta.get("peak_rss_run_mb"), "path": str(run_dir),
+    }
+    if samples is not None:
+        counts = samples["outcome"].value_counts()
+        attempted = samples[~samples["outcome"].isin(["skipped", "compile_error"])]
+        row["samples"] = int(len(attempted))
+        row["passed"] = int(counts.get("ok", 0))
+        row["pass_rate"] = row["passed"] / len(attempted) if len(attempted) else np.nan
+        row["outcomes"] = ", ".join(f"{k}: {v}" for k, v in counts.items())
+    if steps is not None and len(steps):
+        us = steps["mask_us"].to_numpy()
+        row.update(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
+                   mask_p99_us=float(np.percentile(us, 99)), mask_max_us=float(us.max()))
+    if audit is not None and len(audit):
+        row["audit_steps"] = int(len(audit))
+        row["audit_agree"] = int(audit["agree"].sum())
+        row["audit_false_allow"] = int((audit["n_false_allow"] > 0).sum())
+        row["audit_false_block"] = int((audit["n_false_block"] > 0).sum())
+    return row
+
+
+def collect(root: Path) -> pd.DataFrame:
+    return pd.DataFrame([cell_stats(r) for r in find_runs(root)])
+
+
+def _fmt_us(x) -> str:
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _fmt_s(x) -> str:
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    return f"{x:.2f}s" if x < 100 else f"{x:.0f}s"
+
+
+def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame, list[str]]:
+    """Rows = engine configs, per dataset: complexity, init, per-mask mean (µs), p50/p99/max, pass rate."""
+    cells = cells[cells["tokenizer"] == tokenizer]
+    notes: list[str] = []
+    datasets = [d for d in DATASET_ORDER if d in set(cells["dataset"])] + sorted(
+        set(cells["dataset"]) - set(DATASET_ORDER))
+    out = []
+    for config, grp in cells.groupby("config", sort=False):
+        row = {"Method": config}
+        for ds in datasets:
+            c = grp[grp["dataset"] == ds]
+            if c.empty:
+                for col in ("Cmplx.", "Init", "Per-mask µs", "p50/p99/max µs", "Pass"):
+                    row[f"{ds} {col}"] = ""
+                continue
+            c = c.iloc[0]
+            eng = c["engine"]
+            cx = COMPLEXITY.get(eng, "?")
+            if eng == "llguidance" and ds in AMBIGUOUS:
+                cx = "O(n^3)"
+            row[f"{ds} Cmplx."] = cx
+            if isinstance(c.get("compile_error"), str) and c["compile_error"]:
+                notes.append(f"{config} × {ds}: not run: {c['compile_error'].splitlines()[0][:200]}")
+                row[f"{ds} Init"] = "×"
+                row[f"{ds} Per-mask µs"] = f"× [{len(notes)}]"
+                row[f"{ds} p50/p99/max µs"] = "×"
+                row[f"{ds} Pass"] = "×"
+                continue
+            mark = ""
+            n_ok_cells = c.get("samples") or 0
+            if c.get("aborted") or (c.get("requested") and c.get("passed", 0) < c.get("requested")):
+                notes.append(
+                    f"{config} × {ds}: estimated from {c.get('mask_n', 0)} masks of {n_ok_cells} samples "
+                    f"({c.get('outcomes', '')})" + (f"; {c['aborted']}" if c.get("aborted") else ""))
+                mark = f" [{len(notes)}]"
+            row[f"{ds} Init"] = _fmt_s(c.get("init_s"))
+            row[f"{ds} Per-mask µs"] = _fmt_us(c.get("mask_mean_us")) + mark
+            row[f"{ds} p50/p99/max µs"] = "/".join(_fmt_us(c.get(k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us"))
+            pr = c.get("pass_rate")
+            row[f"{ds} Pass"] = "–" if pr is None or pd.isna(pr) else f"{c.get('passed', 0)}/{n_ok_cells}"
+        out.append(row)
+    return pd.DataFrame(out), notes
+
+
+def details(cells: pd.DataFrame) -> pd.DataFrame:
+    cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "mask_n",
+            "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_max_us", "audit_steps", "audit_agree",
+            "peak_rss_compile_mb", "peak_rss_run_mb", "machine", "gpu"]
+    d = cells.reindex(columns=cols)
+    return d.sort_values(["dataset", "tokenizer", "config"]).reset_index(drop=True)
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            if isinstance(v, float):
+                v = "" if np.isnan(v) else (f"{v:,.1f}" if abs(v) < 1e6 else f"{v:.3g}")
+            cells.append(str(v if v is not None else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cell_summary(run_dir: Path) -> str:
+    c = cell_stats(Path(run_dir))
+    if c.get("compile_error"):
+        return f"{c['config']} on {c['dataset']} ({c['tokenizer']}): compile error: {c['compile_error'][:300]}"
+    audit = f", audit {c.get('audit_agree', 0)}/{c.get('audit_steps', 0)} steps agree" if c.get("audit_steps") else ""
+    return (f"{c['config']} on {c['dataset']} ({c['tokenizer']}): pass {c.get('passed', 0)}/{c.get('samples', 0)}, "
+            f"init {_fmt_s(c.get('init_s'))}, per-mask mean {_fmt_us(c.get('mask_mean_us'))} µs "
+            f"(p50 {_fmt_us(c.get('mask_p50_us'))}, p99 {_fmt_us(c.get('mask_p99_us'))}, "
+            f"max {_fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks){audit}  [{c['outcomes'] if 'outcomes' in c else ''}]")
+
+
+def write_report(results: Path, out: Path, tokenizer: str = "qwen3") -> str:
+    cells = collect(results)
+    if cells.empty:
+        raise SystemExit(f"no run.json under {results}: run `python -m experiments.run ...` first")
+    out.mkdir(parents=True, exist_ok=True)
+    t1, notes = table1(cells, tokenizer)
+    t1.to_csv(out / "table1.csv", index=False)
+    (out / "table1.tex").write_text(t1.to_latex(index=False, escape=True))
+    note_lines = [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
+    md_t1 = _markdown(t1) + ("\n\n" + "\n".join(f"- {n}" for n in note_lines) if notes else "")
+    (out / "table1.md").write_text(md_t1 + "\n")
+    det = details(cells)
+    det.to_csv(out / "cells.csv", index=False)
+    machines = sorted({str(m) for m in cells["machine"].dropna()})
+    readme = [
+        "# Results", "",
+        f"Generated by `python -m experiments.report --results {results} --out {out}` from the stored run folders; "
+        "do not edit by hand.", "",
+        f"## Table 1 ({tokenizer} vocabulary)", "",
+        "Init = engine compile time for the grammar and vocabulary. Per-mask = mean time of one next-token mask "
+        "(µs), p50/p99/max over every mask of the cell. Pass = samples whose every oracle token and final EOS "
+        "were allowed. × = the engine could not run the cell (reason in the notes).", "",
+        md_t1, "",
+        "## Every cell", "",
+        "Audit = steps whose full-vocabulary mask was compared with the reference checker, and how many agreed "
+        "exactly. Memory = peak resident set of the worker process (MB).", "",
+        _markdown(det.drop(columns=["machine", "gpu"])), "",
+        "## Machines", "",
+        *[f"- {m}" for m in machines],
+        *[f"- GPU: {g}" for g in sorted({g for g in cells["gpu"].dropna() if g})],
+    ]
+    (out / "README.md").write_text("\n".join(readme) + "\n")
+    return md_t1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default="results/runs", help="folder searched for run.json files")
+    ap.add_argument("--out", default="results", help="where the tables and README.md go")
+    ap.add_argument("--tokenizer", default="qwen3")
+    args = ap.parse_args(argv)
+    print(write_report(Path(args.results), Path(args.out), args.tokenizer))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""LLGuidance (PyPI ``llguidance``) behind the engine interface.
+
+The ``.lark`` source goes in as is (LLGuidance reads Lark syntax). LLGuidance lexes with longest match
+among the lexemes the parser allows, so its language can differ from the scannerless reference where one
+terminal's match extends another's (see README "Lexing differences"). Its parser has work limits; they are
+options here so a run can raise them (TreeBank needs that) and a hit limit is a recorded outcome.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
+
+
+class EngineError(RuntimeError):
+    """The matcher entered its error state (e.g. a parser work limit was hit)."""
+
+
+class LLGuidanceEngine(Engine):
+    name = "llguidance"
+
+    @classmethod
+    def options(cls) -> dict:
+        # None keeps LLGuidance's own default for that limit
+        return {"step_max_items": None, "max_items_in_row": None, "step_lexer_fuel": None, "initial_lexer_fuel": None}
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        return importlib.metadata.version("llguidance")
+
+    def compile(self, grammar: GrammarSpec, tokenizer) -> None:
+        import llguidance
+
+        text = grammar.lark
+        if grammar.start != "start":
+            text = f"start: {grammar.start}\n" + text
+        grm = llguidance.LLMatcher.grammar_from_lark(text)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grm, tokenizer.llguidance)
+        if is_error:
+            raise CompileError(f"llguidance refused the grammar: {'; '.join(messages)}")
+        limits = llguidance.LLParserLimits(**{k: int(v) for k, v in self.opts.items() if v is not None})
+        self._args = (tokenizer.llguidance, grm)
+        self._limits = limits
+        self.matcher = llguidance.LLMatcher(tokenizer.llguidance, grm, limits=limits)
+        if self.matcher.is_error():
+            raise CompileError(f"llguidance: {self.matcher.get_error()}")
+        self._fill = __import__("llguidance.numpy", fromlist=["fill_next_token_bitmask"]).fill_next_token_bitmask
+        self._buf = np.zeros((1, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
+
+    def reset(self) -> None:
+        # an error in LLGuidance is sticky, so reset builds a fresh matcher
+        import llguidance
+
+        self.matcher = llguidance.LLMatcher(*self._args, limits=self._limits)
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        self._fill(self.matcher, self._buf, 0)
+        if self.matcher.is_error():
+            raise EngineError(f"llguidance: {self.matcher.get_error()}")
+        out[:] = self._buf[0, : out.shape[0]]
+
+    def commit(self, token_id: int) -> bool:
+        ok = self.matcher.consume_token(int(token_id))
+        if self.matcher.is_error():
+            raise EngineError(f"llguidance: {self.matcher.get_error()}")
+        return bool(ok)

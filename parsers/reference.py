@@ -1,0 +1,405 @@
+"""The reference checker: exact, simple, slow by design. Every engine's masks are audited against it.
+
+Semantics (the definition the harness uses for "the grammar's language"):
+
+* A byte string ``w`` is a *sentence* iff it can be cut into pieces ``w = t1 i1 t2 i2 ... tn in`` where each
+  ``tk`` is matched (whole) by the regex of a terminal ``Tk``, each ``ik`` is a possibly empty run of matches
+  of ``%ignore``d terminals, and ``T1 ... Tn`` is derivable from the start symbol. Ignored text may not come
+  first (XGrammar and LLGuidance both refuse leading whitespace; the empty sentence, if derivable, is ``""``). This is *scannerless*:
+  no longest match, no terminal priorities, no keyword reservation (a NAME regex may match ``select``).
+* A prefix ``p`` is *viable* iff some continuation ``s`` makes ``p s`` a sentence. Token ``v`` is allowed
+  after ``p`` iff ``p + bytes(v)`` is viable; EOS is allowed iff ``p`` is a sentence. Special tokens have no
+  bytes and are never allowed.
+* Regexes match Unicode characters; bytes are decoded as UTF-8, so a token may end inside a multi-byte
+  character (the prefix is viable iff some completion of that character is).
+
+How: an Earley recognizer over *terminals* (charts shared along the terminal sequence), and on top of it a
+set of lexing configurations ``(chart, piece in progress, DFA state)`` advanced byte by byte with one
+``interegular`` DFA per terminal. Sets of configurations are interned and their byte transitions memoised,
+so checking the whole vocabulary (walked in sorted order, reusing the common prefix of neighbours) is a
+lazily built DFA walk. Grammars are reduced first (unproductive/unreachable rules dropped), which makes
+"some configuration is alive" equivalent to viability.
+"""
+from __future__ import annotations
+
+import functools
+
+import interegular
+import numpy as np
+
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, ids_to_mask
+from gcdbench.parsers.grammar import GrammarIR, load_ir
+
+DEAD = -1
+
+
+# --------------------------------------------------------------------------------------------------
+# Terminal DFAs over UTF-8 bytes
+# --------------------------------------------------------------------------------------------------
+def _utf8_len(lead: int) -> int:
+    if 0xC2 <= lead <= 0xDF:
+        return 2
+    if 0xE0 <= lead <= 0xEF:
+        return 3
+    if 0xF0 <= lead <= 0xF4:
+        return 4
+    return 0
+
+
+def _valid_second(lead: int, b: int) -> bool:
+    lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(lead, (0x80, 0xBF))
+    return lo <= b <= hi
+
+
+def _codepoint_range(pending: bytes) -> tuple[int, int]:
+    """Code points whose UTF-8 encoding starts with the (valid, incomplete) byte string ``pending``."""
+    n = _utf8_len(pending[0])
+    lead_bits = {2: 0x1F, 3: 0x0F, 4: 0x07}[n]
+    cp = pending[0] & lead_bits
+    for b in pending[1:]:
+        cp = (cp << 6) | (b & 0x3F)
+    free = 6 * (n - len(pending))
+    lo, hi = cp << free, (cp << free) | ((1 << free) - 1)
+    lo = max(lo, {2: 0x80, 3: 0x800, 4: 0x10000}[n])   # no overlong forms
+    hi = min(hi, 0x10FFFF)
+    return lo, hi
+
+
+class TerminalDFA:
+    """One terminal's DFA (interegular) stepped on bytes. A state is ``(fsm_state, pending_utf8_bytes)``."""
+
+    def __init__(self, name: str, regex: str):
+        try:
+            self.fsm = interegular.parse_pattern(regex).to_fsm()
+        except Exception as err:  # interegular raises several types for unsupported syntax
+            raise CompileError(f"terminal {name}: regex {regex!r} is not supported by interegular ({err})") from err
+        self.name = name
+        fsm = self.fsm
+        self.alpha = fsm.alphabet
+        self.explicit = sorted(c for c in self.alpha._symbol_mapping if isinstance(c, str))
+        self.other = self.alpha._symbol_mapping.get(interegular.fsm.anything_else)
+        # live states: those from which a final state is reachable
+        rev: dict[int, set[int]] = {}
+        for s, row in fsm.map.items():
+            for t in row.values():
+                rev.setdefault(t, set()).add(s)
+        live, todo = set(fsm.finals), list(fsm.finals)
+        while todo:
+            for s in rev.get(todo.pop(), ()):
+                if s not in live:
+                    live.add(s)
+                    todo.append(s)
+        self.live = live
+        self.start = (fsm.initial, b"") if fsm.initial in live else None
+        if fsm.initial in fsm.finals:
+            raise CompileError(f"terminal {name} matches the empty string")
+
+    def _char_step(self, s: int, ch: str):
+        sym = self.alpha._symbol_mapping.get(ch, self.other)
+        if sym is None:
+            return None
+        t = self.fsm.map.get(s, {}).get(sym)
+        return t if t is not None and t in self.live else None
+
+    def step(self, state, byte: int):
+        s, pending = state
+        if not pending:
+            if byte < 0x80:
+                t = self._char_step(s, chr(byte))
+                return None if t is None else (t, b"")
+            if _utf8_len(byte) == 0:
+                return None
+            nxt = (s, bytes([byte]))
+            return nxt if self._pending_alive(nxt) else None
+        if not 0x80 <= byte <= 0xBF:
+            return None
+        if len(pending) == 1 and not _valid_second(pending[0], byte):
+            return None
+        buf = pending + bytes([byte])
+        if len(buf) == _utf8_len(buf[0]):
+            t = self._char_step(s, buf.decode("utf-8"))
+            return None if t is None else (t, b"")
+        nxt = (s, buf)
+        return nxt if self._pending_alive(nxt) else None
+
+    @functools.lru_cache(maxsize=None)
+    def _pending_alive(self, state) -> bool:
+        s, pending = state
+        lo, hi = _codepoint_range(pending)
+        inside = [c for c in self.explicit if lo <= ord(c) <= hi]
+        if any(self._char_step(s, c) is not None for c in inside):
+            return True
+        surrogates = max(0, min(hi, 0xDFFF) - max(lo, 0xD800) + 1)
+        if hi - lo + 1 - surrogates > len(inside) and self.other is not None:
+            # every unlisted character falls in the "anything else" class: one of them decides
+            return self._char_step(s, _unlisted(lo, hi, inside)) is not None
+        return False
+
+    def accepting(self, state) -> bool:
+        return not state[1] and state[0] in self.fsm.finals
+
+
+def _unlisted(lo: int, hi: int, listed: list[str]) -> str:
+    """Some character in [lo, hi] that is not in ``listed`` and not a surrogate (caller checked one exists)."""
+    taken = {ord(c) for c in listed}
+    cp = lo
+    while cp in taken or 0xD800 <= cp < 0xE000:
+        cp += 1
+    return chr(cp)
+
+
+# --------------------------------------------------------------------------------------------------
+# Earley over terminals, charts shared along the terminal sequence
+# --------------------------------------------------------------------------------------------------
+class Chart:
+    """Earley state after a sequence of terminals; ``scan`` is memoised, so equal paths give one object."""
+
+    __slots__ = ("columns", "expected", "accepting", "children")
+
+    def __init__(self, columns, expected, accepting):
+        self.columns = columns        # tuple of frozensets of items (rule_idx, dot, origin)
+        self.expected = expected      # frozenset of terminal names
+        self.accepting = accepting
+        self.children: dict[str, Chart] = {}
+
+
+class Earley:
+    def __init__(self, ir: GrammarIR):
+        self.ir = ir
+        self.rules = list(ir.rules)
+        self.by_origin: dict[str, list[int]] = {}
+        for i, r in enumerate(self.rules):
+            self.by_origin.setdefault(r.origin, []).append(i)
+        self.nullable = ir.nullable
+        self.root = self._close((), {(i, 0, 0) for i in self.by_origin.get(ir.start, [])})
+
+    def _close(self, columns: tuple, seed: set) -> Chart:
+        """Predict/complete closure of the new column ``len(columns)`` (Aycock–Horspool for nullables)."""
+        k = len(columns)
+        items, todo = set(seed), list(seed)
+        rules, term = self.rules, self.ir.terminals
+        while todo:
+            ri, dot, org = todo.pop()
+            exp = rules[ri].expansion
+            if dot < len(exp):
+                sym = exp[dot]
+                if sym in term:
+                    continue
+                new = [(j, 0, k) for j in self.by_origin.get(sym, ())]
+                if sym in self.nullable:
+                    new.append((ri, dot + 1, org))
+            else:
+                origin_sym = rules[ri].origin
+                col = columns[org] if org < k else items
+                new = [
+                    (rj, d + 1, o)
+                    for (rj, d, o) in list(col)
+                    if d < len(rules[rj].expansion) and rules[rj].expansion[d] == origin_sym
+                ]
+            for it in new:
+                if it not in items:
+                    items.add(it)
+                    todo.append(it)
+        col = frozenset(items)
+        expected = frozenset(
+            rules[ri].expansion[d] for (ri, d, _) in col if d < len(rules[ri].expansion) and rules[ri].expansion[d] in term
+        )
+        accepting = any(
+            o == 0 and d == len(rules[ri].expansion) and rules[ri].origin == self.ir.start for (ri, d, o) in col
+        )
+        return Chart(columns + (col,), expected, accepting)
+
+    def scan(self, chart: Chart, terminal: str) -> Chart:
+        nxt = chart.children.get(terminal)
+        if nxt is None:
+            last = chart.columns[-1]
+            seed = {
+                (ri, d + 1, o)
+                for (ri, d, o) in last
+                if d < len(self.rules[ri].expansion) and self.rules[ri].expansion[d] == terminal
+            }
+            nxt = chart.children[terminal] = self._close(chart.columns, seed)
+        return nxt
+
+
+# --------------------------------------------------------------------------------------------------
+# The checker
+# --------------------------------------------------------------------------------------------------
+class ReferenceChecker:
+    """Exact prefix viability for one grammar. States are small ints (interned configuration sets)."""
+
+    def __init__(self, grammar: GrammarSpec):
+        self.grammar = grammar
+        self.ir = load_ir(grammar)
+        self.dfas = {name: TerminalDFA(name, t.regex) for name, t in self.ir.terminals.items()}
+        self.earley = Earley(self.ir)
+        self._sets: list[frozenset] = []
+        self._ids: dict[frozenset, int] = {}
+        self._trans: dict[tuple[int, int], int] = {}
+        self._accept: dict[int, bool] = {}
+        self._initial = self._intern(frozenset({(self.earley.root, None, "start")}))
+        self._ignore = frozenset(self.ir.ignore)
+
+    # A configuration is (chart, terminal_in_progress_or_None, dfa_state). terminal None = at a boundary,
+    # where dfa_state is None, or "start" at the very beginning (no ignored piece may come first).
+    def _intern(self, configs: frozenset) -> int:
+        if not configs:
+            return DEAD
+        sid = self._ids.get(configs)
+        if sid is None:
+            sid = self._ids[configs] = len(self._sets)
+            self._sets.append(configs)
+        return sid
+
+    def _closure(self, configs) -> set:
+        """Add the boundary configurations reached by ending a piece whose DFA is in a final state."""
+        out = set(configs)
+        for chart, term, q in configs:
+            if term is not None and self.dfas[term].accepting(q):
+                nxt = chart if term in self.ir.ignore else self.earley.scan(chart, term)
+                out.add((nxt, None, None))
+        return out
+
+    def initial(self) -> int:
+        return self._initial
+
+    def step(self, sid: int, byte: int) -> int:
+        if sid == DEAD:
+            return DEAD
+        key = (sid, byte)
+        nxt = self._trans.get(key)
+        if nxt is None:
+            new = set()
+            for chart, term, q in self._closure(self._sets[sid]):
+                if term is None:
+                    for t in chart.expected if q == "start" else chart.expected | self._ignore:
+                        dfa = self.dfas[t]
+                        if dfa.start is not None:
+                            q2 = dfa.step(dfa.start, byte)
+                            if q2 is not None:
+                                new.add((chart, t, q2))
+                else:
+                    q2 = self.dfas[term].step(q, byte)
+                    if q2 is not None:
+                        new.add((chart, term, q2))
+            nxt = self._trans[key] = self._intern(frozenset(new))
+        return nxt
+
+    def advance(self, sid: int, data: bytes) -> int:
+        for b in data:
+            sid = self.step(sid, b)
+            if sid == DEAD:
+                break
+        return sid
+
+    def accepts(self, sid: int) -> bool:
+        if sid == DEAD:
+            return False
+        acc = self._accept.get(sid)
+        if acc is None:
+            acc = self._accept[sid] = any(c[1] is None and c[0].accepting for c in self._closure(self._sets[sid]))
+        return acc
+
+    # -- convenience over bytes ----------------------------------------------------------------
+    def is_viable(self, prefix: bytes) -> bool:
+        return self.advance(self._initial, prefix) != DEAD
+
+    def is_sentence(self, text: bytes) -> bool:
+        return self.accepts(self.advance(self._initial, text))
+
+    def allowed_tokens(self, prefix: bytes, token_ids, tokenizer) -> set[int]:
+        """The subset of ``token_ids`` allowed after ``prefix`` (EOS included iff the prefix is a sentence)."""
+        sid = self.advance(self._initial, prefix)
+        out = set()
+        if sid == DEAD:
+            return out
+        for t in token_ids:
+            t = int(t)
+            if t == tokenizer.eos_id:
+                if self.accepts(sid):
+                    out.add(t)
+            elif tokenizer.token_bytes[t] and self.advance(sid, tokenizer.token_bytes[t]) != DEAD:
+                out.add(t)
+        return out
+
+    def full_mask_ids(self, sid: int, tokenizer) -> np.ndarray:
+        """All allowed token ids from state ``sid``: a walk over the vocabulary in sorted-bytes order."""
+        order, lcp = _sorted_vocab(tokenizer)
+        tb = tokenizer.token_bytes
+        allowed = []
+        stack = [sid]   # stack[d] = state after the first d bytes of the current token
+        step = self.step
+        for idx, tok in zip(order.tolist(), lcp.tolist()):
+            data = tb[idx]
+            del stack[tok + 1:]
+            s = stack[-1]
+            if s == DEAD:
+                continue
+            for b in data[tok:]:
+                s = step(s, b)
+                stack.append(s)
+                if s == DEAD:
+                    break
+            if s != DEAD:
+                allowed.append(idx)
+        if self.accepts(sid):
+            allowed.append(tokenizer.eos_id)
+        return np.array(sorted(allowed), dtype=np.int64)
+
+    def full_mask(self, prefix: bytes, tokenizer) -> np.ndarray:
+        """Packed mask (the engines' layout) of every token allowed after ``prefix``."""
+        sid = self.advance(self._initial, prefix)
+        ids = self.full_mask_ids(sid, tokenizer) if sid != DEAD else []
+        return ids_to_mask(ids, tokenizer.vocab_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _sorted_vocab_cached(key: str, token_bytes: tuple):
+    ids = [i for i, b in enumerate(token_bytes) if b]
+    ids.sort(key=lambda i: token_bytes[i])
+    lcp = [0] * len(ids)
+    prev = b""
+    for n, i in enumerate(ids):
+        cur = token_bytes[i]
+        m = min(len(prev), len(cur))
+        k = 0
+        while k < m and prev[k] == cur[k]:
+            k += 1
+        lcp[n] = k
+        prev = cur
+    return np.array(ids, dtype=np.int64), np.array(lcp, dtype=np.int64)
+
+
+def _sorted_vocab(tokenizer):
+    """Non-empty token ids sorted by bytes, with each one's common-prefix length with the one before."""
+    cache = tokenizer.__dict__.setdefault("_sorted_vocab", {})
+    if "v" not in cache:
+        cache["v"] = _sorted_vocab_cached(tokenizer.key(), tuple(tokenizer.token_bytes))
+    return cache["v"]
+
+
+class ReferenceEngine(Engine):
+    """The reference checker behind the engine interface (slow: for tests and small vocabularies)."""
+
+    name = "reference"
+
+    def version(self) -> str:
+        return "gcdbench-reference-1"
+
+    def compile(self, grammar: GrammarSpec, tokenizer) -> None:
+        self.checker = ReferenceChecker(grammar)
+        self.tokenizer = tokenizer
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = self.checker.initial()
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        out[:] = ids_to_mask(self.checker.full_mask_ids(self.state, self.tokenizer), self.tokenizer.vocab_size)
+
+    def commit(self, token_id: int) -> bool:
+        data = self.tokenizer.token_bytes[token_id]
+        if not data:
+            return False
+        self.state = self.checker.advance(self.state, data)
+        return self.state != DEAD
