@@ -23,7 +23,7 @@ import pandas as pd
 import psutil
 from omegaconf import OmegaConf
 
-from gcdbench.parsers.base import Outcome
+from gcdbench.parsers.base import CompileError, Outcome
 
 STEP_COLUMNS = [
     "engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
@@ -174,7 +174,12 @@ def run(cfg) -> Path:
         "versions": package_versions(), "machine": machine_info(),
     })
     meta.setdefault("inits", [])
-    auditor = Auditor(dataset.grammar, tokenizer) if cfg.audit.per_sample > 0 else None
+    auditor = None
+    if cfg.audit.per_sample > 0:
+        try:
+            auditor = Auditor(dataset.grammar, tokenizer)
+        except CompileError as err:   # the engine's own compile decides the samples' outcome
+            meta["audit_error"] = f"reference checker cannot take the grammar: {err}"
 
     ctx = mp.get_context("spawn")
     args = (engine_name, opts, dataset.grammar, tokenizer.name)

@@ -19,6 +19,7 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.grammar import GrammarIR, load_ir
+from gcdbench.parsers.reference import unicode_folds
 
 _MAXREPEAT = sre_c.MAXREPEAT
 
@@ -77,13 +78,16 @@ class _RegexToEBNF:
                     raise self.fail(av)
             else:
                 raise self.fail(op)
-        if icase:
+        if icase:   # fold case as Python's re does, including its few non-ASCII folds (see reference.py)
+            folds: dict[str, list[str]] = {}
+            for ch, a in unicode_folds().items():
+                folds.setdefault(a.lower(), []).append(ch)
             extra = []
             for lo, hi in out:
                 for cp in range(lo, min(hi, 0x7F) + 1):
                     c = chr(cp)
-                    if c.swapcase() != c:
-                        extra.append((ord(c.swapcase()), ord(c.swapcase())))
+                    for o in ([c.swapcase()] if c.swapcase() != c else []) + folds.get(c.lower(), []):
+                        extra.append((ord(o), ord(o)))
             out += extra
         return out, neg
 

@@ -10,6 +10,8 @@ Semantics (the definition the harness uses for "the grammar's language"):
 * A prefix ``p`` is *viable* iff some continuation ``s`` makes ``p s`` a sentence. Token ``v`` is allowed
   after ``p`` iff ``p + bytes(v)`` is viable; EOS is allowed iff ``p`` is a sentence. Special tokens have no
   bytes and are never allowed.
+* Case-insensitive terminals fold case as Python's ``re`` does (so ``"select"i`` also matches ``ſelect``,
+  with the long s, as Lark itself would).
 * Regexes match Unicode characters; bytes are decoded as UTF-8, so a token may end inside a multi-byte
   character (the prefix is viable iff some completion of that character is).
 
@@ -65,19 +67,38 @@ def _codepoint_range(pending: bytes) -> tuple[int, int]:
     return lo, hi
 
 
+@functools.lru_cache(maxsize=1)
+def unicode_folds() -> dict[str, str]:
+    """Non-ASCII characters that Python's ``re`` (hence Lark) matches to an ASCII letter under IGNORECASE:
+    ``ſ`` ~ ``s``, ``K`` (Kelvin sign) ~ ``k``, ``ı`` ~ ``i``. interegular folds ASCII only, so we add these."""
+    import re
+
+    out = {}
+    for cp in range(0x80, 0x10000):
+        ch = chr(cp)
+        for c in {ch.lower(), ch.upper()}:
+            if len(c) == 1 and c.isascii() and re.fullmatch(re.escape(c), ch, re.IGNORECASE):
+                out[ch] = c
+    return out
+
+
 class TerminalDFA:
     """One terminal's DFA (interegular) stepped on bytes. A state is ``(fsm_state, pending_utf8_bytes)``."""
 
-    def __init__(self, name: str, regex: str):
+    def __init__(self, name: str, regex: str, ignore_case: bool = False):
         try:
             self.fsm = interegular.parse_pattern(regex).to_fsm()
         except Exception as err:  # interegular raises several types for unsupported syntax
             raise CompileError(f"terminal {name}: regex {regex!r} is not supported by interegular ({err})") from err
         self.name = name
         fsm = self.fsm
-        self.alpha = fsm.alphabet
-        self.explicit = sorted(c for c in self.alpha._symbol_mapping if isinstance(c, str))
-        self.other = self.alpha._symbol_mapping.get(interegular.fsm.anything_else)
+        self.symbols = dict(fsm.alphabet._symbol_mapping)
+        if ignore_case:
+            for ch, ascii_ch in unicode_folds().items():
+                if ascii_ch in self.symbols:
+                    self.symbols[ch] = self.symbols[ascii_ch]
+        self.explicit = sorted(c for c in self.symbols if isinstance(c, str))
+        self.other = self.symbols.get(interegular.fsm.anything_else)
         # live states: those from which a final state is reachable
         rev: dict[int, set[int]] = {}
         for s, row in fsm.map.items():
@@ -95,7 +116,7 @@ class TerminalDFA:
             raise CompileError(f"terminal {name} matches the empty string")
 
     def _char_step(self, s: int, ch: str):
-        sym = self.alpha._symbol_mapping.get(ch, self.other)
+        sym = self.symbols.get(ch, self.other)
         if sym is None:
             return None
         t = self.fsm.map.get(s, {}).get(sym)
@@ -231,7 +252,7 @@ class ReferenceChecker:
     def __init__(self, grammar: GrammarSpec):
         self.grammar = grammar
         self.ir = load_ir(grammar)
-        self.dfas = {name: TerminalDFA(name, t.regex) for name, t in self.ir.terminals.items()}
+        self.dfas = {name: TerminalDFA(name, t.regex, t.ignore_case) for name, t in self.ir.terminals.items()}
         self.earley = Earley(self.ir)
         self._sets: list[frozenset] = []
         self._ids: dict[frozenset, int] = {}

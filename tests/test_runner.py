@@ -1,0 +1,128 @@
+"""The runner end to end on small inputs: outcomes, limits, resume, bad input messages."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from gcdbench.experiments.config import register
+from gcdbench.experiments.runner import run
+
+REPO = Path(__file__).resolve().parents[1]
+GRAMMARS = REPO / "tests" / "grammars"
+
+
+def make_cfg(tmp_path, *overrides):
+    register()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            f"out_dir={tmp_path}", "progress=false", "tokenizer=bytes", *overrides])
+
+
+@pytest.fixture
+def letters(tmp_path):
+    """A grammar of lowercase words and samples with and without the trigger letter 'z'."""
+    g = tmp_path / "letters.lark"
+    g.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    s = tmp_path / "letters.txt"
+    s.write_text("abc de\nazb\nxy\n")
+    return [f"dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}"]
+
+
+def outcomes(out: Path) -> dict:
+    df = pd.read_parquet(out / "samples.parquet")
+    return dict(zip(df["sample_id"], df["outcome"]))
+
+
+def test_ok_run_writes_long_format_results(tmp_path):
+    cfg = make_cfg(tmp_path, "engine=xgrammar", "dataset=custom", f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}",
+                   f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}")
+    out = run(cfg)
+    steps = pd.read_parquet(out / "steps.parquet")
+    for col in ["engine", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "mask_us", "commit_us",
+                "n_allowed", "oracle_allowed", "outcome"]:
+        assert col in steps.columns
+    assert set(outcomes(out).values()) == {"ok"}
+    # bytes tokenizer: one step per byte plus the EOS step
+    texts = (GRAMMARS / "tiny_sql.txt").read_text().splitlines()
+    assert len(steps) == sum(len(t.encode()) + 1 for t in texts)
+    assert steps["oracle_allowed"].all() and (steps["n_allowed"] > 0).all()
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["init_s"] > 0 and meta["versions"]["xgrammar"] and meta["machine"]["cpu_count"]
+    assert meta["audit"]["steps"] > 0 and meta["audit"]["agree"] == meta["audit"]["steps"]
+    assert not (out / "parts").exists()
+
+
+@pytest.mark.parametrize("cls,expected", [
+    ("RaiseEngine", "crash"), ("ExitEngine", "crash"), ("HangEngine", "timeout"), ("HogEngine", "oom"),
+])
+def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, cls, expected):
+    cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters, "limits.sample_timeout_s=8",
+                   "limits.memory_mb=1500", "audit.per_sample=0")
+    out = run(cfg)
+    got = outcomes(out)
+    assert got == {"letters-0000": "ok", "letters-0001": expected, "letters-0002": "ok"}
+
+
+def test_compile_error_is_recorded_for_every_sample(tmp_path, letters):
+    cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:RefuseEngine", *letters)
+    out = run(cfg)
+    assert set(outcomes(out).values()) == {"compile_error"}
+    assert "refuses every grammar" in json.loads((out / "run.json").read_text())["compile_error"]
+
+
+def test_malformed_grammar_is_a_compile_error(tmp_path):
+    g = tmp_path / "bad.lark"
+    g.write_text("start: a b\na: \"x\"\n")   # rule b is not defined
+    s = tmp_path / "bad.txt"
+    s.write_text("x\n")
+    for engine in ("xgrammar", "llguidance"):
+        cfg = make_cfg(tmp_path, f"engine={engine}", "dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}")
+        out = run(cfg)
+        assert set(outcomes(out).values()) == {"compile_error"}, engine
+
+
+def test_rerun_skips_finished_samples(tmp_path, letters):
+    cfg = make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0")
+    out = run(cfg)
+    before = pd.read_parquet(out / "steps.parquet")
+    (out / "samples.parquet").stat()
+    cfg2 = make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0", "samples=null")
+    out2 = run(cfg2)
+    assert out2 == out
+    after = pd.read_parquet(out / "steps.parquet")
+    assert len(after) == len(before)           # nothing re-run, nothing lost
+    assert len(json.loads((out / "run.json").read_text())["inits"]) == 1   # no second compile
+
+
+def test_unknown_engine_option_names_valid_ones(tmp_path, letters):
+    cfg = make_cfg(tmp_path, "engine=xgrammar", "+engine.grammar_fom=lark", *letters)
+    with pytest.raises(ValueError, match="grammar_form"):
+        run(cfg)
+
+
+def _cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_unknown_engine_lists_choices(tmp_path):
+    r = _cli("engine=xgramar", f"out_dir={tmp_path}")
+    assert r.returncode != 0
+    assert "xgrammar" in r.stderr and "llguidance" in r.stderr
+
+
+def test_cli_typo_in_key_fails_at_start(tmp_path):
+    r = _cli("sampels=3", f"out_dir={tmp_path}")
+    assert r.returncode != 0 and "sampels" in r.stderr
+
+
+def test_cli_missing_data_names_file_and_download(tmp_path):
+    r = _cli("dataset=spider", f"data_root={tmp_path / 'nowhere'}", f"out_dir={tmp_path}")
+    assert r.returncode == 2
+    assert "dev_gold.sql" in r.stderr and "yale-lily.github.io/spider" in r.stderr
