@@ -18,8 +18,14 @@ def test_both_datasets_packages_import_from_the_repo_root():
     assert str(REPO / "datasets") in r.stdout
 
 
-def test_no_top_level_package_named_datasets_in_our_distribution():
-    from importlib import metadata
+def test_wheel_installs_only_the_gcdbench_package(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                        str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import zipfile
 
-    files = [str(f) for f in metadata.files("gcdbench") or []]
-    assert not any(f.startswith("datasets/") for f in files), files
+    (wheel,) = tmp_path.glob("gcdbench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("gcdbench/datasets/") for n in names)
+    assert all(n.startswith(("gcdbench/", "gcdbench-")) for n in names), [n for n in names if "/" in n][:5]
+    assert "gcdbench/datasets/grammars/spider.lark" in names or not (REPO / "datasets/grammars/spider.lark").exists()
