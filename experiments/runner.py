@@ -151,10 +151,10 @@ def run(cfg) -> Path:
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     engine_name = cfg.engine.name
-    opts = {k: v for k, v in OmegaConf.to_container(cfg.engine, resolve=True).items() if k != "name"}
+    opts = {k: v for k, v in OmegaConf.to_container(cfg.engine, resolve=True).items() if k not in ("name", "label")}
     cls = engine_class(engine_name)
     cls(**opts)   # unknown options fail here, before any work
-    label = engine_label(engine_name, opts, cls.options())
+    label = cfg.engine.get("label") or engine_label(engine_name, opts, cls.options())
     tokenizer = load_tokenizer(cfg.tokenizer.name)
     dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=cfg.samples, seed=cfg.seed)
     out = Path(cfg.out_dir) / dataset.name / tokenizer.name / label
