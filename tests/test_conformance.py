@@ -36,12 +36,24 @@ def trailing_ignore_after_final_sentence(ref, prefix: bytes, data: bytes) -> boo
     return all(b in WS for b in range(256) if ref.step(state, b) != -1)
 
 
-KNOWN = {"llguidance": {"trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence}}
-EXPECTED_TO_OCCUR = {("llguidance", "tiny_sql"): {"trailing_ignore_after_final_sentence"}}
+def ascii_only_case_fold(ref, prefix: bytes, data: bytes) -> bool:
+    """XGrammar's Lark import: "select"i does not match the long s (ſ), Kelvin sign or dotless i."""
+    return any(lead in data for lead in (b"\xc5", b"\xc4", b"\xe2"))
+
+
+KNOWN = {
+    "llguidance": {"trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence},
+    "xgrammar_lark": {"ascii_only_case_fold": ascii_only_case_fold},
+}
+EXPECTED_TO_OCCUR = {
+    ("llguidance", "tiny_sql"): {"trailing_ignore_after_final_sentence"},
+    ("xgrammar_lark", "tiny_sql"): {"ascii_only_case_fold"},
+}
+VARIANTS = {"xgrammar_lark": ("xgrammar", {"grammar_form": "lark"})}
 
 
 def engine_params():
-    out = []
+    out = [pytest.param(v, id=v) for v in VARIANTS]
     for name in ENGINES:
         if name in SLOW_ENGINES:
             continue
@@ -59,7 +71,8 @@ def test_masks_equal_reference_at_every_step(name, case, bytes_tokenizer):
     text, samples = CASES[case]
     grammar = GrammarSpec(case, text)
     ref = ReferenceChecker(grammar)
-    engine = engine_class(name)()
+    cls_name, opts = VARIANTS.get(name, (name, {}))
+    engine = engine_class(cls_name)(**opts)
     try:
         engine.compile(grammar, bytes_tokenizer)
     except CompileError as err:
