@@ -177,7 +177,7 @@ def run(cfg) -> Path:
     auditor = None
     if cfg.audit.per_sample > 0:
         try:
-            auditor = Auditor(dataset.grammar, tokenizer)
+            auditor = Auditor(dataset.grammar, tokenizer, engine_name, opts)
         except CompileError as err:   # the engine's own compile decides the samples' outcome
             meta["audit_error"] = f"reference checker cannot take the grammar: {err}"
 
@@ -330,7 +330,8 @@ def _merge(out: Path, dataset, meta):
     audit_df = combine("audit", [pd.DataFrame(audits)] if audits else [])
     if audit_df is not None and len(audit_df):
         audit_df.to_parquet(out / "audit.parquet", index=False)
-        meta["audit"] = {"steps": int(len(audit_df)), "agree": int(audit_df["agree"].sum())}
+        meta["audit"] = {"steps": int(len(audit_df)), "agree": int(audit_df["agree"].sum()),
+                         "agree_modulo_documented": int(audit_df["agree_modulo_documented"].sum())}
     if meta.get("inits"):
         meta["init_s"] = meta["inits"][0]["init_s"]
         meta["peak_rss_compile_mb"] = max(i.get("peak_rss_compile_mb") or 0 for i in meta["inits"])

@@ -42,10 +42,10 @@ class HangEngine(_Faulty):
 class HogEngine(_Faulty):
     def misbehave(self):
         self.ballast = []
-        for _ in range(400):
-            self.ballast.append(bytearray(b"x" * (8 << 20)))
-            time.sleep(0.01)
-        time.sleep(60)
+        for _ in range(64):   # up to 4 GiB, far above the test's 1.5 GB limit
+            self.ballast.append(bytearray(64 << 20))
+            self.ballast[-1][::4096] = b"x" * len(self.ballast[-1][::4096])   # touch every page
+        time.sleep(120)
 
 
 class RefuseEngine(ReferenceEngine):

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gcdbench.experiments.audit import known_differences
 from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_get, mask_to_ids
 from gcdbench.parsers.reference import ReferenceChecker
 from gcdbench.parsers.registry import ENGINES, engine_class
 
 GRAMMARS = Path(__file__).parent / "grammars"
-WS = b" \t\r\n"
 CASES = {
     "tiny_sql": ((GRAMMARS / "tiny_sql.lark").read_text(), (GRAMMARS / "tiny_sql.txt").read_text().splitlines()),
     "ambiguous": ((GRAMMARS / "ambiguous.lark").read_text(), (GRAMMARS / "ambiguous.txt").read_text().splitlines()),
@@ -26,25 +26,6 @@ CASES = {
 SLOW_ENGINES = {"reference"}
 
 
-def trailing_ignore_after_final_sentence(ref, prefix: bytes, data: bytes) -> bool:
-    """LLGuidance: refuses ignored text after a sentence that no terminal can extend."""
-    full = prefix + data
-    core = full.rstrip(WS)
-    if core == full or not ref.is_sentence(core):
-        return False
-    state = ref.advance(ref.initial(), core)
-    return all(b in WS for b in range(256) if ref.step(state, b) != -1)
-
-
-def ascii_only_case_fold(ref, prefix: bytes, data: bytes) -> bool:
-    """XGrammar's Lark import: "select"i does not match the long s (ſ), Kelvin sign or dotless i."""
-    return any(lead in data for lead in (b"\xc5", b"\xc4", b"\xe2"))
-
-
-KNOWN = {
-    "llguidance": {"trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence},
-    "xgrammar_lark": {"ascii_only_case_fold": ascii_only_case_fold},
-}
 EXPECTED_TO_OCCUR = {
     ("llguidance", "tiny_sql"): {"trailing_ignore_after_final_sentence"},
     ("xgrammar_lark", "tiny_sql"): {"ascii_only_case_fold"},
@@ -89,7 +70,7 @@ def test_masks_equal_reference_at_every_step(name, case, bytes_tokenizer):
             want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
             for tid in got ^ want:
                 data = b"" if tid == tok.eos_id else tok.token_bytes[tid]
-                why = [k for k, f in KNOWN.get(name, {}).items() if tid in want and f(ref, prefix, data)]
+                why = [k for k, f in known_differences(cls_name, opts).items() if tid in want and f(ref, prefix, data)]
                 assert why, (f"{name} on {case}: after {prefix!r} token {data!r} "
                              f"{'allowed by the engine only' if tid in got else 'allowed by the reference only'}")
                 seen_known.update(why)

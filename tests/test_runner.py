@@ -58,11 +58,12 @@ def test_ok_run_writes_long_format_results(tmp_path):
     assert not (out / "parts").exists()
 
 
-@pytest.mark.parametrize("cls,expected", [
-    ("RaiseEngine", "crash"), ("ExitEngine", "crash"), ("HangEngine", "timeout"), ("HogEngine", "oom"),
+@pytest.mark.parametrize("cls,expected,timeout", [
+    ("RaiseEngine", "crash", 60), ("ExitEngine", "crash", 60), ("HangEngine", "timeout", 8), ("HogEngine", "oom", 60),
 ])
-def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, cls, expected):
-    cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters, "limits.sample_timeout_s=8",
+def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, cls, expected, timeout):
+    cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters,
+                   f"limits.sample_timeout_s={timeout}",
                    "limits.memory_mb=1500", "audit.per_sample=0")
     out = run(cfg)
     got = outcomes(out)
