@@ -155,11 +155,20 @@ def _rule_name(sym: str) -> str:
     return ("t_" if sym.isupper() or sym.startswith("__") and sym[2:3].isupper() else "r_") + name
 
 
+def _ignore_piece(name: str, term) -> str:
+    """One repetition unit of an ignored terminal: ``(R)+`` becomes ``R``, since ``ws ::= (...)*`` repeats it
+    anyway (an unambiguous ``ws`` keeps XGrammar's Earley items few)."""
+    parsed = list(sre_parse.parse(term.regex))
+    if len(parsed) == 1 and parsed[0][0] is sre_c.MAX_REPEAT and parsed[0][1][:2] == (1, _MAXREPEAT):
+        return _RegexToEBNF(name, term.ignore_case).seq(list(parsed[0][1][2]), term.ignore_case)
+    return _RegexToEBNF(name, term.ignore_case)(term.regex)
+
+
 def ir_to_xgrammar_ebnf(ir: GrammarIR) -> str:
     names = {s: _rule_name(s) for s in list(ir.nonterminals) + list(ir.terminals)}
     if len(set(names.values())) != len(names):
         raise CompileError("symbol names collide after conversion to EBNF")
-    ws_alts = [f"({_RegexToEBNF(t, ir.terminals[t].ignore_case)(ir.terminals[t].regex)})" for t in ir.ignore]
+    ws_alts = [f"({_ignore_piece(t, ir.terminals[t])})" for t in ir.ignore]
     lines = [f"root ::= {names[ir.start]}"]
     for nt in ir.nonterminals:
         alts = [" ".join(names[s] for s in r.expansion) or '""' for r in ir.by_origin[nt]]
