@@ -17,10 +17,16 @@ WS = b" \t\r\n"
 
 
 # Documented differences between an engine's language and the reference's (README "Lexing differences").
-# Each test gets (reference, prefix, token bytes) for a token the reference allows and the engine blocks,
+# Each test gets (auditor, prefix, token bytes) for a token the reference allows and the engine blocks,
 # and says whether that documented cause explains it. Anything not explained stays a disagreement.
-def trailing_ignore_after_final_sentence(ref, prefix: bytes, data: bytes) -> bool:
+def longest_match_lexing(aud, prefix: bytes, data: bytes) -> bool:
+    """Lexer-based engines cut terminals by longest match: `SELECT count` + `FROM` is no `count FROM` split."""
+    return not aud.longest.is_viable(prefix + data)
+
+
+def trailing_ignore_after_final_sentence(aud, prefix: bytes, data: bytes) -> bool:
     """LLGuidance refuses ignored text after a sentence that no terminal can extend."""
+    ref = aud.ref
     full = prefix + data
     core = full.rstrip(WS)
     if core == full or not ref.is_sentence(core):
@@ -29,12 +35,12 @@ def trailing_ignore_after_final_sentence(ref, prefix: bytes, data: bytes) -> boo
     return all(b in WS for b in range(256) if ref.step(state, b) != DEAD)
 
 
-def dotless_i_case_fold(ref, prefix: bytes, data: bytes) -> bool:
+def dotless_i_case_fold(aud, prefix: bytes, data: bytes) -> bool:
     """Python's re (Lark, the reference) matches "i"i to the dotless ı (U+0131); LLGuidance does not."""
     return b"\xc4" in data
 
 
-def ascii_only_case_fold(ref, prefix: bytes, data: bytes) -> bool:
+def ascii_only_case_fold(aud, prefix: bytes, data: bytes) -> bool:
     """XGrammar's Grammar.from_lark folds ASCII only: no ſ (U+017F), K (U+212A), ı (U+0131)."""
     return any(lead in data for lead in (b"\xc5", b"\xc4", b"\xe2"))
 
@@ -42,23 +48,32 @@ def ascii_only_case_fold(ref, prefix: bytes, data: bytes) -> bool:
 def known_differences(engine: str, options: dict | None = None) -> dict:
     options = options or {}
     if engine == "llguidance":
-        return {"trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence,
+        return {"longest_match_lexing": longest_match_lexing,
+                "trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence,
                 "dotless_i_case_fold": dotless_i_case_fold}
+    if engine == "psc":
+        return {"longest_match_lexing": longest_match_lexing}
     if engine == "xgrammar" and options.get("grammar_form") == "lark":
         return {"ascii_only_case_fold": ascii_only_case_fold}
     return {}
 
 
 @functools.lru_cache(maxsize=8)
-def _checker(grammar):
-    return ReferenceChecker(grammar)
+def _checker(grammar, lexing="scannerless"):
+    return ReferenceChecker(grammar, lexing)
 
 
 class Auditor:
     def __init__(self, grammar, tokenizer, engine: str = "", options: dict | None = None):
+        self.grammar = grammar
         self.ref = _checker(grammar)
         self.tok = tokenizer
         self.known = known_differences(engine, options)
+
+    @functools.cached_property
+    def longest(self) -> ReferenceChecker:
+        """The same grammar read with longest-match lexing (built only when a classifier needs it)."""
+        return _checker(self.grammar, "longest_match")
 
     def explain(self, prefix: bytes, missing) -> tuple[int, dict]:
         """How many false blocks no documented difference explains, and counts per documented cause."""
@@ -67,7 +82,7 @@ class Auditor:
         for t in missing:
             t = int(t)
             data = b"" if t == self.tok.eos_id else self.tok.token_bytes[t]
-            why = next((k for k, f in self.known.items() if f(self.ref, prefix, data)), None)
+            why = next((k for k, f in self.known.items() if f(self, prefix, data)), None)
             if why is None:
                 unexplained += 1
             else:

@@ -183,6 +183,83 @@ def ir_to_xgrammar_ebnf(ir: GrammarIR) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _TreeToEBNF:
+    """Lark's rule trees (EBNF level: ``*``, ``+``, ``?``, ``[...]`` kept) to XGrammar EBNF.
+
+    Going from the trees rather than Lark's expanded BNF keeps repetition as repetition: Lark expands
+    ``[x]`` into two alternatives of the whole rule and ``x*`` into a left-recursive helper, which XGrammar
+    runs several times slower."""
+
+    def __init__(self, ir: GrammarIR, ws: bool):
+        self.ir = ir
+        self.ws = " ws" if ws else ""
+
+    def literal(self, token) -> str:
+        from lark.load_grammar import _literal_to_pattern
+
+        pat = _literal_to_pattern(token)
+        body = _RegexToEBNF(str(token), "i" in pat.flags)(pat.to_regexp())
+        return f"({body}){self.ws}"
+
+    def __call__(self, tree) -> str:
+        from lark import Tree
+        from lark.grammar import NonTerminal, Terminal
+
+        if isinstance(tree, Terminal):
+            return _rule_name(tree.name)
+        if isinstance(tree, NonTerminal):
+            return _rule_name(tree.name)
+        if not isinstance(tree, Tree):
+            raise CompileError(f"unexpected grammar element {tree!r}")
+        kind, kids = tree.data, tree.children
+        if kind == "expansions":
+            return "(" + " | ".join(self(k) for k in kids) + ")"
+        if kind == "expansion":
+            return " ".join(self(k) for k in kids) or '""'
+        if kind == "alias":
+            return self(kids[0])
+        if kind == "value":
+            return self(kids[0])
+        if kind == "literal":
+            return self.literal(kids[0])
+        if kind == "maybe":
+            return "(" + self(kids[0]) + ")?"
+        if kind == "expr":
+            item, op = kids[0], kids[1]
+            if len(kids) == 3:   # item ~ lo..hi
+                return f"({self(item)}){{{int(op)},{int(kids[2])}}}"
+            if str(op).startswith("~") or op.type != "OP":
+                return f"({self(item)}){{{int(op)},{int(op)}}}"
+            return f"({self(item)}){op}"
+        raise CompileError(f"Lark construct {kind!r} has no EBNF translation here")
+
+
 def lark_to_xgrammar_ebnf(spec: GrammarSpec) -> str:
-    """XGrammar EBNF for ``spec`` with ``%ignore`` inlined after every terminal."""
+    """XGrammar EBNF for ``spec`` with ``%ignore`` inlined after every terminal (see module docstring)."""
+    from lark.exceptions import LarkError
+    from lark.load_grammar import load_grammar
+
+    ir = load_ir(spec)   # validates the grammar and gives the compiled terminal regexes
+    try:
+        grammar, _ = load_grammar(spec.lark, spec.path or "<grammar>", [], False)
+    except LarkError as err:
+        raise CompileError(f"malformed grammar: {err}") from err
+    conv = _TreeToEBNF(ir, ws=bool(ir.ignore))
+    lines = [f"root ::= {_rule_name(spec.start)}"]
+    for rd in grammar.rule_defs:
+        name, params, tree = rd[0], rd[1], rd[2]
+        if params:
+            raise CompileError(f"rule {name}: Lark templates have no EBNF translation here")
+        lines.append(f"{_rule_name(name)} ::= {conv(tree)}")
+    used = " ".join(lines)
+    for t, term in ir.terminals.items():
+        if t not in ir.ignore and re.search(rf"\b{_rule_name(t)}\b", used):
+            lines.append(f"{_rule_name(t)} ::= ({_RegexToEBNF(t, term.ignore_case)(term.regex)}){conv.ws}")
+    if ir.ignore:
+        lines.append("ws ::= (" + " | ".join(f"({_ignore_piece(t, ir.terminals[t])})" for t in ir.ignore) + ")*")
+    return "\n".join(lines) + "\n"
+
+
+def lark_to_xgrammar_bnf(spec: GrammarSpec) -> str:
+    """The same language from Lark's expanded BNF (kept for comparison: slower in XGrammar)."""
     return ir_to_xgrammar_ebnf(load_ir(spec))

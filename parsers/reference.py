@@ -247,10 +247,20 @@ class Earley:
 # The checker
 # --------------------------------------------------------------------------------------------------
 class ReferenceChecker:
-    """Exact prefix viability for one grammar. States are small ints (interned configuration sets)."""
+    """Exact prefix viability for one grammar. States are small ints (interned configuration sets).
 
-    def __init__(self, grammar: GrammarSpec):
+    ``lexing="scannerless"`` (the default) is the harness's definition of the language. ``"longest_match"``
+    is the variant that lexer-based engines implement (LLGuidance, PSC): a piece may only end where no
+    terminal allowed at its start could go on matching the next byte (maximal munch, no backtracking, no
+    priorities: two terminals matching the same longest text are both kept). The audit uses it to tell
+    a lexing difference from an engine error.
+    """
+
+    def __init__(self, grammar: GrammarSpec, lexing: str = "scannerless"):
+        if lexing not in ("scannerless", "longest_match"):
+            raise ValueError(f"lexing must be 'scannerless' or 'longest_match', not {lexing!r}")
         self.grammar = grammar
+        self.longest = lexing == "longest_match"
         self.ir = load_ir(grammar)
         self.dfas = {name: TerminalDFA(name, t.regex, t.ignore_case) for name, t in self.ir.terminals.items()}
         self.earley = Earley(self.ir)
@@ -258,11 +268,13 @@ class ReferenceChecker:
         self._ids: dict[frozenset, int] = {}
         self._trans: dict[tuple[int, int], int] = {}
         self._accept: dict[int, bool] = {}
-        self._initial = self._intern(frozenset({(self.earley.root, None, "start")}))
         self._ignore = frozenset(self.ir.ignore)
+        self._initial = self._intern(frozenset({(self.earley.root, None, "start", None)}))
 
-    # A configuration is (chart, terminal_in_progress_or_None, dfa_state). terminal None = at a boundary,
-    # where dfa_state is None, or "start" at the very beginning (no ignored piece may come first).
+    # A configuration is (chart, terminal_in_progress_or_None, dfa_state, rivals). terminal None = at a
+    # boundary, where dfa_state is None, or "start" at the very beginning (no ignored piece may come first).
+    # rivals (longest_match only): frozenset of (terminal, dfa_state) of the other terminals allowed where
+    # the piece began that still match it; None in scannerless mode.
     def _intern(self, configs: frozenset) -> int:
         if not configs:
             return DEAD
@@ -272,14 +284,26 @@ class ReferenceChecker:
             self._sets.append(configs)
         return sid
 
-    def _closure(self, configs) -> set:
-        """Add the boundary configurations reached by ending a piece whose DFA is in a final state."""
-        out = set(configs)
-        for chart, term, q in configs:
-            if term is not None and self.dfas[term].accepting(q):
-                nxt = chart if term in self.ir.ignore else self.earley.scan(chart, term)
-                out.add((nxt, None, None))
-        return out
+    def _end(self, chart, term):
+        return chart if term in self._ignore else self.earley.scan(chart, term)
+
+    def _extendable(self, term, q, rivals, byte) -> bool:
+        if self.dfas[term].step(q, byte) is not None:
+            return True
+        return any(self.dfas[t].step(r, byte) is not None for t, r in rivals)
+
+    def _start_pieces(self, chart, at_start: bool, byte: int, out: set):
+        allowed = chart.expected if at_start else chart.expected | self._ignore
+        started = []
+        for t in allowed:
+            dfa = self.dfas[t]
+            if dfa.start is not None:
+                q2 = dfa.step(dfa.start, byte)
+                if q2 is not None:
+                    started.append((t, q2))
+        for t, q2 in started:
+            rivals = frozenset(x for x in started if x[0] != t) if self.longest else None
+            out.add((chart, t, q2, rivals))
 
     def initial(self) -> int:
         return self._initial
@@ -291,20 +315,37 @@ class ReferenceChecker:
         nxt = self._trans.get(key)
         if nxt is None:
             new = set()
-            for chart, term, q in self._closure(self._sets[sid]):
+            for chart, term, q, rivals in self._sets[sid]:
                 if term is None:
-                    for t in chart.expected if q == "start" else chart.expected | self._ignore:
-                        dfa = self.dfas[t]
-                        if dfa.start is not None:
-                            q2 = dfa.step(dfa.start, byte)
-                            if q2 is not None:
-                                new.add((chart, t, q2))
-                else:
-                    q2 = self.dfas[term].step(q, byte)
-                    if q2 is not None:
-                        new.add((chart, term, q2))
+                    self._start_pieces(chart, q == "start", byte, new)
+                    continue
+                dfa = self.dfas[term]
+                q2 = dfa.step(q, byte)
+                if q2 is not None:   # the piece goes on
+                    if self.longest:
+                        rivals2 = frozenset((t, r2) for t, r in rivals
+                                            if (r2 := self.dfas[t].step(r, byte)) is not None)
+                        new.add((chart, term, q2, rivals2))
+                    else:
+                        new.add((chart, term, q2, None))
+                if dfa.accepting(q) and not (self.longest and self._extendable(term, q, rivals, byte)):
+                    self._start_pieces(self._end(chart, term), False, byte, new)   # the piece ends here
             nxt = self._trans[key] = self._intern(frozenset(new))
         return nxt
+
+    def accepts(self, sid: int) -> bool:
+        if sid == DEAD:
+            return False
+        acc = self._accept.get(sid)
+        if acc is None:
+            acc = False
+            for chart, term, q, _ in self._sets[sid]:
+                if term is None:
+                    acc = acc or chart.accepting
+                elif self.dfas[term].accepting(q):
+                    acc = acc or self._end(chart, term).accepting
+            self._accept[sid] = acc
+        return acc
 
     def advance(self, sid: int, data: bytes) -> int:
         for b in data:
@@ -312,14 +353,6 @@ class ReferenceChecker:
             if sid == DEAD:
                 break
         return sid
-
-    def accepts(self, sid: int) -> bool:
-        if sid == DEAD:
-            return False
-        acc = self._accept.get(sid)
-        if acc is None:
-            acc = self._accept[sid] = any(c[1] is None and c[0].accepting for c in self._closure(self._sets[sid]))
-        return acc
 
     # -- convenience over bytes ----------------------------------------------------------------
     def is_viable(self, prefix: bytes) -> bool:

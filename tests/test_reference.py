@@ -90,3 +90,16 @@ def test_dead_state_is_sticky_and_eos_only_on_sentences(bytes_tokenizer):
 def test_malformed_grammar_is_a_compile_error():
     with pytest.raises(CompileError, match="not defined"):
         ReferenceChecker(GrammarSpec("bad", "start: a\n"))
+
+
+def test_longest_match_lexing_forbids_cuts_inside_a_longer_match():
+    g = GrammarSpec("kw", 'start: "select"i NAME "from"i NAME\nNAME: /[a-z]+/\n%ignore " "\n')
+    scan = ReferenceChecker(g)
+    longest = ReferenceChecker(g, lexing="longest_match")
+    # only the keyword is allowed first, so nothing rivals it: both read SELECT + NAME
+    assert scan.is_viable(b"selectname") and longest.is_viable(b"selectname")
+    # after a NAME, "fromt" could be FROM + NAME only by cutting where NAME could go on
+    assert scan.is_sentence(b"select afrom t") and not longest.is_viable(b"select afrom t")
+    assert longest.is_sentence(b"select a from t")
+    with pytest.raises(ValueError, match="lexing"):
+        ReferenceChecker(g, lexing="greedy")
