@@ -97,8 +97,10 @@ class _Child:
         except psutil.Error:
             return 0.0
 
-    def wait(self, timeout_s: float, mem_mb: float):
-        """('msg', payload) | ('timeout',) | ('oom', rss) | ('died', exitcode)"""
+    def wait(self, timeout_s: float, mem_mb: float, rows: list | None = None):
+        """('msg', payload) | ('timeout',) | ('oom', rss) | ('died', exitcode).
+
+        ``("steps", batch)`` messages are not returned: their rows are appended to ``rows``."""
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
@@ -106,7 +108,16 @@ class _Child:
                 return ("timeout",)
             try:
                 if self.conn.poll(min(0.1, left)):
-                    return ("msg", self.conn.recv())
+                    msg = self.conn.recv()
+                    if msg[0] == "steps":
+                        if rows is not None:
+                            rows.extend(msg[1])
+                        continue
+                    if msg[0] == "commit_us":   # commit time of the last step's token
+                        if rows:
+                            rows[-1] = (*rows[-1][:4], msg[1], *rows[-1][5:])
+                        continue
+                    return ("msg", msg)
             except (EOFError, OSError):
                 self.proc.join(5)
                 return ("died", self.proc.exitcode)
@@ -216,11 +227,12 @@ def run(cfg) -> Path:
             child.conn.send(("sample", sample.id, ids, audit_at))
             timeout = min(float(limits.sample_timeout_s), max(1.0, run_deadline - time.monotonic()))
             t0 = time.monotonic()
-            got = child.wait(timeout, float(limits.memory_mb))
+            rows: list = []
+            got = child.wait(timeout, float(limits.memory_mb), rows)
             if got[0] == "msg":
                 res = got[1][1]
-                audits = auditor.check(sample.text, ids, res["audited"]) if auditor and res["rows"] else []
-                _write_part(parts, sample.id, Outcome(res["outcome"]), res["message"], res["rows"], audits, meta,
+                audits = auditor.check(sample.text, ids, res["audited"]) if auditor else []
+                _write_part(parts, sample.id, Outcome(res["outcome"]), res["message"], rows, audits, meta,
                             res["wall_s"], res.get("peak_rss_mb"))
             else:
                 kind = {"timeout": Outcome.TIMEOUT, "oom": Outcome.OOM, "died": Outcome.CRASH}[got[0]]
@@ -229,7 +241,7 @@ def run(cfg) -> Path:
                        "died": f"worker died (exit code {got[-1]})"}[got[0]]
                 child.kill()
                 child = None
-                _write_part(parts, sample.id, kind, msg, None, [], meta, time.monotonic() - t0)
+                _write_part(parts, sample.id, kind, msg, rows, [], meta, time.monotonic() - t0)
             progress.update(1)
     finally:
         progress.close()
@@ -280,8 +292,11 @@ def _finished_samples(out: Path) -> set[str]:
 
 
 def _write_part(parts: Path, sample_id, outcome: Outcome, message, rows, audits, meta, wall_s, peak_rss_mb=None):
+    from gcdbench.experiments.worker import ROW_FIELDS
+
+    cols = {k: [r[i] for r in rows] for i, k in enumerate(ROW_FIELDS)} if rows else None
     rec = {"sample_id": sample_id, "outcome": outcome.value, "message": message, "wall_s": wall_s,
-           "n_steps": len(rows["step"]) if rows else 0, "peak_rss_mb": peak_rss_mb, "rows": rows, "audits": audits}
+           "n_steps": len(rows) if rows else 0, "peak_rss_mb": peak_rss_mb, "rows": cols, "audits": audits}
     tmp = parts / f".{sample_id}.tmp"
     tmp.write_text(json.dumps(rec))
     tmp.replace(parts / f"{sample_id}.json")

@@ -1,8 +1,10 @@
 """The child process of a run: compiles one engine once, then teacher-forces samples sent by the parent.
 
 Messages (over a multiprocessing Pipe), parent -> child: ``("sample", sample_id, token_ids, audit_steps)`` or
-``("stop",)``; child -> parent: ``("ready", info)``, ``("compile_error", message)``, ``("result", dict)``.
-Only the fill call is inside the mask timer; the runner, not the engine, checks the oracle token.
+``("stop",)``; child -> parent: ``("ready", info)``, ``("compile_error", message)``, ``("steps", rows)``
+(each finished step, so that a sample cut short by a time limit keeps them) and
+``("result", dict)``. Only the fill call is inside the mask timer; the runner, not the engine, checks the
+oracle token.
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import traceback
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Outcome, allocate_mask, mask_get
+from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_get
+
+ROW_FIELDS = ("step", "prefix_tokens", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed")
 
 
 def _peak_rss_mb() -> float:
@@ -24,43 +28,70 @@ def _popcount(mask: np.ndarray, vocab_size: int) -> int:
     return int(np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab_size].sum())
 
 
-def teacher_force(engine, token_ids: list[int], eos_id: int, vocab_size: int, audit_steps=(), token_bytes=None):
-    """Run one sample; returns (outcome, message, rows, audited masks). One row per mask computed."""
+def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), token_bytes=None):
+    """Run one sample, calling ``emit(row)`` after each mask (a tuple in ROW_FIELDS order, commit_us 0) and
+    ``emit.commit_time(us)`` after each commit.
+
+    Returns (outcome, message, audited masks). Engine exceptions become typed outcomes here.
+    """
     mask = allocate_mask(vocab_size)
     perf = time.perf_counter_ns
-    rows = {k: [] for k in ("step", "prefix_tokens", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed")}
     audited = {}
     audit_steps = set(audit_steps)
     engine.reset()
     nbytes = 0
     steps = list(token_ids) + [eos_id]
+    last = len(steps) - 1
     for step, tok in enumerate(steps):
-        t0 = perf()
-        engine.fill_mask(mask)
-        t1 = perf()
+        try:
+            t0 = perf()
+            engine.fill_mask(mask)
+            t1 = perf()
+        except EngineError as err:
+            return Outcome.ENGINE_ERROR, f"step {step}: {err}", audited
+        except Exception as err:
+            return Outcome.CRASH, f"step {step}: {type(err).__name__}: {err}", audited
         allowed = mask_get(mask, tok)
-        rows["step"].append(step)
-        rows["prefix_tokens"].append(step)
-        rows["prefix_bytes"].append(nbytes)
-        rows["mask_us"].append((t1 - t0) / 1000.0)
-        rows["n_allowed"].append(_popcount(mask, vocab_size))
-        rows["oracle_allowed"].append(allowed)
         if step in audit_steps:
             audited[step] = mask.copy()
-        if tok == eos_id and step == len(steps) - 1:
-            rows["commit_us"].append(0.0)
-            return (Outcome.OK if allowed else Outcome.NO_EOS), "" if allowed else "EOS not allowed at the end", rows, audited
-        if not allowed:
-            rows["commit_us"].append(0.0)
-            return Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}", rows, audited
-        t2 = perf()
-        ok = engine.commit(tok)
-        rows["commit_us"].append((perf() - t2) / 1000.0)
-        if not ok:
-            return Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}", rows, audited
+        # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
+        emit((step, step, nbytes, (t1 - t0) / 1000.0, 0.0, _popcount(mask, vocab_size), allowed))
+        outcome, message = None, ""
+        if step == last:
+            outcome = Outcome.OK if allowed else Outcome.NO_EOS
+            message = "" if allowed else "EOS not allowed at the end"
+        elif not allowed:
+            outcome, message = Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}"
+        else:
+            try:
+                t2 = perf()
+                ok = engine.commit(tok)
+                emit.commit_time((perf() - t2) / 1000.0)
+            except EngineError as err:
+                ok, outcome, message = False, Outcome.ENGINE_ERROR, f"commit at step {step}: {err}"
+            except Exception as err:
+                ok, outcome, message = False, Outcome.CRASH, f"commit at step {step}: {type(err).__name__}: {err}"
+            if not ok and outcome is None:
+                outcome, message = Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
+        if outcome is not None:
+            return outcome, message, audited
         if token_bytes is not None:
             nbytes += len(token_bytes[tok])
     raise AssertionError("unreachable")
+
+
+class _Sender:
+    """Sends each finished step to the parent at once (outside the timers), so that a sample cut short by
+    a time limit, a crash or an exit keeps every step it finished."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def __call__(self, row):
+        self.conn.send(("steps", [row]))
+
+    def commit_time(self, us: float):
+        self.conn.send(("commit_us", us))
 
 
 def worker_main(conn, engine_name: str, engine_opts: dict, grammar, tokenizer_name: str, warmup: bool = True):
@@ -79,7 +110,10 @@ def worker_main(conn, engine_name: str, engine_opts: dict, grammar, tokenizer_na
         if warmup:  # one untimed mask at the empty prefix: JIT and lazy tables are not charged to step 0
             t1 = time.perf_counter()
             engine.reset()
-            engine.fill_mask(allocate_mask(tokenizer.vocab_size))
+            try:
+                engine.fill_mask(allocate_mask(tokenizer.vocab_size))
+            except EngineError:
+                pass
             warm = time.perf_counter() - t1
         conn.send(("ready", {
             "init_s": init_s, "warmup_s": warm, "version": engine.version(), "engine_info": engine.info(),
@@ -97,13 +131,10 @@ def worker_main(conn, engine_name: str, engine_opts: dict, grammar, tokenizer_na
             return
         _, sample_id, token_ids, audit_steps = msg
         t0 = time.perf_counter()
-        try:
-            outcome, message, rows, audited = teacher_force(
-                engine, token_ids, tokenizer.eos_id, tokenizer.vocab_size, audit_steps, tokenizer.token_bytes
-            )
-        except Exception as err:
-            outcome, message, rows, audited = Outcome.CRASH, f"{type(err).__name__}: {err}", None, {}
+        outcome, message, audited = teacher_force(
+            engine, token_ids, tokenizer.eos_id, tokenizer.vocab_size, _Sender(conn), audit_steps, tokenizer.token_bytes
+        )
         conn.send(("result", {
-            "sample_id": sample_id, "outcome": outcome.value, "message": message, "rows": rows,
-            "audited": audited, "wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(),
+            "sample_id": sample_id, "outcome": outcome.value, "message": message, "audited": audited,
+            "wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(),
         }))

@@ -30,6 +30,7 @@ class Outcome(str, enum.Enum):
     NO_EOS = "no_eos"              # all tokens accepted but EOS not allowed at the end
     TIMEOUT = "timeout"            # per-sample or per-run time limit hit
     OOM = "oom"                    # memory limit hit
+    ENGINE_ERROR = "engine_error"  # the engine reported an error state (e.g. a parser work limit was hit)
     CRASH = "crash"                # the engine raised or the worker process died
     COMPILE_ERROR = "compile_error"  # the engine refused the grammar (typed, with a reason)
     SKIPPED = "skipped"            # not attempted (the run was aborted earlier)
@@ -37,6 +38,10 @@ class Outcome(str, enum.Enum):
 
 class CompileError(Exception):
     """The engine cannot take this grammar; ``str(err)`` says why (e.g. 'not LALR(1): ...')."""
+
+
+class EngineError(RuntimeError):
+    """The engine refused to go on (an error state it reports, such as a work limit): a typed outcome."""
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
-
-
-class EngineError(RuntimeError):
-    """The matcher entered its error state (e.g. a parser work limit was hit)."""
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec
 
 
 class LLGuidanceEngine(Engine):

@@ -68,6 +68,10 @@ def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, 
     out = run(cfg)
     got = outcomes(out)
     assert got == {"letters-0000": "ok", "letters-0001": expected, "letters-0002": "ok"}
+    steps = pd.read_parquet(out / "steps.parquet")
+    failed = steps[steps["sample_id"] == "letters-0001"]
+    # the steps before the failure ('a' masked and committed, then 'z' masked) are kept
+    assert list(failed["step"]) == [0, 1] and set(failed["outcome"]) == {expected}
 
 
 def test_compile_error_is_recorded_for_every_sample(tmp_path, letters):
