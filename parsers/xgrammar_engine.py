@@ -1,8 +1,10 @@
 """XGrammar (PyPI ``xgrammar``) behind the engine interface.
 
-Two grammar forms, chosen by the ``grammar_form`` option: ``ebnf`` (default: the project's converter,
-``%ignore`` inlined after each terminal; faster on our grammars) and ``lark`` (XGrammar's own
-``Grammar.from_lark`` import). Both are scannerless, like the reference checker.
+Three grammar forms, chosen by the ``grammar_form`` option: ``ebnf`` (default: the project's converter
+from Lark's rule trees, ``%ignore`` inlined after each terminal, repetition kept), ``bnf`` (the same
+language from Lark's expanded BNF: optional parts multiplied out, repetition as left recursion) and
+``lark`` (XGrammar's own ``Grammar.from_lark`` import, which folds case ASCII-only). All are scannerless,
+like the reference checker; results/README.md compares their speed.
 """
 from __future__ import annotations
 
@@ -27,18 +29,21 @@ class XGrammarEngine(Engine):
         import torch
         import xgrammar as xgr
 
-        from gcdbench.parsers.convert import lark_to_xgrammar_ebnf
+        from gcdbench.parsers.convert import lark_to_xgrammar_bnf, lark_to_xgrammar_ebnf
 
         form = self.opts["grammar_form"]
         try:
             if form == "ebnf":
                 self.source = lark_to_xgrammar_ebnf(grammar)
                 xg = xgr.Grammar.from_ebnf(self.source)
+            elif form == "bnf":
+                self.source = lark_to_xgrammar_bnf(grammar)
+                xg = xgr.Grammar.from_ebnf(self.source)
             elif form == "lark":
                 self.source = grammar.lark
                 xg = xgr.Grammar.from_lark(grammar.lark)
             else:
-                raise ValueError(f"xgrammar: grammar_form must be 'ebnf' or 'lark', not {form!r}")
+                raise ValueError(f"xgrammar: grammar_form must be 'ebnf', 'bnf' or 'lark', not {form!r}")
             compiler = xgr.GrammarCompiler(
                 tokenizer.xgrammar_info, max_threads=int(self.opts["max_threads"]),
                 cache_enabled=bool(self.opts["cache_enabled"]),

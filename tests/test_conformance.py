@@ -36,7 +36,7 @@ EXPECTED_TO_OCCUR = {
     ("llguidance", "spider"): {"longest_match_lexing"},
     ("xgrammar_lark", "tiny_sql"): {"ascii_only_case_fold"},
 }
-VARIANTS = {"xgrammar_lark": ("xgrammar", {"grammar_form": "lark"})}
+VARIANTS = {"xgrammar_lark": ("xgrammar", {"grammar_form": "lark"}), "xgrammar_bnf": ("xgrammar", {"grammar_form": "bnf"})}
 
 
 def engine_params():
