@@ -53,6 +53,8 @@ def known_differences(engine: str, options: dict | None = None) -> dict:
                 "dotless_i_case_fold": dotless_i_case_fold}
     if engine == "psc":
         return {"longest_match_lexing": longest_match_lexing}
+    if engine == "glrmask":
+        return {"longest_match_lexing": longest_match_lexing, "dotless_i_case_fold": dotless_i_case_fold}
     if engine == "xgrammar" and options.get("grammar_form") == "lark":
         return {"ascii_only_case_fold": ascii_only_case_fold}
     return {}

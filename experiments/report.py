@@ -184,7 +184,24 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3") -> str:
         *[f"- GPU: {g}" for g in sorted({g for g in cells["gpu"].dropna() if g})],
     ]
     (out / "README.md").write_text("\n".join(readme) + "\n")
+    _add_figures(results, out)
     return md_t1
+
+
+def _add_figures(results: Path, out: Path) -> None:
+    """Draw the figures into ``<out>/figures/`` and append a "Figures" section that links them to README.md."""
+    from gcdbench.experiments.figures import CAPTIONS, draw_all
+
+    pngs = [p for p in draw_all(results, out / "figures") if p.suffix == ".png"]
+    lines = ["", "## Figures", "",
+             f"Drawn by `python -m experiments.figures --results {results} --out {out / 'figures'}` (PNG and PDF). "
+             "Hatched bars and × entries are cells that produced no masks (compile error, time-out, out-of-memory); "
+             "\"partial\" marks cells cut short by a limit.", ""]
+    for p in pngs:
+        caption = next((c for k, c in CAPTIONS.items() if p.stem.startswith(k)), p.stem)
+        lines += [f"### {p.stem}", "", caption, "", f"![{p.stem}](figures/{p.name}) ([PDF](figures/{p.stem}.pdf))", ""]
+    with open(out / "README.md", "a") as f:
+        f.write("\n".join(lines))
 
 
 def main(argv=None):

