@@ -178,7 +178,7 @@ class CFGzipEngine(Engine):
     def options(cls) -> dict:
         return {
             "cache_dir": None,             # None: $GCDBENCH_CACHE/cfgzip or ~/.cache/gcdbench/cfgzip
-            "use_cache": True,             # reuse preprocessing output from an earlier run
+            "use_cache": False,            # True: reuse preprocessing output from an earlier run (init then excludes it)
             "num_threads": 1,              # cfgzip-preprocess --num-threads
             "max_threads": 1,              # XGrammar compiler threads
             "skip_null_bytes": False,      # cfgzip-preprocess --skip-null-bytes

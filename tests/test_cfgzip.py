@@ -147,7 +147,7 @@ def test_info_cache_and_refusal(cache_dir, bytes_tokenizer):
     info = first.info()
     assert info["cache_hit"] is False and info["preprocess_s"] > 0 and info["preprocess_peak_rss_mb"] > 0
     assert 0 < info["n_classes"] <= bytes_tokenizer.vocab_size and info["eos_class"] >= 0
-    again = make(cache_dir)
+    again = make(cache_dir, use_cache=True)
     again.compile(grammar, bytes_tokenizer)
     assert again.info()["cache_hit"] is True and again.info()["preprocess_s"] == 0.0
     assert again.info()["preprocess_s_recorded"] == pytest.approx(info["preprocess_s"])
