@@ -1,0 +1,269 @@
+"""The tuple precomputation of align.py, compiled with numba (same output up to trie node numbering).
+
+Per token: the boundary walk of the whole token (-> ``bnd``), and all lexer states at once read the token
+byte by byte (only the live ones are kept): where one is final before the token's end, the rest of the
+token is walked from a boundary (-> ``cont``); the states alive at the end give ``cont_all``. The trie of
+terminal sequences is a numba typed dict ``(parent, terminal) -> node``.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import types
+from numba.typed import Dict, List
+
+from .align import Alignment
+
+MAXSET = 4096
+
+
+@numba.njit(cache=True)
+def _child(kids, parent, term, depth, node, t, n_term, follow):
+    last = term[node]
+    if last >= 0 and not follow[last, t]:
+        return -1
+    key = np.int64(node) * (n_term + 1) + t
+    if key in kids:
+        return kids[key]
+    c = np.int64(len(parent))
+    kids[key] = c
+    parent.append(node)
+    term.append(t)
+    depth.append(depth[node] + 1)
+    return c
+
+
+@numba.njit(cache=True)
+def _walk(data, lo, hi, trans, accept, st_start, st_u, st_g, ng, n_term, follow, kids, parent, term, depth,
+          out_node, out_flag, buf_a, buf_b):
+    """Boundary walk of data[lo:hi]; writes distinct (node, first_ignored) pairs, returns their count."""
+    # a state is packed as (node << 21) | (g << 1) | flag in int64
+    na = 0
+    b0 = data[lo]
+    for k in range(st_start[b0], st_start[b0 + 1]):
+        u = st_u[k]
+        g = st_g[k]
+        if u >= ng:
+            key = (np.int64(0) << 21) | (np.int64(g) << 1) | 1
+        else:
+            c = _child(kids, parent, term, depth, 0, u, n_term, follow)
+            if c < 0:
+                continue
+            key = (np.int64(c) << 21) | (np.int64(g) << 1)
+        buf_a[na] = key
+        na += 1
+    for pos in range(lo + 1, hi):
+        b = data[pos]
+        nb = 0
+        for i in range(na):
+            key = buf_a[i]
+            node = key >> 21
+            g = (key >> 1) & 0xFFFFF
+            f = key & 1
+            g2 = trans[g, b]
+            if g2 >= 0:
+                nk = (node << 21) | (np.int64(g2) << 1) | f
+                dup = False
+                for j in range(nb):
+                    if buf_b[j] == nk:
+                        dup = True
+                        break
+                if not dup:
+                    if nb == MAXSET:
+                        raise ValueError("valiant: too many lexing configurations inside one token")
+                    buf_b[nb] = nk
+                    nb += 1
+            if accept[g]:
+                for k in range(st_start[b], st_start[b + 1]):
+                    u = st_u[k]
+                    if u >= ng:
+                        c = node
+                    else:
+                        c = _child(kids, parent, term, depth, node, u, n_term, follow)
+                        if c < 0:
+                            continue
+                    nk = (np.int64(c) << 21) | (np.int64(st_g[k]) << 1) | f
+                    dup = False
+                    for j in range(nb):
+                        if buf_b[j] == nk:
+                            dup = True
+                            break
+                    if not dup:
+                        if nb == MAXSET:
+                            raise ValueError("valiant: too many lexing configurations inside one token")
+                        buf_b[nb] = nk
+                        nb += 1
+        for i in range(nb):
+            buf_a[i] = buf_b[i]
+        na = nb
+        if na == 0:
+            break
+    n_out = 0
+    for i in range(na):
+        node = buf_a[i] >> 21
+        f = buf_a[i] & 1
+        dup = False
+        for j in range(n_out):
+            if out_node[j] == node and out_flag[j] == f:
+                dup = True
+                break
+        if not dup:
+            out_node[n_out] = node
+            out_flag[n_out] = f
+            n_out += 1
+    return n_out
+
+
+@numba.njit(cache=True)
+def _build(data, offs, ids, trans, accept, st_start, st_u, st_g, ng, n_term, follow):
+    G = trans.shape[0]
+    kids = Dict.empty(key_type=types.int64, value_type=types.int64)
+    parent = List.empty_list(types.int64)
+    term = List.empty_list(types.int64)
+    depth = List.empty_list(types.int64)
+    parent.append(-1)
+    term.append(-1)
+    depth.append(0)
+    bnd_f = List.empty_list(types.int64)
+    bnd_n = List.empty_list(types.int64)
+    bnd_t = List.empty_list(types.int64)
+    call_x = List.empty_list(types.int64)
+    call_t = List.empty_list(types.int64)
+    cont_x = List.empty_list(types.int64)
+    cont_n = List.empty_list(types.int64)
+    cont_t = List.empty_list(types.int64)
+    out_node = np.empty(MAXSET, np.int64)
+    out_flag = np.empty(MAXSET, np.int64)
+    buf_a = np.empty(MAXSET, np.int64)
+    buf_b = np.empty(MAXSET, np.int64)
+    xs = np.empty(G, np.int64)
+    cur = np.empty(G, np.int64)
+    for ti in range(ids.size):
+        tok = ids[ti]
+        lo = offs[ti]
+        hi = offs[ti + 1]
+        k = _walk(data, lo, hi, trans, accept, st_start, st_u, st_g, ng, n_term, follow, kids, parent, term, depth,
+                  out_node, out_flag, buf_a, buf_b)
+        for i in range(k):
+            bnd_f.append(out_flag[i])
+            bnd_n.append(out_node[i])
+            bnd_t.append(tok)
+        # every lexer state at once
+        na = 0
+        b0 = data[lo]
+        for x in range(G):
+            g = trans[x, b0]
+            if g >= 0:
+                xs[na] = x
+                cur[na] = g
+                na += 1
+        pos = lo + 1
+        while na > 0 and pos < hi:
+            # close after data[lo:pos] for the states that are final here
+            any_final = False
+            for i in range(na):
+                if accept[cur[i]]:
+                    any_final = True
+                    break
+            if any_final:
+                k = _walk(data, pos, hi, trans, accept, st_start, st_u, st_g, ng, n_term, follow, kids, parent,
+                          term, depth, out_node, out_flag, buf_a, buf_b)
+                for i in range(na):
+                    if accept[cur[i]]:
+                        for j in range(k):
+                            cont_x.append(xs[i])
+                            cont_n.append(out_node[j])
+                            cont_t.append(tok)
+            b = data[pos]
+            nn = 0
+            for i in range(na):
+                g = trans[cur[i], b]
+                if g >= 0:
+                    xs[nn] = xs[i]
+                    cur[nn] = g
+                    nn += 1
+            na = nn
+            pos += 1
+        for i in range(na):
+            call_x.append(xs[i])
+            call_t.append(tok)
+    return (_to_arr(parent), _to_arr(term), _to_arr(depth), _to_arr(bnd_f), _to_arr(bnd_n), _to_arr(bnd_t),
+            _to_arr(call_x), _to_arr(call_t), _to_arr(cont_x), _to_arr(cont_n), _to_arr(cont_t))
+
+
+@numba.njit(cache=True)
+def _to_arr(lst):
+    out = np.empty(len(lst), np.int64)
+    for i in range(len(lst)):
+        out[i] = lst[i]
+    return out
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """np.unique without its hash path (much slower on millions of int64 here)."""
+    a = np.sort(a, kind="stable")
+    if a.size:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return a
+
+
+def _arr(lst):
+    return np.asarray(lst, dtype=np.int64) if len(lst) else np.zeros(0, np.int64)
+
+
+def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: int) -> Alignment:
+    ids = np.array([i for i, b in enumerate(token_bytes) if b and i != eos_id], dtype=np.int64)
+    lens = np.array([len(token_bytes[i]) for i in ids], dtype=np.int64)
+    offs = np.zeros(ids.size + 1, dtype=np.int64)
+    offs[1:] = np.cumsum(lens)
+    data = np.frombuffer(b"".join(token_bytes[i] for i in ids), dtype=np.uint8)
+    G = lex.n_states
+    if G >= (1 << 20):
+        raise ValueError("too many lexer states")
+    # byte -> (lexer terminal, state after that first byte)
+    su, sg, cnt = [], [], np.zeros(257, np.int64)
+    for b in range(256):
+        for u, s0 in enumerate(lex.start_of.tolist()):
+            if s0 >= 0 and lex.trans[s0, b] >= 0:
+                su.append(u)
+                sg.append(int(lex.trans[s0, b]))
+                cnt[b + 1] += 1
+    st_start = np.cumsum(cnt)
+    n_term = int(follow.shape[0])
+    res = _build(data, offs, ids, lex.trans.astype(np.int64), lex.accept, st_start, _arr(su), _arr(sg),
+                 int(lex.n_grammar), n_term, follow)
+    parent, term, depth, bf, bn, bt, cx, ct, kx, kn, kt = [np.asarray(r, dtype=np.int64) for r in res]
+    n = parent.size
+    order = np.lexsort((term[1:], parent[1:])) + 1
+    child_start = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(child_start, parent[1:] + 1, 1)
+    child_start = np.cumsum(child_start).astype(np.int32)
+    # bnd: node -> sorted distinct tokens, per flag
+    bnd_start = np.zeros((2, n + 1), dtype=np.int64)
+    bnd_tok = []
+    for f in range(2):
+        sel = bf == f
+        key = _sorted_unique(bn[sel] * (len(token_bytes) + 1) + bt[sel])
+        nodes, toks = key // (len(token_bytes) + 1), key % (len(token_bytes) + 1)
+        c = np.bincount(nodes, minlength=n)
+        bnd_start[f, 1:] = np.cumsum(c)
+        bnd_tok.append(toks.astype(np.int32))
+    V = len(token_bytes) + 1
+    key = _sorted_unique(cx * V + ct)
+    call_start = np.zeros(G + 1, dtype=np.int64)
+    call_start[1:] = np.cumsum(np.bincount(key // V, minlength=G))
+    call_tok = (key % V).astype(np.int32)
+    key = _sorted_unique((kx * n + kn) * V + kt)
+    grp, toks = key // V, key % V
+    first = np.concatenate(([True], grp[1:] != grp[:-1])) if grp.size else np.zeros(0, bool)
+    gstart = np.flatnonzero(first)
+    gkeys = grp[gstart]
+    cont_nodes = (gkeys % n).astype(np.int32)
+    cont_nstart = np.append(gstart, grp.size).astype(np.int64)
+    cont_xstart = np.zeros(G + 1, dtype=np.int64)
+    cont_xstart[1:] = np.cumsum(np.bincount(gkeys // n, minlength=G))
+    return Alignment(
+        parent.astype(np.int32), term.astype(np.int32), depth.astype(np.int32), child_start,
+        order.astype(np.int32), bnd_start, bnd_tok, call_start, call_tok, cont_xstart, cont_nodes, cont_nstart,
+        toks.astype(np.int32),
+    )

@@ -1,0 +1,365 @@
+"""Engine ``valiant``: the incremental Valiant prefix recognizer (CNF chart by tiers + ANCESTOR sets) with
+scannerless token alignment. See chart.py (recognizer), align.py (tokens), search.py (tree search)."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, allocate_mask
+from gcdbench.parsers.grammar import load_ir
+
+from .align import Aligner, Alignment
+from .align_nb import build_alignment
+from .chart import PackedGrammar, extend, grammar_args
+from .cnf import to_cnf
+from .lexer import build_lexer
+from .search import close_upward, dense_lists, fill_tokens, needed_nodes, tree_search
+
+VERSION = "gcdbench-valiant-2"
+START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
+
+
+class ChartStore:
+    """Chart nodes (one per committed terminal sequence) in one uint64 arena; tiers are never rewritten,
+    a child node only adds its own tier, so branches share everything below them."""
+
+    def __init__(self, g: PackedGrammar):
+        self.g = g
+        self.args = grammar_args(g)
+        self.mem = np.zeros(1 << 16, dtype=np.uint64)
+        self.used = 0
+        self.parent = [-1]
+        self.term = [-1]
+        self.depth = [0]
+        self.tier_off = [-1]
+        p = self._alloc(g.WN + g.WT)
+        self.p_off = [p]
+        self.e_off = [p + g.WN]
+        g.root(self.mem, p, p + g.WN)
+        self.accept = [False]
+        self.kids: dict[tuple[int, int], int] = {}
+        self.cur = np.zeros(64, dtype=np.uint64)
+        self.seeds = np.zeros(g.WN, dtype=np.uint64)
+
+    def _ensure(self, total: int) -> None:
+        if total > self.mem.size:
+            new = np.zeros(max(total, 2 * self.mem.size), dtype=np.uint64)
+            new[: self.used] = self.mem[: self.used]
+            self.mem = new
+
+    def _alloc(self, nwords: int) -> int:
+        self._ensure(self.used + nwords)
+        off = self.used
+        self.used += nwords
+        return off
+
+    def _scratch_cur(self, n: int) -> np.ndarray:
+        need = self.g.scratch_words(n)
+        if self.cur.size < need:
+            self.cur = np.zeros(2 * need, dtype=np.uint64)
+        return self.cur
+
+    def path(self, node: int, extra: int = 0):
+        """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots."""
+        n = self.depth[node]
+        tiers = np.zeros(n + extra + 1, dtype=np.int64)
+        ps = np.zeros(n + extra + 2, dtype=np.int64)
+        c = node
+        while c > 0:
+            d = self.depth[c]
+            tiers[d - 1] = self.tier_off[c]
+            ps[d] = self.p_off[c]
+            c = self.parent[c]
+        ps[0] = self.p_off[0]
+        return tiers, ps
+
+    def child(self, node: int, t: int) -> int:
+        key = (node, t)
+        c = self.kids.get(key)
+        if c is not None:
+            return c
+        g = self.g
+        n = self.depth[node]
+        tiers, ps = self.path(node)
+        off = self._alloc(g.node_words(n))
+        t_off, p_off = off, off + g.tier_words(n)
+        e_off = p_off + g.WN
+        acc = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds, *self.args)
+        c = self.kids[key] = len(self.parent)
+        self.parent.append(node)
+        self.term.append(t)
+        self.depth.append(n + 1)
+        self.tier_off.append(t_off)
+        self.p_off.append(p_off)
+        self.e_off.append(e_off)
+        self.accept.append(bool(acc))
+        return c
+
+    def expects(self, node: int, t: int) -> bool:
+        w = self.mem[self.e_off[node] + (t >> 6)]
+        return bool((int(w) >> (t & 63)) & 1)
+
+    def expected(self, node: int) -> list[int]:
+        e = self.e_off[node]
+        bits = np.unpackbits(self.mem[e:e + self.g.WT].view(np.uint8), bitorder="little")
+        return np.flatnonzero(bits[: self.g.n_term]).tolist()
+
+
+class Compiled:
+    """Everything built at init (what the disk cache stores)."""
+
+    def __init__(self, arrays: dict, meta: dict):
+        self.arrays = arrays
+        self.meta = meta
+        a = arrays
+        self.grammar = PackedGrammar(
+            n_nt=meta["n_nt"], n_left=meta["n_left"], n_term=meta["n_term"], WN=meta["WN"], WT=meta["WT"],
+            start=meta["start"], rule_lstart=a["rule_lstart"], rule_parent=a["rule_parent"],
+            rule_right=a["rule_right"], term_nts=a["term_nts"], first=a["first"], first_term=a["first_term"],
+        )
+        self.align = Alignment.from_arrays(a)
+        self.trans = a["lex_trans"]
+        self.accept = a["lex_accept"]
+        self.term_of = a["lex_term_of"]
+        self.start_of = a["lex_start_of"]
+        self.n_grammar = meta["n_grammar"]
+        self.start_nullable = meta["start_nullable"]
+
+
+def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
+    """CNF, lexer DFAs and token tuples. ``aligner='python'`` uses the readable (slow) tuple builder."""
+    t0 = time.perf_counter()
+    ir = load_ir(grammar)
+    cnf = to_cnf(ir)
+    g = PackedGrammar.from_cnf(cnf)
+    lex = build_lexer(ir, cnf.terminals)
+    t1 = time.perf_counter()
+    if aligner == "python":
+        al = Aligner(lex, cnf.follow).build(tokenizer.token_bytes, tokenizer.eos_id)
+    else:
+        try:
+            al = build_alignment(lex, cnf.follow, tokenizer.token_bytes, tokenizer.eos_id)
+        except ValueError as err:   # a token with too many ways to be cut into terminals
+            raise CompileError(f"valiant: {err}") from err
+    t2 = time.perf_counter()
+    arrays = {
+        "rule_lstart": g.rule_lstart, "rule_parent": g.rule_parent, "rule_right": g.rule_right,
+        "term_nts": g.term_nts, "first": g.first, "first_term": g.first_term,
+        "lex_trans": lex.trans, "lex_accept": lex.accept, "lex_term_of": lex.term_of, "lex_start_of": lex.start_of,
+        **al.arrays(),
+    }
+    meta = {
+        "n_nt": g.n_nt, "n_left": g.n_left, "n_term": g.n_term, "WN": g.WN, "WT": g.WT, "start": g.start,
+        "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
+        "lexer_states": lex.n_states, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
+        "trie_depth": al.max_depth, "tuples": int(al.bnd_tok[0].size + al.bnd_tok[1].size + al.call_tok.size
+                                                   + al.cont_tok.size),
+        "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},
+    }
+    return Compiled(arrays, meta)
+
+
+def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer) -> Path:
+    root = Path(os.path.expanduser(cache_dir or "~/.cache/gcdbench/valiant"))
+    return root / f"{VERSION}-{grammar.key()}-{tokenizer.key()}.npz"
+
+
+def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bool = True) -> tuple[Compiled, bool]:
+    import json
+
+    path = _cache_path(cache_dir, grammar, tokenizer)
+    if use_cache and path.exists():
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files if k != "__meta__"}
+                meta = json.loads(bytes(z["__meta__"]).decode())
+            return Compiled(arrays, meta), True
+        except Exception:  # a corrupt or stale cache file: rebuild it
+            pass
+    comp = build(grammar, tokenizer)
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
+            np.savez(tmp, __meta__=np.frombuffer(json.dumps(comp.meta).encode(), dtype=np.uint8), **comp.arrays)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return comp, False
+
+
+class ValiantEngine(Engine):
+    name = "valiant"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"backend": "cpu", "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True}
+
+    def version(self) -> str:
+        return VERSION
+
+    def compile(self, grammar: GrammarSpec, tokenizer) -> None:
+        if self.opts["backend"] not in ("cpu", "cuda"):
+            raise ValueError(f"engine valiant: backend must be 'cpu' or 'cuda', not {self.opts['backend']!r}")
+        self.tokenizer = tokenizer
+        self.comp, self.cache_hit = load_or_build(grammar, tokenizer, self.opts["cache_dir"], self.opts["cache"])
+        self.vocab_size = tokenizer.vocab_size
+        al = self.comp.align
+        self._flags = np.zeros(al.n_nodes, dtype=np.uint8)
+        self._dense = dense_lists(al, self.vocab_size)
+        self._need_b = []
+        for f in range(2):     # nodes that some token's boundary walk refers to, closed upward
+            flags = (np.diff(al.bnd_start[f]) > 0).astype(np.uint8)
+            close_upward(flags, al.node_parent)
+            self._need_b.append(flags)
+        self._depth = al.max_depth
+        self.backend = None
+        if self.opts["backend"] == "cuda":
+            from .cuda_kernels import CudaSearch
+
+            self.backend = CudaSearch(self.comp, workers=int(self.opts["workers"]), bfs_depth=int(self.opts["bfs_depth"]))
+        # warm-up: loads (or compiles) every jitted function now, so that init, not the first mask, pays for it
+        self.reset()
+        self.fill_mask(allocate_mask(self.vocab_size))
+        self.reset()
+
+    def reset(self) -> None:
+        self.store = ChartStore(self.comp.grammar)
+        self.configs: list[tuple[int, int]] = [(0, START)]
+        # (base chart node, lists in use) -> viable trie nodes. A chart node never changes, so neither does
+        # its search: steps that stay inside one piece (long names, strings) reuse it.
+        self._viable: dict[tuple, np.ndarray] = {}
+
+    # -- the lexer over configurations -----------------------------------------------------------
+    def _step(self, configs, byte: int):
+        c_ = self.comp
+        trans, accept, term_of, start_of, ng = c_.trans, c_.accept, c_.term_of, c_.start_of, c_.n_grammar
+        store = self.store
+        out = set()
+        for c, x in configs:
+            if x == START:
+                for u in store.expected(c):
+                    s0 = start_of[u]
+                    if s0 >= 0 and trans[s0, byte] >= 0:
+                        out.add((c, int(trans[s0, byte])))
+                continue
+            g = trans[x, byte]
+            if g >= 0:
+                out.add((c, int(g)))
+            if accept[x]:
+                t = int(term_of[x])
+                b = store.child(c, t) if t < ng else c
+                for u in store.expected(b) + list(range(ng, start_of.size)):
+                    s0 = start_of[u]
+                    if s0 >= 0 and trans[s0, byte] >= 0:
+                        out.add((b, int(trans[s0, byte])))
+        return out
+
+    def commit(self, token_id: int) -> bool:
+        if token_id < 0 or token_id >= self.vocab_size:
+            return False
+        data = self.tokenizer.token_bytes[token_id]
+        if not data:
+            return False
+        configs = set(self.configs)
+        for b in data:
+            configs = self._step(configs, b)
+            if not configs:
+                self.configs = []
+                return False
+        self.configs = sorted(configs)
+        return True
+
+    def accepting(self) -> bool:
+        c_ = self.comp
+        for c, x in self.configs:
+            if x == START:
+                if c_.start_nullable:
+                    return True
+            elif c_.accept[x]:
+                t = int(c_.term_of[x])
+                if t < c_.n_grammar:
+                    if self.store.accept[self.store.child(c, t)]:
+                        return True
+                elif self.store.accept[c] or (c == 0 and c_.start_nullable):
+                    return True
+        return False
+
+    # -- masks -------------------------------------------------------------------------------------
+    def _bases(self):
+        """base chart -> (boundary without leading ignore, boundary with leading ignore, [x ...])"""
+        c_ = self.comp
+        bases: dict[int, list] = {}
+        for c, x in self.configs:
+            if x == START:
+                e = bases.setdefault(c, [False, False, []])
+                e[0] = True
+                continue
+            t = int(c_.term_of[x])
+            b = self.store.child(c, t) if t < c_.n_grammar else c
+            e = bases.setdefault(b, [False, False, []])
+            e[2].append(x)
+            if c_.accept[x]:
+                e[0] = e[1] = True
+        return bases
+
+    def needed(self, b0: bool, b1: bool, xs) -> np.ndarray:
+        al = self.comp.align
+        out = np.zeros(al.n_nodes, dtype=np.uint8)
+        needed_nodes(out, self._need_b[0], self._need_b[1], b0, b1, np.asarray(xs, dtype=np.int32), al.cont_xstart,
+                     al.cont_nodes, al.node_parent)
+        return out
+
+    def search(self, base: int, needed: np.ndarray | None = None):
+        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU)."""
+        store, g, al = self.store, self.comp.grammar, self.comp.align
+        if needed is None:
+            needed = np.ones(al.n_nodes, dtype=np.uint8)
+        n = store.depth[base]
+        D = self._depth
+        tiers, ps = store.path(base, extra=D + 1)
+        stride = g.node_words(n + D)
+        scratch = store.used
+        store._ensure(scratch + stride * (D + 1))
+        viable = np.zeros(al.n_nodes, dtype=np.int32)
+        stack = np.zeros(D + 2, dtype=np.int32)
+        ci = np.zeros(D + 2, dtype=np.int32)
+        eo = np.zeros(D + 2, dtype=np.int64)
+        cnt = tree_search(store.mem, tiers, ps, n, store.e_off[base], scratch, stride, al.child_start,
+                          al.child_ids, al.node_term, needed, viable, stack, ci, eo, store._scratch_cur(n + D), store.seeds,
+                          *store.args)
+        return viable[:cnt]
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        out[:] = 0
+        u = out.view(np.uint32)
+        al = self.comp.align
+        for base, (b0, b1, xs) in self._bases().items():
+            key = (base, b0, b1, tuple(xs))
+            viable = self._viable.get(key)
+            if viable is None:
+                need = self.needed(b0, b1, xs)
+                if self.backend is not None:
+                    viable = self.backend.search(self.store, base, need)
+                else:
+                    viable = self.search(base, need)
+                if len(self._viable) > 64:
+                    self._viable.clear()
+                self._viable[key] = viable
+            fill_tokens(u, viable, viable.size, self._flags, b0, b1, np.array(xs, dtype=np.int32), al.bnd_start,
+                        al.bnd_tok[0], al.bnd_tok[1], al.call_start, al.call_tok, al.cont_xstart, al.cont_nodes,
+                        al.cont_nstart, al.cont_tok, *self._dense)
+        eos = self.tokenizer.eos_id
+        if self.accepting():
+            u[eos >> 5] |= np.uint32(1 << (eos & 31))
+        else:
+            u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
+
+    def info(self) -> dict:
+        m = self.comp.meta
+        return {"cnf": m["cnf"], "lexer_states": m["lexer_states"], "trie_nodes": m["trie_nodes"],
+                "trie_depth": m["trie_depth"], "tuples": m["tuples"], "cache_hit": self.cache_hit,
+                "backend": self.opts["backend"], "build_s": m.get("build_s")}

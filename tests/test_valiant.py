@@ -1,0 +1,647 @@
+"""Engine ``valiant``: CNF, chart (packed vs readable, ANCESTOR invariant vs brute force), exact masks vs a
+brute-force oracle and vs the reference checker, tokens spanning several terminals, the disk cache."""
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.grammar import load_ir
+from gcdbench.parsers.tokenizers import Tokenizer, byte_level
+from gcdbench.parsers.valiant.chart import PackedGrammar, ReadableChart, words
+from gcdbench.parsers.valiant.cnf import to_cnf
+from gcdbench.parsers.valiant.engine import ChartStore, ValiantEngine
+
+GDIR = Path(__file__).parent / "grammars"
+
+GRAMMARS = {
+    # ambiguous + left-recursive, %ignore
+    "ambiguous": (GDIR / "ambiguous.lark").read_text(),
+    # keywords vs NAME regex, strings, numbers, %ignore, optional parts
+    "tiny_sql": (GDIR / "tiny_sql.lark").read_text(),
+    # empty rules, nullable start, left and right recursion, a multi-char regex that overlaps a literal
+    "nullable": r"""
+start: item*
+item: "ab" | WORD "!" | "(" start ")" | item "," item
+WORD: /[a-b]+/
+%ignore " "
+""",
+    # unicode terminals, case-insensitive literal, multi-byte characters split across tokens
+    "unicode": r"""
+start: greet (SEP greet)*
+greet: "héllo"i NAME? | "€" NUM
+NAME: /[a-zé€]+/
+NUM: /[0-9]+(\.[0-9]+)?/
+SEP: /;|→/
+%ignore /[ \t]+/
+""",
+}
+
+
+def spec(name: str) -> GrammarSpec:
+    return GrammarSpec(name=name, lark=GRAMMARS[name])
+
+
+# ----------------------------------------------------------------------------------------------
+# brute-force oracle, independent of the engine and of the reference: segmentations with Python re,
+# terminal sequences recognised by a span fixpoint over the original (un-normalised) rules
+# ----------------------------------------------------------------------------------------------
+class BruteForce:
+    def __init__(self, grammar: GrammarSpec):
+        ir = load_ir(grammar)
+        self.ir = ir
+        self.regex = {n: re.compile(t.regex) for n, t in ir.terminals.items()}
+        self.ignore = set(ir.ignore)
+        self._cells: dict = {}
+
+    @functools.lru_cache(maxsize=None)
+    def derives(self, seq: tuple) -> bool:
+        """Is the terminal sequence derivable from start? (span DP with a fixpoint per span)"""
+        n = len(seq)
+        rules = self.ir.rules
+        cell: dict[tuple[int, int], set] = {}
+        for length in range(0, n + 1):
+            for i in range(0, n - length + 1):
+                j = i + length
+                got: set = set()
+                changed = True
+                while changed:
+                    changed = False
+                    for r in rules:
+                        if r.origin not in got and self._match(r.expansion, i, j, cell, got, seq, i):
+                            got.add(r.origin)
+                            changed = True
+                cell[i, j] = got
+        self._cells[seq] = cell
+        return self.ir.start in cell[0, n]
+
+    def _match(self, exp, a, j, cell, cur, seq, i) -> bool:
+        """Does ``exp`` derive seq[a:j]? Spans equal to the one being computed, (i, j), use ``cur``."""
+        if not exp:
+            return a == j
+        y = exp[0]
+        for k in range(a, j + 1):
+            if (a, k) == (i, j):
+                ok = y in cur or (k - a == 1 and seq[a] == y)
+            else:
+                ok = y in cell[a, k] or (k - a == 1 and seq[a] == y)
+            if ok and self._match(exp[1:], k, j, cell, cur, seq, i):
+                return True
+        return False
+
+    @functools.lru_cache(maxsize=None)
+    def viable_seq(self, seq: tuple) -> bool:
+        """Is some ``seq + w`` derivable? P[i] = symbols X with X =>* seq[i:] w (fixpoint per i, from the end)."""
+        n = len(seq)
+        self.derives(seq)   # fills self._cell for seq
+        cell = self._cells[seq]
+        rules = self.ir.rules
+        P = {n: set(self.ir.terminals) | {r.origin for r in rules}}   # the grammar is reduced: all productive
+        for i in range(n - 1, -1, -1):
+            got = {seq[i]} if i == n - 1 else set()
+            changed = True
+            while changed:
+                changed = False
+                for r in rules:
+                    if r.origin not in got and self._pmatch(r.expansion, i, cell, P, got, seq):
+                        got.add(r.origin)
+                        changed = True
+            P[i] = got
+        return self.ir.start in P[0]
+
+    def _pmatch(self, exp, a, cell, P, cur, seq) -> bool:
+        """exp = Y1..Yk: some Y_l prefix-derives seq[k:], Y1..Y_{l-1} derive seq[a:k] exactly."""
+        n = len(seq)
+        if not exp:
+            return False
+        y = exp[0]
+        if y in (cur if a not in P else P[a]):
+            return True
+        for k in range(a, n + 1):
+            full = y in cell.get((a, k), ()) or (k - a == 1 and seq[a] == y)
+            if full and k > a and self._pmatch(exp[1:], k, cell, P, cur if k == a else P.get(k, cur), seq):
+                return True
+            if full and k == a and self._pmatch(exp[1:], k, cell, P, cur, seq):
+                return True
+        return False
+
+    def sequences(self, text: str):
+        """All terminal sequences of the ways to cut ``text`` (no ignored piece first)."""
+        out = set()
+
+        def rec(pos, acc):
+            if pos == len(text):
+                out.add(tuple(acc))
+                return
+            for end in range(pos + 1, len(text) + 1):
+                piece = text[pos:end]
+                for name, rx in self.regex.items():
+                    if rx.fullmatch(piece):
+                        if name in self.ignore:
+                            if acc:
+                                rec(end, acc)
+                        else:
+                            rec(end, acc + [name])
+
+        rec(0, [])
+        return out
+
+    def is_sentence(self, text: str) -> bool:
+        return any(self.derives(s) for s in self.sequences(text))
+
+
+def test_bruteforce_oracle_sanity():
+    bf = BruteForce(spec("ambiguous"))
+    assert bf.is_sentence("a+b") and bf.is_sentence("(a b)c") and not bf.is_sentence("a+") and not bf.is_sentence(" a")
+    assert bf.is_sentence("a ") and bf.is_sentence("a  +  b")
+
+
+# ----------------------------------------------------------------------------------------------
+# CNF
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_cnf_shape(name):
+    cnf = to_cnf(load_ir(spec(name)))
+    nn = len(cnf.nonterminals)
+    lefts = {a for _, a, _ in cnf.binary}
+    assert lefts == set(range(cnf.n_left))                     # left-capable nonterminals come first
+    assert [a for _, a, _ in cnf.binary] == sorted(a for _, a, _ in cnf.binary)   # rules sorted by left child
+    assert all(0 <= p < nn and 0 <= b < nn for p, _, b in cnf.binary)
+    c = cnf.counts()
+    assert c["binary_rules"] == len(cnf.binary) and c["left_nonterminals"] == cnf.n_left
+
+
+@pytest.mark.parametrize("name", ["ambiguous", "nullable", "tiny_sql"])
+def test_cnf_same_language_on_terminal_sequences(name):
+    """CNF (readable chart) and the original rules agree on every terminal sequence up to length 4."""
+    sp = spec(name)
+    ir = load_ir(sp)
+    cnf = to_cnf(ir)
+    bf = BruteForce(sp)
+    idx = {t: i for i, t in enumerate(cnf.terminals)}
+    terms = sorted(set(cnf.terminals))
+    assert cnf.start_nullable == bf.derives(())
+    for n in range(1, 5 if len(terms) < 8 else 3):
+        for seq in itertools.product(terms, repeat=n):
+            ch = ReadableChart(cnf)
+            for t in seq:
+                ch.push(idx[t])
+            assert ch.accepts() == bf.derives(seq), seq
+
+
+# ----------------------------------------------------------------------------------------------
+# chart: ANCESTOR invariant, packed == readable
+# ----------------------------------------------------------------------------------------------
+def _viable_terminal_seq(bf, seq, terms, extra):
+    return any(bf.derives(seq + tail) for k in range(extra + 1) for tail in itertools.product(terms, repeat=k))
+
+
+@pytest.mark.parametrize("name", ["ambiguous", "nullable"])
+def test_ancestor_expect_matches_bruteforce(name):
+    """EXPECT[m] = {a : t_0..t_{m-1} a is a viable terminal prefix} (bounded brute-force completion)."""
+    sp = spec(name)
+    cnf = to_cnf(load_ir(sp))
+    bf = BruteForce(sp)
+    terms = cnf.terminals
+    rng = random.Random(0)
+    for trial in range(25):
+        ch = ReadableChart(cnf)
+        seq = ()
+        for step in range(6):
+            want = {i for i, a in enumerate(terms) if bf.viable_seq(seq + (a,))}
+            assert want >= {i for i, a in enumerate(terms) if _viable_terminal_seq(bf, seq + (a,), terms, 2)}
+            assert set(ch.expect[-1]) == want, (seq, ch.expect[-1], want)
+            if not want:
+                break
+            a = rng.choice(sorted(want))
+            ch.push(a)
+            seq = seq + (terms[a],)
+            assert ch.accepts() == bf.derives(seq)
+
+
+def _ancestors_bruteforce(cnf, prefix: tuple) -> set:
+    """{X : S =>*_lm prefix X gamma} by leftmost expansion of sentential forms cut after len(prefix)+1
+    symbols (every CNF nonterminal derives at least one terminal, so the cut loses nothing)."""
+    m = len(prefix)
+    by_left = {}
+    for p_, a, b in cnf.binary:
+        by_left.setdefault(p_, []).append((a, b))
+    unary = {}
+    for p_, t in cnf.unary:
+        unary.setdefault(p_, set()).add(t)
+    out, seen = set(), set()
+    todo = [((cnf.start,), 0)] if cnf.start >= 0 else []   # (form of nonterminals, terminals matched)
+    while todo:
+        form, i = todo.pop()
+        if (form, i) in seen:
+            continue
+        seen.add((form, i))
+        if not form:
+            continue
+        x, rest = form[0], form[1:]
+        if i == m:
+            out.add(x)
+        for a, b in by_left.get(x, ()):
+            todo.append((((a, b) + rest)[: m - i + 1], i))
+        if i < m and prefix[i] in unary.get(x, ()):
+            todo.append((rest, i + 1))
+    return out
+
+
+@pytest.mark.parametrize("name", ["ambiguous", "nullable", "tiny_sql"])
+def test_ancestor_sets_match_bruteforce(name):
+    """The ANCESTOR invariant itself: X in ANC[m] iff S =>* t_0..t_{m-1} X gamma."""
+    cnf = to_cnf(load_ir(spec(name)))
+    rng = random.Random(3)
+    for trial in range(15):
+        ch = ReadableChart(cnf)
+        seq = ()
+        for step in range(6):
+            assert ch.anc[-1] == _ancestors_bruteforce(cnf, seq), seq
+            exp = sorted(ch.expect[-1])
+            if not exp:
+                break
+            t = rng.choice(exp)
+            ch.push(t)
+            seq += (t,)
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_packed_chart_equals_readable(name):
+    cnf = to_cnf(load_ir(spec(name)))
+    g = PackedGrammar.from_cnf(cnf)
+    rng = random.Random(1)
+    for trial in range(10):
+        ch = ReadableChart(cnf)
+        st = ChartStore(g)
+        node = 0
+        for step in range(12):
+            exp = sorted(ch.expect[-1])
+            assert st.expected(node) == exp
+            anc = st.mem[st.p_off[node]: st.p_off[node] + g.WN]
+            bits = np.unpackbits(anc.view(np.uint8), bitorder="little")[: g.n_nt]
+            assert set(np.flatnonzero(bits).tolist()) == ch.anc[-1]
+            if not exp:
+                break
+            t = rng.choice(exp)
+            ch.push(t)
+            node = st.child(node, t)
+            n = step
+            assert st.accept[node] == ch.accepts()
+            W = words(n + 1)
+            tier = st.mem[st.tier_off[node]: st.tier_off[node] + g.n_left * W].reshape(g.n_left, W)
+            for a in range(g.n_left):
+                rows = np.unpackbits(tier[a].view(np.uint8), bitorder="little")[: n + 1]
+                assert set(np.flatnonzero(rows).tolist()) == {r for r in range(n + 1) if a in ch.tiers[n][r]}
+
+
+# ----------------------------------------------------------------------------------------------
+# masks
+# ----------------------------------------------------------------------------------------------
+def _ids(engine, vocab_size):
+    m = allocate_mask(vocab_size)
+    engine.fill_mask(m)
+    return set(mask_to_ids(m, vocab_size).tolist())
+
+
+def _engine(sp, tok, tmp_path=None, **opts):
+    e = ValiantEngine(cache=False, **opts)
+    e.compile(sp, tok)
+    return e
+
+
+ALPHABETS = {"ambiguous": "ab+() ", "nullable": "ab!(), ", "unicode": "hé€1;→ ", "tiny_sql": "sf ',*(1"}
+
+
+@pytest.mark.parametrize("name", ["ambiguous", "nullable", "unicode"])
+def test_masks_match_bruteforce(name):
+    """Byte-level vocabulary; prefixes over a small alphabet. Allowed bytes must be those the brute force
+    finds viable (completion searched over the alphabet up to a bound, so only check 'allowed => viable'
+    exactly and 'viable => allowed' on what the bound finds)."""
+    sp = spec(name)
+    tok = byte_level()
+    e = _engine(sp, tok)
+    bf = BruteForce(sp)
+    alpha = ALPHABETS[name]
+
+    @functools.lru_cache(maxsize=None)
+    def viable(prefix: bytes, depth: int) -> bool:
+        try:
+            text = prefix.decode()
+        except UnicodeDecodeError:
+            return any(viable(prefix + c.encode()[1:], depth) for c in alpha if len(c.encode()) > 1
+                       and prefix.endswith(c.encode()[:1]))
+        if bf.is_sentence(text):
+            return True
+        return depth > 0 and any(viable(prefix + c.encode(), depth - 1) for c in alpha)
+
+    rng = random.Random(2)
+    for trial in range(6):
+        e.reset()
+        prefix = b""
+        for step in range(4):
+            got = _ids(e, tok.vocab_size)
+            assert (tok.eos_id in got) == bf.is_sentence(prefix.decode("utf-8", "replace")) if _utf8_ok(prefix) else True
+            for c in alpha:
+                b = c.encode()
+                if viable(prefix + b, 3):
+                    assert b[0] in got, (prefix, c)
+            cands = [b for b in got if b != tok.eos_id and bytes([b]).decode("latin-1") in alpha]
+            if not cands:
+                break
+            b = rng.choice(sorted(cands))
+            assert e.commit(b)
+            prefix += bytes([b])
+
+
+def _utf8_ok(b: bytes) -> bool:
+    try:
+        b.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _reference():
+    try:
+        from gcdbench.parsers.reference import ReferenceChecker
+    except ImportError:  # pragma: no cover
+        pytest.skip("reference checker not available")
+    return ReferenceChecker
+
+
+SAMPLES = {
+    "ambiguous": ["a+b", "a b c", "(a+b)c+a", "((a))"],
+    "tiny_sql": ["select a from t", "SELECT a, b FROM t WHERE c = 'x y'", "select count(*) from t;"],
+    "nullable": ["", "ab", "ab!, (ab)", "(( ab ))", "a!,b!"],
+    "unicode": ["héllo é", "HÉLLO€ ; € 3.5", "€1→héllo"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_masks_equal_reference_bytes(name):
+    """Every step of every sample, full byte-level mask == the reference checker's."""
+    Ref = _reference()
+    sp = spec(name)
+    tok = byte_level()
+    e = _engine(sp, tok)
+    ref = Ref(sp)
+    for text in SAMPLES[name]:
+        data = text.encode()
+        e.reset()
+        for i in range(len(data) + 1):
+            want = ref.allowed_tokens(data[:i], range(tok.vocab_size), tok)
+            assert _ids(e, tok.vocab_size) == want, (text, data[:i])
+            if i < len(data):
+                assert e.commit(data[i])
+
+
+def multi_tokenizer(texts, extra=()) -> Tokenizer:
+    """256 byte tokens + every substring (length 2..5) of the texts + extra tokens, then EOS."""
+    subs = set(extra)
+    for t in texts:
+        b = t.encode()
+        for i in range(len(b)):
+            for k in range(2, 6):
+                if i + k <= len(b):
+                    subs.add(b[i:i + k])
+    toks = [bytes([i]) for i in range(256)] + sorted(subs)
+    enc_vocab = {b: i for i, b in enumerate(toks)}
+
+    def encode(s):   # greedy longest match, good enough for tests
+        b = s.encode()
+        out, i = [], 0
+        while i < len(b):
+            for k in range(min(5, len(b) - i), 0, -1):
+                if b[i:i + k] in enc_vocab:
+                    out.append(enc_vocab[b[i:i + k]])
+                    i += k
+                    break
+        return out
+
+    return Tokenizer(name="test-multi-" + str(len(toks)), token_bytes=toks + [b""], eos_id=len(toks),
+                     special_ids={"<eos>": len(toks)}, _encoder=encode)
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_masks_equal_reference_multibyte_tokens(name):
+    """Tokens spanning several terminals (e.g. "');" or "(a+"), split UTF-8 characters, ignored runs."""
+    Ref = _reference()
+    sp = spec(name)
+    tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b"\xc3", b"\xa9llo", b"\x82\xac1"])
+    e = _engine(sp, tok)
+    ref = Ref(sp)
+    ids = range(tok.vocab_size)
+    for text in SAMPLES[name]:
+        e.reset()
+        prefix = b""
+        for t in tok.encode(text):
+            want = ref.allowed_tokens(prefix, ids, tok)
+            assert _ids(e, tok.vocab_size) == want, (text, prefix)
+            assert e.commit(t)
+            prefix += tok.token_bytes[t]
+        assert _ids(e, tok.vocab_size) == ref.allowed_tokens(prefix, ids, tok)
+        assert tok.eos_id in _ids(e, tok.vocab_size)
+
+
+def test_rejects_and_refuses():
+    tok = byte_level()
+    e = _engine(spec("tiny_sql"), tok)
+    got = _ids(e, tok.vocab_size)
+    assert ord(" ") not in got and tok.eos_id not in got   # no leading ignored text, not a sentence
+    assert not e.commit(ord(" "))
+    e.reset()
+    assert not e.commit(tok.eos_id)
+
+
+def test_disk_cache_roundtrip(tmp_path):
+    tok = byte_level()
+    sp = spec("tiny_sql")
+    e1 = ValiantEngine(cache_dir=str(tmp_path))
+    e1.compile(sp, tok)
+    assert not e1.info()["cache_hit"]
+    e2 = ValiantEngine(cache_dir=str(tmp_path))
+    e2.compile(sp, tok)
+    assert e2.info()["cache_hit"]
+    for e in (e1, e2):
+        for b in b"select a":
+            assert e.commit(b)
+    assert _ids(e1, tok.vocab_size) == _ids(e2, tok.vocab_size)
+    assert e2.info()["cnf"] == e1.info()["cnf"]
+
+
+def test_options_match_yaml():
+    import yaml
+
+    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "engine" / "valiant.yaml").read_text())
+    assert conf.pop("name") == "valiant"
+    assert conf == ValiantEngine.options()
+
+
+def test_registry():
+    from gcdbench.parsers.registry import engine_class
+
+    assert engine_class("valiant") is ValiantEngine
+
+
+# ----------------------------------------------------------------------------------------------
+# token tuples: the numba builder == the readable Python builder (up to trie node numbering)
+# ----------------------------------------------------------------------------------------------
+def _canonical(al):
+    def seq(v):
+        out = []
+        while v > 0:
+            out.append(int(al.node_term[v]))
+            v = int(al.node_parent[v])
+        return tuple(reversed(out))
+
+    G = al.call_start.size - 1
+    res = {
+        f"bnd{f}": {(seq(v), int(t)) for v in range(al.n_nodes)
+                    for t in al.bnd_tok[f][al.bnd_start[f, v]:al.bnd_start[f, v + 1]]}
+        for f in range(2)
+    }
+    res["call"] = {(x, int(t)) for x in range(G) for t in al.call_tok[al.call_start[x]:al.call_start[x + 1]]}
+    res["cont"] = {(x, seq(int(al.cont_nodes[g])), int(t)) for x in range(G)
+                   for g in range(al.cont_xstart[x], al.cont_xstart[x + 1])
+                   for t in al.cont_tok[al.cont_nstart[g]:al.cont_nstart[g + 1]]}
+    res["children"] = {(seq(u), seq(int(c))) for u in range(al.n_nodes)
+                       for c in al.child_ids[al.child_start[u]:al.child_start[u + 1]]}
+    return res
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_numba_aligner_equals_python_aligner(name):
+    from gcdbench.parsers.valiant.align import Aligner
+    from gcdbench.parsers.valiant.align_nb import build_alignment
+    from gcdbench.parsers.valiant.lexer import build_lexer
+
+    sp = spec(name)
+    ir = load_ir(sp)
+    cnf = to_cnf(ir)
+    lex = build_lexer(ir, cnf.terminals)
+    tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b"\xc3", b"\xa9llo", b"\x82\xac1"])
+    a = Aligner(lex, cnf.follow).build(tok.token_bytes, tok.eos_id)
+    b = build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id)
+    assert a.n_nodes == b.n_nodes
+    assert _canonical(a) == _canonical(b)
+
+
+def test_byte_dfa_utf8():
+    from gcdbench.parsers.valiant.lexer import _ByteDFABuilder
+
+    def run(b, data):
+        trans, acc = b.build()
+        s = 0
+        for c in data:
+            s = trans[s, c]
+            if s < 0:
+                return None
+        return bool(acc[s])
+
+    b = _ByteDFABuilder("X", "[a-zé€😀]+")
+    assert run(b, "aé€😀".encode()) is True
+    assert run(b, "é".encode()[:1]) is False          # inside a character: alive, not final
+    assert run(b, "è".encode()) is None               # same lead byte, other character
+    b = _ByteDFABuilder("X", "[^a]")
+    assert run(b, "\U0010FFFF".encode()) is True and run(b, b"\xed\xa0\x80") is None   # no surrogates
+    assert run(b, b"\xc0\x80") is None                 # no overlong forms
+    b = _ByteDFABuilder("K", "(?i:sk)", ignore_case=True)
+    assert run(b, "ſK".encode()) is True               # case folds as Python's re
+
+
+# ----------------------------------------------------------------------------------------------
+# real grammars with the Qwen3 vocabulary (slow; needs the grammars, not the data)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("gname,text", [
+    ("spider", "SELECT count(*) FROM singer WHERE age > 20 AND name != 'Joe'"),
+    ("spider_spop", "SELECT T1.name, avg(T2.age) FROM a AS T1 JOIN b AS T2 ON T1.id = T2.id GROUP BY T1.name"),
+])
+def test_qwen3_masks_equal_reference(gname, text, qwen3_tokenizer, tmp_path):
+    Ref = _reference()
+    from gcdbench.datasets.base import load_grammar
+
+    try:
+        sp = load_grammar(gname)
+    except FileNotFoundError:
+        pytest.skip(f"no grammar {gname}")
+    tok = qwen3_tokenizer
+    e = ValiantEngine(cache_dir=str(tmp_path))
+    e.compile(sp, tok)
+    ref = Ref(sp)
+    prefix = b""
+    for t in tok.encode(text)[:12] + [None]:
+        m = allocate_mask(tok.vocab_size)
+        e.fill_mask(m)
+        assert np.array_equal(m, ref.full_mask(prefix, tok)), prefix
+        if t is None:
+            break
+        assert e.commit(t)
+        prefix += tok.token_bytes[t]
+
+
+EDGE = {
+    "empty_only": ("start: \n", ["", "a"]),
+    "optional": ('start: "a"?\n', ["", "a", "aa"]),
+    "nested_lists": ('start: (x ("," x)*)?\nx: "[" start "]" | /[0-9]+/\n%ignore " "\n', ["[1, [2,3]]", "[]", "[[ ]]"]),
+    "overlapping_terminals": ('start: A B | AB\nA: "a"+\nB: "b"+\nAB: /a+b+/\n', ["aab", "ab"]),
+    "ignored_comment": ('start: x+\nx: /[a-z]+/ | "-" x\nCOMMENT: /--[^\\n]*/\n%ignore COMMENT\n%ignore " "\n',
+                        ["a --c\nb", "-a", "--a"]),
+    "right_recursive": ('start: "a" start | "b"\n', ["aab", "b"]),
+    "unit_chain": ('start: a\na: b\nb: c | "(" a ")"\nc: "x"\n', ["((x))"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE))
+def test_edge_grammars_equal_reference(name):
+    Ref = _reference()
+    text, samples = EDGE[name]
+    sp = GrammarSpec(name=name, lark=text)
+    tok = byte_level()
+    e = _engine(sp, tok)
+    ref = Ref(sp)
+    for sample in samples:
+        data = sample.encode()
+        e.reset()
+        for i in range(len(data) + 1):
+            want = ref.allowed_tokens(data[:i], range(tok.vocab_size), tok)
+            assert _ids(e, tok.vocab_size) == want, (sample, data[:i])
+            if i < len(data) and not e.commit(data[i]):
+                assert data[i] not in want
+                break
+
+
+@pytest.mark.parametrize("name", ["ambiguous", "tiny_sql", "nullable"])
+def test_rule_by_rule_step_equals_sparse_step(name):
+    """chart.extend_rules (shared helpers, the CUDA kernel's loop order) == chart.extend, word for word."""
+    from gcdbench.parsers.valiant.chart import extend_rules
+
+    cnf = to_cnf(load_ir(spec(name)))
+    g = PackedGrammar.from_cnf(cnf)
+    rng = random.Random(4)
+    for trial in range(5):
+        st = ChartStore(g)
+        node = 0
+        for step in range(70):          # past 64 terminals: multi-word rows
+            exp = st.expected(node)
+            if not exp:
+                break
+            t = rng.choice(exp)
+            n = st.depth[node]
+            tiers, ps = st.path(node)
+            off = st._alloc(g.node_words(n))
+            acc = extend_rules(st.mem, tiers, ps, n, t, off, off + g.tier_words(n), off + g.tier_words(n) + g.WN,
+                               np.zeros(g.scratch_words(n), np.uint64), np.zeros(g.WN, np.uint64),
+                               g.n_nt, g.n_left, g.WN, g.WT, g.start, g.rule_lstart, g.rule_parent, g.rule_right,
+                               g.term_nts, g.first, g.first_term)
+            node = st.child(node, t)
+            a = st.mem[off:off + g.node_words(n)]
+            b = st.mem[st.tier_off[node]:st.tier_off[node] + g.node_words(n)]
+            assert np.array_equal(a, b) and bool(acc) == st.accept[node], (trial, step)
