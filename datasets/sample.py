@@ -24,3 +24,25 @@ def load_sample_sql(n: int | None = None, seed: int = 0) -> Dataset:
     samples = [Sample(f"sql-{i:04d}", ln) for i, ln in enumerate(lines)]
     meta = {"source": str(SQL_FILE), "n_lines": len(lines), "schema": "invented (orchestra database)"}
     return Dataset(name="sample", grammar=load_grammar("spider"), samples=pick(samples, n, seed), meta=meta)
+
+
+# --------------------------------------------------------------------------------------------------
+# POS tags: a small hand-written, ambiguous grammar over Penn Treebank tags (the TreeBank dataset's terminals)
+# --------------------------------------------------------------------------------------------------
+POS_FILE = SAMPLE_DIR / "pos_sentences.txt"
+
+
+def load_sample_pos(n: int | None = None, seed: int = 0) -> Dataset:
+    """``datasets/sample/pos_sentences.txt`` (one space-separated POS-tag sequence per line) with
+    ``grammar=sample_pos``; ids ``pos-0000``...
+
+    Grammar and sentences were written for this project. The grammar is ambiguous on purpose (PP attachment,
+    coordination, relative clauses) and writes its terminals as the induced TreeBank grammar does
+    (``PRP_S: "PRP$"``, ``%ignore " "``), so it needs no downloaded data. All sentences are in its language.
+    """
+    lines = [ln for ln in POS_FILE.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    samples = [Sample(f"pos-{i:04d}", ln) for i, ln in enumerate(lines)]
+    lengths = [len(ln.split()) for ln in lines]
+    meta = {"source": str(POS_FILE), "n_lines": len(lines), "sample_len_mean": round(sum(lengths) / len(lengths), 2),
+            "sample_len_max": max(lengths)}
+    return Dataset(name="sample_pos", grammar=load_grammar("sample_pos"), samples=pick(samples, n, seed), meta=meta)
