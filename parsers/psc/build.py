@@ -1,0 +1,501 @@
+"""Offline construction of PSC (paper sec 3): realizable terminal sequences and the stack classifier.
+
+Pieces, in order:
+
+1. ``lalr_tables``: Lark's LALR(1) analysis (``lark.Lark(..., parser="lalr")``); conflicts -> CompileError.
+2. ``realizable``: for every lexer state q and token v the realizable terminal sequence R_q(v) (sec 3.1),
+   computed over a byte trie of the vocabulary, one numpy pass per trie depth for all tokens at once.
+   Our lexer is deterministic, so R_q(v) is one pair ``(w, N)``: the complete terminals ``w`` the token
+   emits, and ``N`` the terminals the unfinished lexeme may still become (``None``: anything may follow,
+   i.e. the lexeme is empty or may be ignored). The ``w`` are interned in one global trie of terminal
+   sequences, shared by all lexer states (common prefixes are simulated once).
+3. ``classifier``: the deterministic automaton A of sec 3.5. It reads the lexer state class and then the
+   parser stack from the top down; each of its states carries the set of tokens already known to be
+   accepted (the "weights" view of seed 001: token *sets* ride on the transitions of one deterministic
+   automaton instead of one path per token). See ``_Classifier`` for how the transducers of sec 3.3-3.4
+   (epsilon closure = the reductions, one step per terminal, their composition along w) are folded into
+   a lazily-read symbolic simulation of the LALR driver.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError, GrammarSpec
+from gcdbench.parsers.psc.lexer import ByteLexer
+
+END = "$END"
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. Lark's LALR(1) tables
+# --------------------------------------------------------------------------------------------------
+def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float = 60.0):
+    """(IntParseTable, terminals, ignored names). Lark's analysis runs in a child process (a fresh
+    interpreter: the harness's worker is a daemonic process and may hold threads, so no fork/multiprocessing),
+    so a grammar whose LALR construction does not finish in ``timeout_s`` is refused instead of hanging."""
+    import pickle
+    import selectors
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "from gcdbench.parsers.psc.build import _lalr_main; _lalr_main()"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    slr = None
+    res = None
+    buf = b""
+    try:
+        proc.stdin.write(pickle.dumps((grammar.lark, grammar.start, max_rules)))
+        proc.stdin.close()
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        fd = proc.stdout.fileno()
+        while res is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                raise CompileError(
+                    f"psc: Lark's LALR(1) analysis did not finish in {timeout_s:g} s (lalr_timeout_s); "
+                    + (slr or "the grammar is too large for PSC"))
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise CompileError(f"psc: Lark's LALR(1) analysis died (exit code {proc.wait(5)})")
+            buf += chunk
+            while len(buf) >= 8:
+                n = int.from_bytes(buf[:8], "little")
+                if len(buf) < 8 + n:
+                    break
+                msg = pickle.loads(buf[8: 8 + n])
+                buf = buf[8 + n:]
+                if msg[0] == "slr":
+                    slr = msg[1]
+                else:
+                    res = msg
+                    break
+        sel.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(5)
+        proc.stdout.close()
+    if res[0] == "error":
+        raise CompileError(res[1])
+    _tag, plain, terms, ignore = res
+    return table_from_plain(plain), terms, ignore
+
+
+def _lalr_main():
+    """Child side of :func:`lalr_tables`: read (text, start, max_rules) on stdin, write framed pickles."""
+    import pickle
+    import sys
+
+    out = sys.stdout.buffer
+
+    def send(msg):
+        data = pickle.dumps(msg)
+        out.write(len(data).to_bytes(8, "little") + data)
+        out.flush()
+
+    text, start, max_rules = pickle.loads(sys.stdin.buffer.read())
+    try:
+        res = _lalr_child_work(text, start, max_rules, send)
+    except BaseException as err:   # report, never raise in the child
+        res = ("error", f"psc: Lark LALR construction failed: {type(err).__name__}: {err}")
+    send(res)
+
+
+def _slr_conflicts(rules, start: str) -> str:
+    """A quick diagnosis with Lark's own LR(0) automaton and FOLLOW sets: SLR(1) conflicts are the places
+    where an LALR(1) conflict can be (LALR lookaheads are subsets of FOLLOW)."""
+    from lark.common import ParserConf
+    from lark.parsers.lalr_analysis import LALR_Analyzer
+
+    an = LALR_Analyzer(ParserConf(rules, None, [start]))
+    an.compute_lr0_states()
+    found = []
+    for st in an.lr0_itemsets:
+        shifts = {sym.name for sym in st.transitions if sym.is_term}
+        seen: dict[str, str] = {}
+        for rp in st.closure:
+            if not rp.is_satisfied:
+                continue
+            for la in an.FOLLOW.get(rp.rule.origin, ()):
+                if la.name in shifts:
+                    found.append(f"shift/reduce on {la.name}: {rp.rule}")
+                elif la.name in seen and seen[la.name] != str(rp.rule):
+                    found.append(f"reduce/reduce on {la.name}: {seen[la.name]} | {rp.rule}")
+                seen.setdefault(la.name, str(rp.rule))
+    if not found:
+        return f"its LR(0) automaton ({len(an.lr0_itemsets)} states) has no SLR(1) conflict"
+    uniq = sorted(set(found))
+    return (f"its LR(0) automaton ({len(an.lr0_itemsets)} states) has {len(uniq)} SLR(1) conflict(s), where "
+            f"LALR(1) conflicts can be, e.g.: " + "; ".join(uniq[:10]))
+
+
+def _lalr_child_work(text: str, start: str, max_rules: int, send=None):
+    import lark
+    from lark.exceptions import GrammarError, LarkError
+
+    try:
+        # cheap size check first (the Earley front end does no LR analysis)
+        probe = lark.Lark(text, parser="earley", lexer="dynamic", start=start)
+    except (GrammarError, LarkError) as err:
+        return ("error", f"psc: malformed grammar: {err}")
+    if len(probe.rules) > max_rules:
+        return ("error", f"psc: grammar has {len(probe.rules)} rules > max_rules={max_rules}")
+    if send is not None:   # a diagnosis the parent reports if the full analysis runs out of time
+        try:
+            send(("slr", _slr_conflicts(probe.rules, start)))
+        except Exception:
+            pass
+    # Lark resolves shift/reduce conflicts as shift and only logs them (at DEBUG); collect them all
+    from lark.utils import logger as lark_logger
+
+    conflicts: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if conflicts and msg.startswith(" * "):
+                conflicts[-1] += " " + msg.strip()
+            elif "conflict" in msg.lower():
+                conflicts.append(msg)
+
+    handler = _Collect(level=logging.DEBUG)
+    old_level, old_prop, old_handlers = lark_logger.level, lark_logger.propagate, lark_logger.handlers[:]
+    lark_logger.handlers = [handler]
+    lark_logger.setLevel(logging.DEBUG)
+    lark_logger.propagate = False
+    try:
+        lk = lark.Lark(text, parser="lalr", lexer="basic", start=start)
+    except GrammarError as err:
+        msg = str(err)
+        if "collision" in msg.lower() or "conflict" in msg.lower():
+            return ("error", f"not LALR(1): {msg[:2000]}")
+        return ("error", f"psc: Lark LALR construction failed: {msg[:2000]}")
+    except LarkError as err:
+        return ("error", f"psc: Lark LALR construction failed: {err}")
+    finally:
+        lark_logger.handlers = old_handlers
+        lark_logger.setLevel(old_level)
+        lark_logger.propagate = old_prop
+    if conflicts:
+        shown = "; ".join(conflicts[:20])
+        more = f" (and {len(conflicts) - 20} more)" if len(conflicts) > 20 else ""
+        return ("error", f"not LALR(1): {len(conflicts)} shift/reduce conflict(s): {shown}{more}")
+    table = lk.parser.parser._parse_table
+    terms = []
+    for t in lk.terminals:
+        pat = t.pattern
+        is_lit = pat.type == "str"
+        terms.append((t.name, pat.to_regexp(), is_lit, len(pat.value) if is_lit else 0, t.priority,
+                      "i" in pat.flags))
+    return ("ok", table_to_plain(table), terms, list(lk.ignore_tokens))
+
+
+def table_to_plain(table) -> dict:
+    """Lark's parse table without its Shift/Reduce singletons (they do not survive pickling)."""
+    from lark.parsers.lalr_analysis import Shift
+
+    states = {s: {sym: (kind is Shift, arg) for sym, (kind, arg) in row.items()} for s, row in table.states.items()}
+    return {"states": states, "start_states": dict(table.start_states), "end_states": dict(table.end_states)}
+
+
+def table_from_plain(plain: dict):
+    from lark.parsers.lalr_analysis import IntParseTable, Reduce, Shift
+
+    states = {s: {sym: ((Shift if sh else Reduce), arg) for sym, (sh, arg) in row.items()}
+              for s, row in plain["states"].items()}
+    return IntParseTable(states, plain["start_states"], plain["end_states"])
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. realizable terminal sequences over a vocabulary trie
+# --------------------------------------------------------------------------------------------------
+class VocabTrie:
+    """Byte trie of the vocabulary as arrays, nodes sorted by depth (node 0 = root)."""
+
+    def __init__(self, token_bytes: list[bytes]):
+        ids: dict[bytes, int] = {b"": 0}
+        parent = [0]
+        byte = [0]
+        depth = [0]
+        for tb in token_bytes:
+            for k in range(1, len(tb) + 1):
+                p = tb[:k]
+                if p not in ids:
+                    ids[p] = len(parent)
+                    parent.append(ids[tb[: k - 1]])
+                    byte.append(tb[k - 1])
+                    depth.append(k)
+        depth_a = np.asarray(depth, dtype=np.int32)
+        order = np.argsort(depth_a, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        self.parent = rank[np.asarray(parent, dtype=np.int64)[order]].astype(np.int64)
+        self.byte = np.asarray(byte, dtype=np.int64)[order]
+        self.depth = depth_a[order]
+        self.n = int(order.size)
+        self.level_bounds = np.searchsorted(self.depth, np.arange(self.depth.max() + 2))
+        self.token_node = np.array([rank[ids[tb]] if tb else -1 for tb in token_bytes], dtype=np.int64)
+
+
+class SeqTrie:
+    """Global trie of terminal sequences: id 0 = empty sequence."""
+
+    def __init__(self):
+        self.key: dict[tuple[int, int], int] = {}
+        self.parent = [-1]
+        self.last = [-1]
+        self.children: list[dict[int, int]] = [{}]
+
+    def intern_many(self, parents: np.ndarray, terms: np.ndarray) -> np.ndarray:
+        # terminal indices < 4096 (checked in build_artifact)
+        pairs = parents * 4096 + terms
+        uniq, inv = np.unique(pairs, return_inverse=True)
+        out = np.empty(uniq.size, dtype=np.int64)
+        for j, pr in enumerate(uniq.tolist()):
+            p, t = divmod(pr, 4096)
+            k = self.key.get((p, t))
+            if k is None:
+                k = self.key[(p, t)] = len(self.parent)
+                self.parent.append(p)
+                self.last.append(t)
+                self.children.append({})
+                self.children[p][t] = k
+            out[j] = k
+        return out[inv]
+
+
+def realizable(lexer: ByteLexer, trie: VocabTrie, seqs: SeqTrie, q: int):
+    """For lexer state q: arrays over trie nodes (end lexer state or -1, sequence id)."""
+    st = np.full(trie.n, -1, dtype=np.int64)
+    sq = np.zeros(trie.n, dtype=np.int64)
+    st[0] = q
+    ss, se = lexer.step_state, lexer.step_emit
+    lb = trie.level_bounds
+    for d in range(1, len(lb) - 1):
+        a, b = lb[d], lb[d + 1]
+        if a >= b:
+            break
+        par = trie.parent[a:b]
+        ps = st[par]
+        alive = ps >= 0
+        if not alive.any():
+            break
+        idx = np.flatnonzero(alive)
+        pss = ps[idx]
+        bs = trie.byte[a:b][idx]
+        ns = ss[pss, bs]
+        ne = se[pss, bs]
+        seq = sq[par[idx]]
+        em = ne >= 0
+        if em.any():
+            seq = seq.copy()
+            seq[em] = seqs.intern_many(seq[em], ne[em].astype(np.int64))
+        st[a + idx] = ns
+        sq[a + idx] = seq
+    return st, sq
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. the stack classifier
+# --------------------------------------------------------------------------------------------------
+class _Classifier:
+    """Builds the deterministic automaton over (lexer class, stack top ... bottom).
+
+    A *job* is a realizable pair (w, N) with a token set. Checking a job against a stack is running the
+    LALR driver on the terminals of w (then on some a in N) while reading the stack lazily from the top:
+    the simulation keeps a known top ``S`` (states it pushed or read); when a reduction pops below ``S`` it
+    waits for the next real stack symbol. Running the epsilon moves (reductions) between terminals is the
+    transducer P_eps of sec 3.3; shifting one terminal is P_a of sec 3.4; chaining them along w is the
+    composition P_w; dropping the output stack is A_w. Every job that waits, waits for the *same* next
+    stack symbol (it has consumed exactly as many real symbols as the automaton has read), so the union
+    over jobs is determinized on the fly: an automaton state is the set of waiting configurations plus the
+    set of accept events seen so far (an event is the id of its token set, its weight). Waiting configurations
+    are ``(seq, a, final, k, A)``: at sequence node ``seq``, feeding terminal ``a`` (``final``: a is the
+    pending-lexeme check of N), after popping ``k`` more real symbols, goto on nonterminal ``A`` from the
+    exposed one. Simulations of common prefixes of w are shared through the sequence trie.
+    """
+
+    def __init__(self, table, seqs: SeqTrie, term_names: list[str], deadline: float, max_states: int):
+        from lark.parsers.lalr_analysis import Shift
+
+        self.seqs = seqs
+        self.deadline = deadline
+        self.max_states = max_states
+        tix = {n: i for i, n in enumerate(term_names)}
+        self.end_t = len(term_names)   # index used for $END
+        tix[END] = self.end_t
+        self.n_parser = len(table.states)
+        self.end_state = None
+        # action[s][a] = (1, target) shift | (0, (nonterminal, length)) reduce; goto[s][A] = target
+        self.action: list[dict[int, tuple]] = []
+        self.goto: list[dict[str, int]] = []
+        nts: dict[str, int] = {}
+        for s in range(self.n_parser):
+            act, gt = {}, {}
+            for sym, (kind, arg) in table.states[s].items():
+                if sym in tix:
+                    if kind is Shift:
+                        act[tix[sym]] = (1, arg)
+                    else:
+                        act[tix[sym]] = (0, (nts.setdefault(arg.origin.name, len(nts)), len(arg.expansion)))
+                else:
+                    gt[nts.setdefault(sym, len(nts))] = arg
+            self.action.append(act)
+            self.goto.append(gt)
+        self.goto_sources: dict[int, list[int]] = {}
+        for s, gt in enumerate(self.goto):
+            for A in gt:
+                self.goto_sources.setdefault(A, []).append(s)
+
+    # -- the LALR driver on a known top ------------------------------------------------------------
+    def feed(self, S: tuple, a: int, end_state: int):
+        """Feed terminal a with known top S: ('shift', S') | ('ok',) for $END accepted | ('need', k, A) | None."""
+        action, goto = self.action, self.goto
+        while True:
+            act = action[S[-1]].get(a)
+            if act is None:
+                return None
+            if act[0] == 1:
+                return ("shift", S + (act[1],))
+            A, n = act[1]
+            if n < len(S):
+                S = S[: len(S) - n]
+                g = goto[S[-1]].get(A)
+                if g is None:
+                    return None
+                if a == self.end_t and g == end_state:
+                    return ("ok",)
+                S = S + (g,)
+            else:
+                return ("need", n - len(S), A)
+
+    def build(self, classes: list[dict], end_state: int):
+        """classes[c] = {"any": {seq: wid}, "fin": {seq: {a: wid}}, "live": set(seq)}.
+
+        Returns ``(states, first, first_out, trans, outputs)``: automaton states ``(c, waiting configs)``
+        (state 0 = finished, nothing waits), ``first[c, X]`` the state after the lexer class and the stack
+        top X, ``trans[j] = ({X: (j', o)}, (j', o) for any other X)``, and ``outputs[o]`` the frozenset of
+        weights (accept events) emitted on a transition. Accepted token sets ride on transitions (a
+        subsequential transducer into the union semilattice of token sets), so the states themselves only
+        hold what still waits: the mask of a stack is the union of the outputs along its path.
+        """
+        self.end_state = end_state
+        states: list[tuple] = [(-1, frozenset())]
+        index: dict[tuple, int] = {(-1, frozenset()): 0}
+        outputs: list[frozenset] = [frozenset()]
+        out_index: dict[frozenset, int] = {frozenset(): 0}
+        first = np.zeros((len(classes), self.n_parser), dtype=np.int32)
+        first_out = np.zeros((len(classes), self.n_parser), dtype=np.int32)
+        todo: list[int] = []
+
+        def intern(c, wait):
+            if not wait:
+                return 0
+            key = (c, wait)
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(states)
+                states.append(key)
+                todo.append(j)
+                if len(states) > self.max_states:
+                    raise CompileError(f"psc: stack classifier exceeds max_states={self.max_states}")
+            return j
+
+        def output(acc):
+            acc = frozenset(acc)
+            o = out_index.get(acc)
+            if o is None:
+                o = out_index[acc] = len(outputs)
+                outputs.append(acc)
+            return o
+
+        for c, cls in enumerate(classes):
+            memo: dict = {}
+            for X in range(self.n_parser):
+                acc: set = set()
+                wait: set = set()
+                self._explore(cls, 0, (X,), acc, wait, memo)
+                first[c, X] = intern(c, frozenset(wait))
+                first_out[c, X] = output(acc)
+            cls["memo"] = memo
+            if time.monotonic() > self.deadline:
+                raise CompileError("psc: construction exceeded its time budget (max_build_s)")
+        trans: dict[int, tuple] = {}
+        while todo:
+            j = todo.pop()
+            c, wait = states[j]
+            cls = classes[c]
+            memo = cls["memo"]
+            # symbols that matter: exposed states for k == 0 configurations
+            relevant = set()
+            for cfg in wait:
+                if cfg[3] == 0:
+                    relevant.update(self.goto_sources.get(cfg[4], ()))
+            out = {}
+            default = None
+            for X in list(relevant) + [None]:
+                nacc: set = set()
+                nwait: set = set()
+                for seq, a, fin, k, A in wait:
+                    if k > 0:
+                        nwait.add((seq, a, fin, k - 1, A))
+                        continue
+                    if X is None:
+                        continue
+                    g = self.goto[X].get(A)
+                    if g is None:
+                        continue
+                    if a == self.end_t and g == end_state:
+                        nacc.add(cls["fin"][seq][a])
+                        continue
+                    self._after_feed(cls, seq, a, fin, (X, g), nacc, nwait, memo)
+                edge = (intern(c, frozenset(nwait)), output(nacc))
+                if X is None:
+                    default = edge
+                else:
+                    out[X] = edge
+            trans[j] = (out, default)
+            if time.monotonic() > self.deadline:
+                raise CompileError("psc: construction exceeded its time budget (max_build_s)")
+        return states, first, first_out, trans, outputs
+
+    def _after_feed(self, cls, seq, a, fin, S, acc, wait, memo):
+        r = self.feed(S, a, self.end_state)
+        if r is None:
+            return
+        if r[0] == "ok":
+            acc.add(cls["fin"][seq][a])
+        elif r[0] == "need":
+            wait.add((seq, a, fin, r[1], r[2]))
+        elif fin:
+            acc.add(cls["fin"][seq][a])
+        else:
+            self._explore(cls, self.seqs.children[seq][a], r[1], acc, wait, memo)
+
+    def _explore(self, cls, seq, S, acc, wait, memo):
+        """All jobs below sequence node ``seq`` given known top S (S just shifted the last terminal of seq)."""
+        key = (seq, S)
+        hit = memo.get(key)
+        if hit is not None:
+            acc |= hit[0]
+            wait |= hit[1]
+            return
+        a2: set = set()
+        w2: set = set()
+        if seq in cls["any"]:
+            a2.add(cls["any"][seq])
+        for a in cls["fin"].get(seq, ()):
+            self._after_feed(cls, seq, a, True, S, a2, w2, memo)
+        live = cls["live"]
+        for a, child in self.seqs.children[seq].items():
+            if child in live:
+                self._after_feed(cls, seq, a, False, S, a2, w2, memo)
+        memo[key] = (a2, w2)
+        acc |= a2
+        wait |= w2

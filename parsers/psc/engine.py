@@ -1,0 +1,339 @@
+"""PSC (parser stack classification) as the ``psc`` engine. See ``parsers/psc/README.md``."""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, n_mask_words
+from gcdbench.parsers.psc.build import (END, SeqTrie, VocabTrie, _Classifier, lalr_tables, realizable,
+                                        table_from_plain, table_to_plain)
+from gcdbench.parsers.psc.lexer import IGNORED, ByteLexer
+
+FORMAT = 4   # bump when the cached artifact changes
+
+
+def _pack(ids: np.ndarray, n_words: int) -> np.ndarray:
+    bits = np.zeros(n_words * 32, dtype=np.uint8)
+    bits[ids] = 1
+    return np.packbits(bits, bitorder="little").view(np.int32)
+
+
+def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, max_states: int = 2_000_000,
+                   leading_ignore: bool = False, lalr_timeout_s: float = 60.0) -> dict:
+    t0 = time.monotonic()
+    deadline = t0 + max_build_s
+    table, terms, ignore = lalr_tables(grammar, timeout_s=min(lalr_timeout_s, max_build_s))
+    lexer = ByteLexer(terms, ignore, leading_ignore=leading_ignore)
+    names = lexer.names
+    n_t = len(names)
+    if n_t >= 4095:
+        raise CompileError(f"psc: {n_t} terminals; at most 4094 supported")
+    end_t = n_t
+    t_lex = time.monotonic()
+
+    vocab = tokenizer.vocab_size
+    trie = VocabTrie(tokenizer.token_bytes)
+    tok_node = trie.token_node
+    has_bytes = tok_node >= 0
+    tok_ids = np.flatnonzero(has_bytes)
+    nodes = tok_node[tok_ids]
+    seqs = SeqTrie()
+
+    # pending sets -> small ints (0 = None: anything may follow)
+    pend_ids: dict = {None: 0}
+    pend_of_state = np.array([pend_ids.setdefault(p, len(pend_ids)) for p in lexer.pending], dtype=np.int64)
+    pend_list = [None] * len(pend_ids)
+    for p, i in pend_ids.items():
+        pend_list[i] = p
+
+    # realizable sequences per lexer state, lexer states grouped into classes with equal R_q
+    classes: list[dict] = []
+    class_key: dict[bytes, int] = {}
+    qclass = np.zeros(lexer.n_states, dtype=np.int32)
+    weights: list[np.ndarray] = []
+    eos = tokenizer.eos_id
+    for q in range(lexer.n_states):
+        st, sq = realizable(lexer, trie, seqs, q)
+        est = st[nodes]
+        ok = est >= 0
+        job = np.full(tok_ids.size, -1, dtype=np.int64)
+        job[ok] = sq[nodes[ok]] * len(pend_list) + pend_of_state[est[ok]]
+        # EOS as one more job: the lexeme in progress must be a whole terminal (or ignored, or empty)
+        w = int(lexer.winner[q])
+        if q == 0 or w == IGNORED:
+            eos_seq = 0
+        elif w >= 0:
+            eos_seq = int(seqs.intern_many(np.array([0]), np.array([w]))[0])
+        else:
+            eos_seq = -1
+        key = job.tobytes() + eos_seq.to_bytes(8, "little", signed=True)
+        c = class_key.get(key)
+        if c is None:
+            c = class_key[key] = len(classes)
+            cls = {"any": {}, "fin": {}, "live": set()}
+            valid = job >= 0
+            uniq, inv = np.unique(job[valid], return_inverse=True)
+            order = np.argsort(inv, kind="stable")
+            bounds = np.searchsorted(inv[order], np.arange(uniq.size + 1))
+            vt = tok_ids[valid][order].astype(np.int32)   # token ids; int32 halves peak memory
+            fin_parts: dict = {}
+            any_parts: dict = {}
+            for g, jk in enumerate(uniq.tolist()):
+                seq, pid = divmod(jk, len(pend_list))
+                toks = vt[bounds[g]: bounds[g + 1]]
+                pend = pend_list[pid]
+                if pend is None:
+                    any_parts.setdefault(seq, []).append(toks)
+                else:
+                    for a in pend:
+                        fin_parts.setdefault(seq, {}).setdefault(a, []).append(toks)
+            if eos_seq >= 0:
+                fin_parts.setdefault(eos_seq, {}).setdefault(end_t, []).append(np.array([eos], dtype=np.int32))
+            for seq, parts in any_parts.items():
+                cls["any"][seq] = len(weights)
+                weights.append(np.concatenate(parts))
+            for seq, by_a in fin_parts.items():
+                d = cls["fin"][seq] = {}
+                for a, parts in by_a.items():
+                    d[a] = len(weights)
+                    weights.append(np.concatenate(parts))
+            live = cls["live"]
+            for seq in list(cls["any"]) + list(cls["fin"]):
+                while seq >= 0 and seq not in live:
+                    live.add(seq)
+                    seq = seqs.parent[seq]
+            classes.append(cls)
+        qclass[q] = c
+        if time.monotonic() > deadline:
+            raise CompileError("psc: construction exceeded its time budget (max_build_s)")
+    t_real = time.monotonic()
+
+    clf = _Classifier(table, seqs, names, deadline, max_states)
+    end_state = table.end_states[grammar.start]
+    states, first, first_out, trans, outputs = clf.build(classes, end_state)
+    t_clf = time.monotonic()
+
+    # the token set of every transition output, deduplicated (mask 0 = the empty set)
+    n_words = n_mask_words(vocab)
+    mask_index: dict[bytes, int] = {}
+    masks: list[np.ndarray] = []
+    out_mask = np.zeros(len(outputs), dtype=np.int32)
+    for o, acc in enumerate(outputs):
+        m = _mask_of(acc, weights, n_words)
+        b = m.tobytes()
+        k = mask_index.get(b)
+        if k is None:
+            k = mask_index[b] = len(masks)
+            masks.append(m)
+        out_mask[o] = k
+    t_mask = time.monotonic()
+    tr_list: list = [None] * len(states)
+    for j, (out, default) in trans.items():
+        tr_list[j] = ({X: (nj, int(out_mask[o])) for X, (nj, o) in out.items()},
+                      (default[0], int(out_mask[default[1]])))
+    return {
+        "format": FORMAT,
+        "table": table_to_plain(table),
+        "start": grammar.start,
+        "term_names": names,
+        "step_state": lexer.step_state,
+        "step_emit": lexer.step_emit,
+        "winner": lexer.winner,
+        "pending": lexer.pending,
+        "leading_ignore": leading_ignore,
+        "qclass": qclass,
+        "first": first,
+        "first_mask": out_mask[first_out],
+        "trans": tr_list,
+        "masks": np.stack(masks),
+        "stats": {
+            "lexer_states": lexer.n_states,
+            "lexer_classes": len(classes),
+            "parser_states": len(table.states),
+            "terminal_sequences": len(seqs.parent),
+            "automaton_states": len(states),
+            "transition_outputs": len(outputs),
+            "distinct_masks": len(masks),
+            "seconds": {
+                "lalr+lexer": round(t_lex - t0, 3),
+                "realizable": round(t_real - t_lex, 3),
+                "classifier": round(t_clf - t_real, 3),
+                "masks": round(t_mask - t_clf, 3),
+            },
+        },
+    }
+
+
+def _mask_of(acc, weights, n_words):
+    if not acc:
+        return np.zeros(n_words, dtype=np.int32)
+    return _pack(np.concatenate([weights[w] for w in acc]), n_words)
+
+
+class PSCEngine(Engine):
+    name = "psc"
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"cache_dir": None, "lexer": "standard", "leading_ignore": False, "lalr_timeout_s": 60.0,
+                "max_build_s": 600.0,
+                "max_states": 2_000_000, "use_cache": True}
+
+    def version(self) -> str:
+        try:
+            from importlib.metadata import version
+
+            return f"gcdbench-psc/{FORMAT} (gcdbench {version('gcdbench')})"
+        except Exception:
+            return f"gcdbench-psc/{FORMAT}"
+
+    def compile(self, grammar: GrammarSpec, tokenizer) -> None:
+        if self.opts["lexer"] != "standard":
+            raise CompileError(f"psc: lexer={self.opts['lexer']!r} is not implemented (only 'standard')")
+        t0 = time.perf_counter()
+        cache_hit = False
+        art = None
+        path = None
+        if self.opts["use_cache"]:
+            root = Path(os.path.expanduser(self.opts["cache_dir"] or "~/.cache/gcdbench/psc"))
+            li = "li1" if self.opts["leading_ignore"] else "li0"
+            path = root / f"{grammar.key()}-{tokenizer.key()}-{li}-v{FORMAT}.pkl"
+            if path.exists():
+                try:
+                    with open(path, "rb") as fh:
+                        art = pickle.load(fh)
+                    cache_hit = art.get("format") == FORMAT
+                except Exception:
+                    art = None
+                if not cache_hit:
+                    art = None
+        if art is None:
+            art = build_artifact(grammar, tokenizer, float(self.opts["max_build_s"]), int(self.opts["max_states"]),
+                                 bool(self.opts["leading_ignore"]), float(self.opts["lalr_timeout_s"]))
+            if path is not None:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(f".tmp{os.getpid()}")
+                    with open(tmp, "wb") as fh:
+                        pickle.dump(art, fh, protocol=5)
+                    os.replace(tmp, path)
+                except OSError:
+                    pass
+        self._load(art, tokenizer)
+        self._info = {"cache_hit": cache_hit, "init_s": round(time.perf_counter() - t0, 3), **art["stats"]}
+        self.reset()
+
+    def _load(self, art: dict, tokenizer) -> None:
+        from lark.lexer import Token
+        from lark.parsers.lalr_parser_state import ParseConf
+
+        self._Token = Token
+        self.art = art
+        self.conf = ParseConf(table_from_plain(art["table"]), {}, art["start"])
+        self.term_names = art["term_names"]
+        self.step_state = art["step_state"].tolist()
+        self.step_emit = art["step_emit"].tolist()
+        self.winner = art["winner"].tolist()
+        self.qclass = art["qclass"].tolist()
+        self.first = art["first"].tolist()
+        self.trans = art["trans"]
+        self.first_mask = art["first_mask"].tolist()
+        self.masks = art["masks"]
+        self._unions: dict[tuple, np.ndarray] = {}
+        self.token_bytes = tokenizer.token_bytes
+        self.eos = tokenizer.eos_id
+        self.vocab = tokenizer.vocab_size
+
+    def reset(self) -> None:
+        from lark.parsers.lalr_parser_state import ParserState
+
+        self.q = 0
+        self.ps = ParserState(self.conf, None)
+        self.finished = False
+
+    # -- runtime (Algorithm 4) ---------------------------------------------------------------------
+    def mask_path(self) -> tuple:
+        """Run the classifier over (lexer class, stack top ... bottom): the non-empty outputs on the path."""
+        stack = self.ps.state_stack
+        top = stack[-1]
+        c = self.qclass[self.q]
+        s = self.first[c][top]
+        m = self.first_mask[c][top]
+        path = (m,) if m else ()
+        trans = self.trans
+        i = len(stack) - 2
+        while s and i >= 0:
+            out, default = trans[s]
+            s, m = out.get(stack[i], default)
+            if m:
+                path += (m,)
+            i -= 1
+        return path
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        if self.finished:
+            out[:] = 0
+            return
+        path = self.mask_path()
+        if len(path) == 1:
+            out[:] = self.masks[path[0]]
+        elif not path:
+            out[:] = 0
+        else:
+            m = self._unions.get(path)
+            if m is None:
+                masks = self.masks
+                np.copyto(out, masks[path[0]])
+                for k in path[1:]:
+                    np.bitwise_or(out, masks[k], out=out)
+                if len(self._unions) < 100_000:
+                    self._unions[path] = out.copy()
+            else:
+                out[:] = m
+
+    def _feed(self, t: int) -> bool:
+        from lark.exceptions import UnexpectedToken
+
+        try:
+            self.ps.feed_token(self._Token(self.term_names[t], ""))
+        except UnexpectedToken:
+            return False
+        return True
+
+    def commit(self, token_id: int) -> bool:
+        if self.finished:
+            return False
+        if token_id == self.eos:
+            from lark.exceptions import UnexpectedToken
+
+            w = self.winner[self.q]
+            if self.q != 0 and w == -1:
+                return False
+            if w >= 0 and self.q != 0 and not self._feed(w):
+                return False
+            try:
+                self.ps.feed_token(self._Token(END, ""), True)
+            except UnexpectedToken:
+                return False
+            self.finished = True
+            return True
+        data = self.token_bytes[token_id] if 0 <= token_id < self.vocab else b""
+        if not data:
+            return False
+        q, ss, se = self.q, self.step_state, self.step_emit
+        for c in data:
+            e = se[q][c]
+            q = ss[q][c]
+            if q < 0:
+                return False
+            if e >= 0 and not self._feed(e):
+                return False
+        self.q = q
+        return True
+
+    def info(self) -> dict:
+        return dict(getattr(self, "_info", {}))

@@ -1,0 +1,184 @@
+"""PSC's lexer model: one deterministic byte automaton built from Lark's terminal definitions.
+
+The lexer is a deterministic finite-state transducer over bytes (the GreatGramma-style lexer that PSC
+reuses, paper sec 3.1):
+
+* its states are the states of the product DFA of all terminals (including ``%ignore`` ones), stepped on
+  UTF-8 bytes with the reference checker's :class:`TerminalDFA` (so regex semantics are the same);
+* on byte ``c`` in state ``s``: if some terminal can extend the current lexeme with ``c`` the lexer moves
+  on without output; otherwise, if the lexeme so far is a whole terminal, it *emits* that terminal (the
+  "winner", see below) and restarts the next lexeme from ``c``; otherwise it dies. This is maximal munch
+  with one byte of lookahead (no backtracking), the behaviour of Lark's lexers on ordinary grammars;
+* winner of a lexeme matched by several terminals: Lark's order — higher ``priority`` first, then string
+  literals before regexes (what Lark's ``unless`` callback does for keywords matched by a NAME regex),
+  then the longer literal, then the name. Ignored terminals are dropped from the output.
+
+Every terminal is in every lexer state (a *standard* lexer, not Lark's contextual one; see the README of
+this package for where that differs).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError
+from gcdbench.parsers.reference import TerminalDFA
+
+IGNORED = -2   # "emits" an ignored terminal (nothing reaches the parser)
+
+
+class ByteLexer:
+    """Arrays: ``trans[s, c]`` (next state inside the lexeme, -1 none), ``winner[s]`` (terminal index whose
+    whole match the lexeme is, -1 none, ``IGNORED`` for an ignored terminal), and the one-step transducer
+    ``step_state[s, c]`` / ``step_emit[s, c]`` (emitted terminal index, -1 none, ``IGNORED``)."""
+
+    def __init__(self, terminals, ignore, leading_ignore: bool = True, max_states: int = 200_000):
+        # terminals: list of (name, regex, is_literal, literal_len, priority, ignore_case)
+        self.names = [t[0] for t in terminals]
+        self.ignore = set(ignore)
+        dfas = []
+        for name, regex, _lit, _ll, _prio, icase in terminals:
+            dfas.append(TerminalDFA(name, regex, icase))
+        order = {}
+        for i, (name, _r, lit, llen, prio, _ic) in enumerate(terminals):
+            order[i] = (-prio, 0 if lit else 1, -llen, name)
+        # a terminal whose regex names no non-ASCII character treats every multi-byte character alike,
+        # so its partial UTF-8 states only need the byte count left (and the lead's second-byte range)
+        ascii_only = [all(ord(ch) < 0x80 for ch in d.explicit) for d in dfas]
+        init = tuple((i, d.start) for i, d in enumerate(dfas) if d.start is not None)
+        # state 0 starts the text; without leading_ignore an ignored terminal may not come first
+        init0 = init if leading_ignore else tuple(p for p in init if self.names[p[0]] not in self.ignore)
+        index = {init0: 0}
+        states = [init0]
+        if init not in index:
+            index[init] = 1
+            states.append(init)
+        rows = []
+        k = 0
+        while k < len(states):
+            cur = states[k]
+            row = np.full(256, -1, dtype=np.int32)
+            for c in range(256):
+                nxt = []
+                for i, st in cur:
+                    t = dfas[i].step(st, c)
+                    if t is not None:
+                        if t[1] and ascii_only[i]:
+                            t = (t[0], _canon_pending(t[1]))
+                        nxt.append((i, t))
+                if nxt:
+                    key = tuple(nxt)
+                    j = index.get(key)
+                    if j is None:
+                        j = index[key] = len(states)
+                        states.append(key)
+                        if len(states) > max_states:
+                            raise CompileError(f"psc: lexer automaton exceeds {max_states} states")
+                    row[c] = j
+            rows.append(row)
+            k += 1
+        trans = np.stack(rows)
+        winner = np.full(len(states), -1, dtype=np.int32)
+        for s, cur in enumerate(states):
+            fin = [i for i, st in cur if dfas[i].accepting(st)]
+            if fin:
+                best = min(fin, key=lambda i: order[i])
+                winner[s] = IGNORED if self.names[best] in self.ignore else best
+        self.raw_states = len(states)
+        restart_raw = index[init]
+        trans, winner, cls = _minimize(trans, winner)
+        self.restart = int(cls[restart_raw])
+        n = len(winner)
+        self.n_states = n
+        self.trans = trans
+        self.winner = winner
+        # one-step transducer
+        step_state = self.trans.copy()
+        step_emit = np.full((n, 256), -1, dtype=np.int32)
+        restart = self.trans[self.restart]
+        for s in range(n):
+            if winner[s] != -1:
+                hole = (self.trans[s] < 0) & (restart >= 0)
+                step_state[s, hole] = restart[hole]
+                step_emit[s, hole] = winner[s]
+        self.step_state = step_state
+        self.step_emit = step_emit
+        # terminals a pending lexeme can still become (winners of reachable states), None = may be ignored
+        reach_w = [set() for _ in range(n)]
+        for s in range(n):
+            if winner[s] != -1:
+                reach_w[s].add(int(winner[s]))
+        changed = True
+        succ = [np.unique(self.trans[s][self.trans[s] >= 0]) for s in range(n)]
+        while changed:
+            changed = False
+            for s in range(n - 1, -1, -1):
+                acc = reach_w[s]
+                before = len(acc)
+                for t in succ[s]:
+                    acc |= reach_w[t]
+                if len(acc) != before:
+                    changed = True
+        self.pending: list[frozenset | None] = [
+            None if IGNORED in w else frozenset(w) for w in reach_w
+        ]
+        self.pending[0] = None   # the empty lexeme: a lexeme boundary, anything may come
+
+    def lex(self, state: int, data: bytes):
+        """Run ``data`` from ``state``: (end state or -1, list of emitted terminal indices)."""
+        out = []
+        ss, se = self.step_state, self.step_emit
+        for c in data:
+            e = se[state, c]
+            state = int(ss[state, c])
+            if state < 0:
+                return -1, out
+            if e >= 0:
+                out.append(int(e))
+        return state, out
+
+
+def _minimize(trans: np.ndarray, winner: np.ndarray):
+    """Moore partition refinement (vectorized); state 0 stays state 0."""
+    _, cls = np.unique(winner, return_inverse=True)
+    count = cls.max() + 1
+    while True:
+        succ = np.where(trans >= 0, cls[np.maximum(trans, 0)], -1)
+        sig = np.concatenate([cls[:, None], succ], axis=1)
+        sig = np.ascontiguousarray(sig.astype(np.int32))
+        rows = sig.view(np.dtype((np.void, sig.shape[1] * 4))).reshape(-1)
+        _, new = np.unique(rows, return_inverse=True)
+        new = new.reshape(-1)
+        c2 = new.max() + 1
+        cls = new
+        if c2 == count:
+            break
+        count = c2
+    # renumber so that the initial state is 0, others by first occurrence
+    order = {}
+    order[int(cls[0])] = 0
+    for c in cls.tolist():
+        if c not in order:
+            order[c] = len(order)
+    remap = np.array([order[c] for c in range(count)], dtype=np.int32)
+    cls = remap[cls]
+    rep = np.zeros(count, dtype=np.int64)
+    rep[cls[::-1]] = np.arange(len(cls))[::-1]
+    t = trans[rep]
+    t = np.where(t >= 0, cls[np.maximum(t, 0)], -1).astype(np.int32)
+    return t, winner[rep].astype(np.int32), cls
+
+
+def _canon_pending(p: bytes) -> bytes:
+    """A representative partial UTF-8 sequence with the same continuations (for ASCII-only regexes)."""
+    lead = p[0]
+    if len(p) == 1:
+        if 0xC2 <= lead <= 0xDF:
+            return b"\xc2"
+        if 0xE1 <= lead <= 0xEC or 0xEE <= lead <= 0xEF:
+            return b"\xe1"
+        if 0xF1 <= lead <= 0xF3:
+            return b"\xf1"
+        return p
+    if lead < 0xF0:
+        return b"\xe1\x80"
+    return b"\xf1\x80" if len(p) == 2 else b"\xf1\x80\x80"
