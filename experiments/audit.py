@@ -17,15 +17,24 @@ WS = b" \t\r\n"
 
 
 # Documented differences between an engine's language and the reference's (README "Lexing differences").
-# Each test gets (auditor, prefix, token bytes) for a token the reference allows and the engine blocks,
+# Each test gets (auditor, prefix, token bytes or None for EOS) for a token the reference allows and the
+# engine blocks,
 # and says whether that documented cause explains it. Anything not explained stays a disagreement.
 def longest_match_lexing(aud, prefix: bytes, data: bytes) -> bool:
     """Lexer-based engines cut terminals by longest match: `SELECT count` + `FROM` is no `count FROM` split."""
-    return not aud.longest.is_viable(prefix + data)
+    return not (aud.longest.is_sentence(prefix) if data is None else aud.longest.is_viable(prefix + data))
+
+
+def standard_lexer(aud, prefix: bytes, data: bytes) -> bool:
+    """PSC lexes like Lark's standard lexer: longest match over all terminals, keywords reserved, so
+    `SELECT0` is one NAME and `count` is never a column name."""
+    return not (aud.standard.is_sentence(prefix) if data is None else aud.standard.is_viable(prefix + data))
 
 
 def trailing_ignore_after_final_sentence(aud, prefix: bytes, data: bytes) -> bool:
     """LLGuidance refuses ignored text after a sentence that no terminal can extend."""
+    if data is None:
+        return False
     ref = aud.ref
     full = prefix + data
     core = full.rstrip(WS)
@@ -37,12 +46,12 @@ def trailing_ignore_after_final_sentence(aud, prefix: bytes, data: bytes) -> boo
 
 def dotless_i_case_fold(aud, prefix: bytes, data: bytes) -> bool:
     """Python's re (Lark, the reference) matches "i"i to the dotless ı (U+0131); LLGuidance does not."""
-    return b"\xc4" in data
+    return data is not None and b"\xc4" in data
 
 
 def ascii_only_case_fold(aud, prefix: bytes, data: bytes) -> bool:
     """XGrammar's Grammar.from_lark folds ASCII only: no ſ (U+017F), K (U+212A), ı (U+0131)."""
-    return any(lead in data for lead in (b"\xc5", b"\xc4", b"\xe2"))
+    return data is not None and any(lead in data for lead in (b"\xc5", b"\xc4", b"\xe2"))
 
 
 def known_differences(engine: str, options: dict | None = None) -> dict:
@@ -52,7 +61,7 @@ def known_differences(engine: str, options: dict | None = None) -> dict:
                 "trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence,
                 "dotless_i_case_fold": dotless_i_case_fold}
     if engine == "psc":
-        return {"longest_match_lexing": longest_match_lexing}
+        return {"longest_match_lexing": longest_match_lexing, "standard_lexer": standard_lexer}
     if engine == "glrmask":
         return {"longest_match_lexing": longest_match_lexing, "dotless_i_case_fold": dotless_i_case_fold}
     if engine == "xgrammar" and options.get("grammar_form") == "lark":
@@ -77,13 +86,18 @@ class Auditor:
         """The same grammar read with longest-match lexing (built only when a classifier needs it)."""
         return _checker(self.grammar, "longest_match")
 
+    @functools.cached_property
+    def standard(self) -> ReferenceChecker:
+        """The same grammar read as Lark's standard lexer would (all terminals compete, keywords reserved)."""
+        return _checker(self.grammar, "standard")
+
     def explain(self, prefix: bytes, missing) -> tuple[int, dict]:
         """How many false blocks no documented difference explains, and counts per documented cause."""
         causes: dict[str, int] = {}
         unexplained = 0
         for t in missing:
             t = int(t)
-            data = b"" if t == self.tok.eos_id else self.tok.token_bytes[t]
+            data = None if t == self.tok.eos_id else self.tok.token_bytes[t]
             why = next((k for k, f in self.known.items() if f(self, prefix, data)), None)
             if why is None:
                 unexplained += 1

@@ -249,18 +249,24 @@ class Earley:
 class ReferenceChecker:
     """Exact prefix viability for one grammar. States are small ints (interned configuration sets).
 
-    ``lexing="scannerless"`` (the default) is the harness's definition of the language. ``"longest_match"``
-    is the variant that lexer-based engines implement (LLGuidance, PSC): a piece may only end where no
-    terminal allowed at its start could go on matching the next byte (maximal munch, no backtracking, no
-    priorities: two terminals matching the same longest text are both kept). The audit uses it to tell
-    a lexing difference from an engine error.
+    ``lexing="scannerless"`` (the default) is the harness's definition of the language. The other modes
+    are what lexer-based engines implement; the audit uses them to tell a lexing difference from an error:
+
+    * ``"longest_match"`` (LLGuidance, GLRMask): *contextual* maximal munch: a piece may only end where no
+      terminal allowed at its start could go on matching the next byte (no backtracking, no priorities:
+      two terminals matching the same longest text are both kept).
+    * ``"standard"`` (PSC over Lark's standard lexer): maximal munch over *all* terminals, whether the
+      parser allows them there or not, and on a tie a string literal beats a regex (keywords are reserved).
     """
 
+    LEXING = ("scannerless", "longest_match", "standard")
+
     def __init__(self, grammar: GrammarSpec, lexing: str = "scannerless"):
-        if lexing not in ("scannerless", "longest_match"):
-            raise ValueError(f"lexing must be 'scannerless' or 'longest_match', not {lexing!r}")
+        if lexing not in self.LEXING:
+            raise ValueError(f"lexing must be one of {self.LEXING}, not {lexing!r}")
         self.grammar = grammar
-        self.longest = lexing == "longest_match"
+        self.longest = lexing != "scannerless"
+        self.standard = lexing == "standard"
         self.ir = load_ir(grammar)
         self.dfas = {name: TerminalDFA(name, t.regex, t.ignore_case) for name, t in self.ir.terminals.items()}
         self.earley = Earley(self.ir)
@@ -295,15 +301,29 @@ class ReferenceChecker:
     def _start_pieces(self, chart, at_start: bool, byte: int, out: set):
         allowed = chart.expected if at_start else chart.expected | self._ignore
         started = []
-        for t in allowed:
+        for t in (self.dfas if self.standard else allowed):
             dfa = self.dfas[t]
             if dfa.start is not None:
                 q2 = dfa.step(dfa.start, byte)
                 if q2 is not None:
                     started.append((t, q2))
         for t, q2 in started:
-            rivals = frozenset(x for x in started if x[0] != t) if self.longest else None
-            out.add((chart, t, q2, rivals))
+            if t in allowed:
+                rivals = frozenset(x for x in started if x[0] != t) if self.longest else None
+                out.add((chart, t, q2, rivals))
+
+    def _may_end(self, term, q, rivals, byte) -> bool:
+        """May the piece of ``term`` end before ``byte`` (None: at the end of the input)?"""
+        if not self.dfas[term].accepting(q):
+            return False
+        if not self.longest:
+            return True
+        if byte is not None and self._extendable(term, q, rivals, byte):
+            return False
+        if self.standard and self.ir.terminals[term].literal is None:
+            # a string literal matching the same text wins (Lark's standard lexer reserves keywords)
+            return not any(self.ir.terminals[t].literal is not None and self.dfas[t].accepting(r) for t, r in rivals)
+        return True
 
     def initial(self) -> int:
         return self._initial
@@ -328,7 +348,7 @@ class ReferenceChecker:
                         new.add((chart, term, q2, rivals2))
                     else:
                         new.add((chart, term, q2, None))
-                if dfa.accepting(q) and not (self.longest and self._extendable(term, q, rivals, byte)):
+                if self._may_end(term, q, rivals, byte):
                     self._start_pieces(self._end(chart, term), False, byte, new)   # the piece ends here
             nxt = self._trans[key] = self._intern(frozenset(new))
         return nxt
@@ -339,10 +359,10 @@ class ReferenceChecker:
         acc = self._accept.get(sid)
         if acc is None:
             acc = False
-            for chart, term, q, _ in self._sets[sid]:
+            for chart, term, q, rivals in self._sets[sid]:
                 if term is None:
                     acc = acc or chart.accepting
-                elif self.dfas[term].accepting(q):
+                elif self._may_end(term, q, rivals, None):
                     acc = acc or self._end(chart, term).accepting
             self._accept[sid] = acc
         return acc

@@ -103,3 +103,13 @@ def test_longest_match_lexing_forbids_cuts_inside_a_longer_match():
     assert longest.is_sentence(b"select a from t")
     with pytest.raises(ValueError, match="lexing"):
         ReferenceChecker(g, lexing="greedy")
+
+
+def test_standard_lexing_reserves_keywords_and_ignores_context():
+    g = GrammarSpec("kw", 'start: "select"i NAME "from"i NAME\nNAME: /[a-z0-9]+/\n%ignore " "\n')
+    std = ReferenceChecker(g, lexing="standard")
+    # all terminals compete: "select0" is one NAME, so the query cannot start
+    assert not std.is_viable(b"select0") and ReferenceChecker(g, lexing="longest_match").is_viable(b"select0")
+    # a keyword is never a NAME, even where only NAME fits
+    assert not std.is_viable(b"select from from") and ReferenceChecker(g).is_sentence(b"select from from t")
+    assert std.is_sentence(b"select a from t") and std.is_viable(b"select fr")
