@@ -32,16 +32,22 @@ def standard_lexer(aud, prefix: bytes, data: bytes) -> bool:
 
 
 def trailing_ignore_after_final_sentence(aud, prefix: bytes, data: bytes) -> bool:
-    """LLGuidance refuses ignored text after a sentence that no terminal can extend."""
+    """LLGuidance refuses ignored text after a sentence that no terminal can extend: the text is such a
+    sentence followed by whitespace only (the cut may fall inside a terminal that itself ends in
+    whitespace, like sp-op's `; `)."""
     if data is None:
         return False
     ref = aud.ref
     full = prefix + data
-    core = full.rstrip(WS)
-    if core == full or not ref.is_sentence(core):
-        return False
-    state = ref.advance(ref.initial(), core)
-    return all(b in WS for b in range(256) if ref.step(state, b) != DEAD)
+    k = len(full) - 1
+    while k >= 0 and full[k] in WS:
+        core = full[:k]
+        if ref.is_sentence(core):
+            state = ref.advance(ref.initial(), core)
+            if all(b in WS for b in range(256) if ref.step(state, b) != DEAD):
+                return True
+        k -= 1
+    return False
 
 
 def dotless_i_case_fold(aud, prefix: bytes, data: bytes) -> bool:

@@ -131,3 +131,10 @@ def test_cli_missing_data_names_file_and_download(tmp_path):
     r = _cli("dataset=spider", f"data_root={tmp_path / 'nowhere'}", f"out_dir={tmp_path}")
     assert r.returncode == 2
     assert "dev_gold.sql" in r.stderr and "yale-lily.github.io/spider" in r.stderr
+
+
+def test_experiment_preset_overrides_top_level_values(tmp_path):
+    register()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=table1"])
+    assert cfg.out_dir == "results/runs" and cfg.limits.run_timeout_s == 900
