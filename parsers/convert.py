@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.grammar import GrammarIR, load_ir
-from gcdbench.parsers.reference import unicode_folds
+from gcdbench.parsers.regex_fsm import unicode_folds
 
 _MAXREPEAT = sre_c.MAXREPEAT
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import functools
 
-import interegular
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, ids_to_mask
 from gcdbench.parsers.grammar import GrammarIR, load_ir
+from gcdbench.parsers.regex_fsm import CharFSM, codepoint_range, utf8_len, utf8_second_range
 
 DEAD = -1
 
@@ -38,89 +38,17 @@ DEAD = -1
 # --------------------------------------------------------------------------------------------------
 # Terminal DFAs over UTF-8 bytes
 # --------------------------------------------------------------------------------------------------
-def _utf8_len(lead: int) -> int:
-    if 0xC2 <= lead <= 0xDF:
-        return 2
-    if 0xE0 <= lead <= 0xEF:
-        return 3
-    if 0xF0 <= lead <= 0xF4:
-        return 4
-    return 0
-
-
-def _valid_second(lead: int, b: int) -> bool:
-    lo, hi = {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(lead, (0x80, 0xBF))
-    return lo <= b <= hi
-
-
-def _codepoint_range(pending: bytes) -> tuple[int, int]:
-    """Code points whose UTF-8 encoding starts with the (valid, incomplete) byte string ``pending``."""
-    n = _utf8_len(pending[0])
-    lead_bits = {2: 0x1F, 3: 0x0F, 4: 0x07}[n]
-    cp = pending[0] & lead_bits
-    for b in pending[1:]:
-        cp = (cp << 6) | (b & 0x3F)
-    free = 6 * (n - len(pending))
-    lo, hi = cp << free, (cp << free) | ((1 << free) - 1)
-    lo = max(lo, {2: 0x80, 3: 0x800, 4: 0x10000}[n])   # no overlong forms
-    hi = min(hi, 0x10FFFF)
-    return lo, hi
-
-
-@functools.lru_cache(maxsize=1)
-def unicode_folds() -> dict[str, str]:
-    """Non-ASCII characters that Python's ``re`` (hence Lark) matches to an ASCII letter under IGNORECASE:
-    ``ſ`` ~ ``s``, ``K`` (Kelvin sign) ~ ``k``, ``ı`` ~ ``i``. interegular folds ASCII only, so we add these."""
-    import re
-
-    out = {}
-    for cp in range(0x80, 0x10000):
-        ch = chr(cp)
-        for c in {ch.lower(), ch.upper()}:
-            if len(c) == 1 and c.isascii() and re.fullmatch(re.escape(c), ch, re.IGNORECASE):
-                out[ch] = c
-    return out
-
-
 class TerminalDFA:
-    """One terminal's DFA (interegular) stepped on bytes. A state is ``(fsm_state, pending_utf8_bytes)``."""
+    """One terminal's automaton stepped on bytes. A state is ``(fsm_state, pending_utf8_bytes)``."""
 
     def __init__(self, name: str, regex: str, ignore_case: bool = False):
-        try:
-            self.fsm = interegular.parse_pattern(regex).to_fsm()
-        except Exception as err:  # interegular raises several types for unsupported syntax
-            raise CompileError(f"terminal {name}: regex {regex!r} is not supported by interegular ({err})") from err
+        self.char = CharFSM(name, regex, ignore_case)
         self.name = name
-        fsm = self.fsm
-        self.symbols = dict(fsm.alphabet._symbol_mapping)
-        if ignore_case:
-            for ch, ascii_ch in unicode_folds().items():
-                if ascii_ch in self.symbols:
-                    self.symbols[ch] = self.symbols[ascii_ch]
-        self.explicit = sorted(c for c in self.symbols if isinstance(c, str))
-        self.other = self.symbols.get(interegular.fsm.anything_else)
-        # live states: those from which a final state is reachable
-        rev: dict[int, set[int]] = {}
-        for s, row in fsm.map.items():
-            for t in row.values():
-                rev.setdefault(t, set()).add(s)
-        live, todo = set(fsm.finals), list(fsm.finals)
-        while todo:
-            for s in rev.get(todo.pop(), ()):
-                if s not in live:
-                    live.add(s)
-                    todo.append(s)
-        self.live = live
-        self.start = (fsm.initial, b"") if fsm.initial in live else None
-        if fsm.initial in fsm.finals:
-            raise CompileError(f"terminal {name} matches the empty string")
+        self.fsm = self.char.fsm
+        self.start = (self.fsm.initial, b"") if self.fsm.initial in self.char.live else None
 
     def _char_step(self, s: int, ch: str):
-        sym = self.symbols.get(ch, self.other)
-        if sym is None:
-            return None
-        t = self.fsm.map.get(s, {}).get(sym)
-        return t if t is not None and t in self.live else None
+        return self.char.next(s, ch)
 
     def step(self, state, byte: int):
         s, pending = state
@@ -128,16 +56,16 @@ class TerminalDFA:
             if byte < 0x80:
                 t = self._char_step(s, chr(byte))
                 return None if t is None else (t, b"")
-            if _utf8_len(byte) == 0:
+            if utf8_len(byte) == 0:
                 return None
             nxt = (s, bytes([byte]))
             return nxt if self._pending_alive(nxt) else None
         if not 0x80 <= byte <= 0xBF:
             return None
-        if len(pending) == 1 and not _valid_second(pending[0], byte):
+        if len(pending) == 1 and not utf8_second_range(pending[0])[0] <= byte <= utf8_second_range(pending[0])[1]:
             return None
         buf = pending + bytes([byte])
-        if len(buf) == _utf8_len(buf[0]):
+        if len(buf) == utf8_len(buf[0]):
             t = self._char_step(s, buf.decode("utf-8"))
             return None if t is None else (t, b"")
         nxt = (s, buf)
@@ -146,12 +74,12 @@ class TerminalDFA:
     @functools.lru_cache(maxsize=None)
     def _pending_alive(self, state) -> bool:
         s, pending = state
-        lo, hi = _codepoint_range(pending)
-        inside = [c for c in self.explicit if lo <= ord(c) <= hi]
+        lo, hi = codepoint_range(pending)
+        inside = [c for c in self.char.explicit if lo <= ord(c) <= hi]
         if any(self._char_step(s, c) is not None for c in inside):
             return True
         surrogates = max(0, min(hi, 0xDFFF) - max(lo, 0xD800) + 1)
-        if hi - lo + 1 - surrogates > len(inside) and self.other is not None:
+        if hi - lo + 1 - surrogates > len(inside) and self.char.other is not None:
             # every unlisted character falls in the "anything else" class: one of them decides
             return self._char_step(s, _unlisted(lo, hi, inside)) is not None
         return False

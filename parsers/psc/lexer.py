@@ -43,7 +43,7 @@ class ByteLexer:
             order[i] = (-prio, 0 if lit else 1, -llen, name)
         # a terminal whose regex names no non-ASCII character treats every multi-byte character alike,
         # so its partial UTF-8 states only need the byte count left (and the lead's second-byte range)
-        ascii_only = [all(ord(ch) < 0x80 for ch in d.explicit) for d in dfas]
+        ascii_only = [all(ord(ch) < 0x80 for ch in d.char.explicit) for d in dfas]
         init = tuple((i, d.start) for i, d in enumerate(dfas) if d.start is not None)
         # state 0 starts the text; without leading_ignore an ignored terminal may not come first
         init0 = init if leading_ignore else tuple(p for p in init if self.names[p[0]] not in self.ignore)

@@ -18,79 +18,20 @@ from dataclasses import dataclass
 import bisect
 import functools
 
-import interegular
 import numpy as np
 
-from gcdbench.parsers.base import CompileError
-
-_ANY = interegular.fsm.anything_else
-
-
-def _utf8_len(lead: int) -> int:
-    if 0xC2 <= lead <= 0xDF:
-        return 2
-    if 0xE0 <= lead <= 0xEF:
-        return 3
-    if 0xF0 <= lead <= 0xF4:
-        return 4
-    return 0
-
-
-def _second_range(lead: int) -> tuple[int, int]:
-    return {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(lead, (0x80, 0xBF))
-
-
-def _cp_range(prefix: bytes) -> tuple[int, int]:
-    n = _utf8_len(prefix[0])
-    cp = prefix[0] & {2: 0x1F, 3: 0x0F, 4: 0x07}[n]
-    for b in prefix[1:]:
-        cp = (cp << 6) | (b & 0x3F)
-    free = 6 * (n - len(prefix))
-    return cp << free, (cp << free) | ((1 << free) - 1)
-
-
-@functools.lru_cache(maxsize=1)
-def _ascii_folds() -> dict[str, str]:
-    """Non-ASCII characters equal to an ASCII letter under ``re.IGNORECASE`` (the long s, the Kelvin sign...)."""
-    import re
-
-    out = {}
-    for cp in range(0x80, 0x10000):
-        ch = chr(cp)
-        for c in (ch.lower(), ch.upper()):
-            if len(c) == 1 and c.isascii() and re.fullmatch(re.escape(c), ch, re.IGNORECASE):
-                out[ch] = c
-    return out
-
+from gcdbench.parsers.regex_fsm import CharFSM, codepoint_range, utf8_len, utf8_second_range
 
 class _ByteDFABuilder:
     """Expands one interegular FSM to bytes. States 0..S-1 are the FSM's live states."""
 
     def __init__(self, name: str, regex: str, ignore_case: bool = False):
-        try:
-            fsm = interegular.parse_pattern(regex).to_fsm()
-        except Exception as err:  # interegular raises several types for unsupported syntax
-            raise CompileError(f"terminal {name}: regex {regex!r} is not supported by interegular ({err})") from err
-        if fsm.initial in fsm.finals:
-            raise CompileError(f"terminal {name} matches the empty string")
-        rev: dict = {}
-        for s, row in fsm.map.items():
-            for t in row.values():
-                rev.setdefault(t, set()).add(s)
-        live, todo = set(fsm.finals), list(fsm.finals)
-        while todo:
-            for s in rev.get(todo.pop(), ()):
-                if s not in live:
-                    live.add(s)
-                    todo.append(s)
+        char = CharFSM(name, regex, ignore_case)   # the reference checker's automaton, case folds included
+        fsm, live = char.fsm, char.live
         self.fsm = fsm
-        self.mapping = dict(fsm.alphabet._symbol_mapping)
-        if ignore_case:   # interegular folds ASCII only; Python's re (Lark) also folds e.g. U+017F to 's'
-            for ch, low in _ascii_folds().items():
-                if low in self.mapping:
-                    self.mapping[ch] = self.mapping[low]
-        self.other = self.mapping.get(_ANY)
-        self.explicit = sorted(ord(c) for c in self.mapping if isinstance(c, str))
+        self.mapping = char.symbols
+        self.other = char.other
+        self.explicit = sorted(ord(c) for c in char.explicit)
         order = sorted(live, key=lambda s: (s != fsm.initial, str(s)))
         self.sid = {s: i for i, s in enumerate(order)}
         self.states = order
@@ -115,9 +56,9 @@ class _ByteDFABuilder:
 
     def _node(self, s, prefix: bytes) -> int:
         """Helper state after the incomplete UTF-8 sequence ``prefix`` from FSM state ``s`` (-1 if dead)."""
-        n = _utf8_len(prefix[0])
-        lo, hi = _cp_range(prefix)
-        lo2, hi2 = _second_range(prefix[0]) if len(prefix) == 1 else (0x80, 0xBF)
+        n = utf8_len(prefix[0])
+        lo, hi = codepoint_range(prefix)
+        lo2, hi2 = utf8_second_range(prefix[0]) if len(prefix) == 1 else (0x80, 0xBF)
         i = bisect.bisect_left(self.explicit, lo)
         has_explicit = i < len(self.explicit) and self.explicit[i] <= hi
         if not has_explicit:
@@ -131,7 +72,7 @@ class _ByteDFABuilder:
         for b in range(lo2, hi2 + 1):
             buf = prefix + bytes([b])
             if len(buf) == n:
-                row[b] = self._target(s, _cp_range(buf)[0])
+                row[b] = self._target(s, codepoint_range(buf)[0])
             else:
                 row[b] = self._node(s, buf)
         if all(x == -1 for x in row):
