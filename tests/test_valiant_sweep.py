@@ -1,5 +1,6 @@
-"""`engine=valiant` from the command line: a multirun over `workers` with the cuda backend, run on the
-CUDA simulator (correctness only: simulator timings mean nothing), and the workers figure drawn from it."""
+"""`engine=valiant` from the command line: a multirun over `workers` with the cuda backend and Hydra's
+joblib launcher, run on the CUDA simulator (correctness only: simulator timings mean nothing), and the
+workers figure drawn from it."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ GRAMMARS = REPO / "tests" / "grammars"
 def test_workers_multirun_on_the_simulator(tmp_path):
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     r = subprocess.run(
-        [sys.executable, "-m", "experiments.run", "-m", "engine=valiant", "engine.backend=cuda",
+        [sys.executable, "-m", "experiments.run", "-m", "hydra/launcher=parallel", "engine=valiant", "engine.backend=cuda",
          "engine.workers=1,4", "engine.cache=false", "dataset=custom", f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}",
          f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}", "samples=2", "tokenizer=bytes", "audit.per_sample=2",
          "progress=false", f"out_dir={tmp_path}"],
