@@ -29,6 +29,7 @@ STEP_COLUMNS = [
     "engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
     "mask_us", "commit_us", "n_allowed", "oracle_allowed", "outcome",
 ]
+MAX_MESSAGE = 2000
 PACKAGES = ["xgrammar", "llguidance", "lark", "numba", "numba-cuda", "numpy", "torch", "hydra-core", "interegular",
             "cfgzip", "glrmask", "gcdbench"]
 
@@ -298,6 +299,8 @@ def _write_part(parts: Path, sample_id, outcome: Outcome, message, rows, audits,
     from gcdbench.experiments.worker import ROW_FIELDS
 
     cols = {k: [r[i] for r in rows] for i, k in enumerate(ROW_FIELDS)} if rows else None
+    if len(message) > MAX_MESSAGE:   # engines may quote the whole grammar in an error
+        message = message[:MAX_MESSAGE] + f" ... [{len(message) - MAX_MESSAGE} more characters]"
     rec = {"sample_id": sample_id, "outcome": outcome.value, "message": message, "wall_s": wall_s,
            "n_steps": len(rows) if rows else 0, "peak_rss_mb": peak_rss_mb, "rows": cols, "audits": audits}
     tmp = parts / f".{sample_id}.tmp"
