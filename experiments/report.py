@@ -31,7 +31,9 @@ def cell_stats(run_dir: Path) -> dict:
     row = {
         "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"], "tokenizer": meta["tokenizer"],
         "requested": meta.get("n_samples"), "init_s": meta.get("init_s"), "compile_error": meta.get("compile_error"),
-        "aborted": meta.get("aborted"), "machine": (meta.get("machine") or {}).get("cpu"),
+        "aborted": meta.get("aborted"),
+        "machine": "{cpu} ({cpu_count} cores, {memory_gb} GB)".format(**{"cpu": "?", "cpu_count": "?", "memory_gb": "?",
+                                                                        **(meta.get("machine") or {})}),
         "gpu": (meta.get("machine") or {}).get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
         "peak_rss_run_mb": meta.get("peak_rss_run_mb"), "path": str(run_dir),
     }
@@ -58,6 +60,12 @@ def cell_stats(run_dir: Path) -> dict:
 
 def collect(root: Path) -> pd.DataFrame:
     return pd.DataFrame([cell_stats(r) for r in find_runs(root)])
+
+
+def _get(c, key):
+    """A cell value, with pandas' NaN for a missing value read as None."""
+    v = c.get(key)
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
 
 
 def _fmt_us(x) -> str:
@@ -101,17 +109,18 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                 row[f"{ds} Pass"] = "×"
                 continue
             mark = ""
-            n_ok_cells = c.get("samples") or 0
-            if c.get("aborted") or (c.get("requested") and c.get("passed", 0) < c.get("requested")):
+            n_ok_cells = int(_get(c, "samples") or 0)
+            passed, requested, aborted = int(_get(c, "passed") or 0), _get(c, "requested"), _get(c, "aborted")
+            if aborted or (requested and passed < requested):
                 notes.append(
-                    f"{config} × {ds}: estimated from {c.get('mask_n', 0)} masks of {n_ok_cells} samples "
-                    f"({c.get('outcomes', '')})" + (f"; {c['aborted']}" if c.get("aborted") else ""))
+                    f"{config} × {ds}: estimated from {int(_get(c, 'mask_n') or 0)} masks of {n_ok_cells} samples "
+                    f"({_get(c, 'outcomes') or ''})" + (f"; {aborted}" if aborted else ""))
                 mark = f" [{len(notes)}]"
             row[f"{ds} Init"] = _fmt_s(c.get("init_s"))
             row[f"{ds} Per-mask µs"] = _fmt_us(c.get("mask_mean_us")) + mark
             row[f"{ds} p50/p99/max µs"] = "/".join(_fmt_us(c.get(k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us"))
             pr = c.get("pass_rate")
-            row[f"{ds} Pass"] = "–" if pr is None or pd.isna(pr) else f"{c.get('passed', 0)}/{n_ok_cells}"
+            row[f"{ds} Pass"] = "–" if pr is None or pd.isna(pr) else f"{passed}/{n_ok_cells}"
         out.append(row)
     return pd.DataFrame(out), notes
 
@@ -122,6 +131,8 @@ def details(cells: pd.DataFrame) -> pd.DataFrame:
             "audit_agree_documented",
             "peak_rss_compile_mb", "peak_rss_run_mb", "machine", "gpu"]
     d = cells.reindex(columns=cols)
+    for col in ("samples", "passed", "mask_n", "audit_steps", "audit_agree", "audit_agree_documented"):
+        d[col] = d[col].astype("Int64")
     return d.sort_values(["dataset", "tokenizer", "config"]).reset_index(drop=True)
 
 
