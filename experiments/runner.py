@@ -81,13 +81,14 @@ def git_commit() -> str | None:
 
 
 class _Child:
-    """One worker process and its pipe."""
+    """One worker process, its pipe and its StepLog."""
 
     def __init__(self, ctx, args):
-        from gcdbench.experiments.worker import worker_main
+        from gcdbench.experiments.worker import StepLog, worker_main
 
+        self.log = StepLog.create()
         self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child_conn, *args), daemon=True)
+        self.proc = ctx.Process(target=worker_main, args=(child_conn, self.log.path, *args), daemon=True)
         self.proc.start()
         child_conn.close()
         self.ps = psutil.Process(self.proc.pid)
@@ -110,14 +111,12 @@ class _Child:
             try:
                 if self.conn.poll(min(0.1, left)):
                     msg = self.conn.recv()
-                    if msg[0] == "steps":
+                    if msg[0] == "steps":   # a sample longer than the StepLog: a full batch
                         if rows is not None:
                             rows.extend(msg[1])
                         continue
-                    if msg[0] == "commit_us":   # commit time of the last step's token
-                        if rows:
-                            rows[-1] = (*rows[-1][:4], msg[1], *rows[-1][5:])
-                        continue
+                    if rows is not None:
+                        rows.extend(self.log.rows())
                     return ("msg", msg)
             except (EOFError, OSError):
                 self.proc.join(5)
@@ -128,7 +127,25 @@ class _Child:
             if mem_mb and rss > mem_mb:
                 return ("oom", rss)
 
-    def kill(self):
+    def start_sample(self, *msg) -> None:
+        self.log.reset()
+        self.conn.send(("sample", *msg))
+
+    def kill_and_collect(self, rows: list) -> None:
+        """Kill the child (timed out, over memory or dead), then collect what it finished: the batches still
+        in the pipe, then the rows in the StepLog."""
+        self._terminate()
+        try:
+            while self.conn.poll(0):
+                msg = self.conn.recv()
+                if msg[0] == "steps":
+                    rows.extend(msg[1])
+        except (EOFError, OSError):
+            pass
+        rows.extend(self.log.rows())
+        self.log.close(unlink=True)
+
+    def _terminate(self):
         try:
             for c in self.ps.children(True):
                 c.kill()
@@ -136,6 +153,10 @@ class _Child:
             pass
         self.proc.kill()
         self.proc.join(10)
+
+    def kill(self):
+        self._terminate()
+        self.log.close(unlink=True)
 
     def stop(self):
         try:
@@ -145,6 +166,8 @@ class _Child:
         self.proc.join(10)
         if self.proc.is_alive():
             self.kill()
+        else:
+            self.log.close(unlink=True)
 
 
 def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) -> list[int]:
@@ -228,7 +251,7 @@ def run(cfg) -> Path:
                     continue
             ids = tokenizer.encode(sample.text)
             audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed))
-            child.conn.send(("sample", sample.id, ids, audit_at))
+            child.start_sample(sample.id, ids, audit_at)
             timeout = min(float(limits.sample_timeout_s), max(1.0, run_deadline - time.monotonic()))
             t0 = time.monotonic()
             rows: list = []
@@ -243,7 +266,7 @@ def run(cfg) -> Path:
                 msg = {"timeout": f"no result within {timeout:.0f} s",
                        "oom": f"resident memory above {limits.memory_mb} MB",
                        "died": f"worker died (exit code {got[-1]})"}[got[0]]
-                child.kill()
+                child.kill_and_collect(rows)
                 child = None
                 _write_part(parts, sample.id, kind, msg, rows, [], meta, time.monotonic() - t0)
             progress.update(1)

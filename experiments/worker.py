@@ -2,8 +2,8 @@
 
 Messages (over a multiprocessing Pipe), parent -> child: ``("sample", sample_id, token_ids, audit_steps)`` or
 ``("stop",)``; child -> parent: ``("ready", info)``, ``("compile_error", message)``, ``("steps", rows)``
-(each finished step, so that a sample cut short by a time limit keeps them) and
-``("result", dict)``. Only the fill call is inside the mask timer; the runner, not the engine, checks the
+(only when a sample outgrows the StepLog) and ``("result", dict)``. Each finished step goes to the shared
+StepLog at once, so that a sample cut short by a time limit keeps it. Only the fill call is inside the mask timer; the runner, not the engine, checks the
 oracle token.
 """
 from __future__ import annotations
@@ -15,17 +15,13 @@ import traceback
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_get
+from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_count, mask_get
 
 ROW_FIELDS = ("step", "prefix_tokens", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed")
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-def _popcount(mask: np.ndarray, vocab_size: int) -> int:
-    return int(np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab_size].sum())
 
 
 def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), token_bytes=None):
@@ -55,7 +51,7 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
         if step in audit_steps:
             audited[step] = mask.copy()
         # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
-        emit((step, step, nbytes, (t1 - t0) / 1000.0, 0.0, _popcount(mask, vocab_size), allowed))
+        emit((step, step, nbytes, (t1 - t0) / 1000.0, 0.0, mask_count(mask, vocab_size), allowed))
         outcome, message = None, ""
         if step == last:
             outcome = Outcome.OK if allowed else Outcome.NO_EOS
@@ -80,22 +76,82 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
     raise AssertionError("unreachable")
 
 
+class StepLog:
+    """The running sample's rows in a small memory-mapped file shared by the parent and the child.
+
+    The child stores a row and then the row count with plain memory writes: no system call and no wake-up of
+    the parent between two timed masks (a pipe message per step did both, and on a 2-core machine the parent's
+    wake-ups evict the engine's caches). The file outlives the child, so every row written before a timeout,
+    a crash or an ``exit`` is still read by the parent. Row 0 holds the count; a sample longer than
+    ``capacity`` steps is flushed over the pipe in batches of ``capacity`` rows.
+    """
+
+    def __init__(self, path: str, capacity: int | None = None):
+        self.path = path
+        if capacity is not None:   # the parent creates the file
+            with open(path, "wb") as fh:
+                fh.truncate((capacity + 1) * len(ROW_FIELDS) * 8)
+        self.buf = np.memmap(path, dtype=np.float64, mode="r+").reshape(-1, len(ROW_FIELDS))
+        self.capacity = self.buf.shape[0] - 1
+
+    @classmethod
+    def create(cls, capacity: int = 1 << 14) -> "StepLog":
+        import tempfile
+
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        fd, path = tempfile.mkstemp(prefix="gcdbench-steps-", suffix=".f64", dir=shm)
+        os.close(fd)
+        return cls(path, capacity)
+
+    @property
+    def count(self) -> int:
+        return int(self.buf[0, 0])
+
+    def reset(self) -> None:
+        self.buf[0, 0] = 0
+
+    def append(self, row) -> None:
+        n = int(self.buf[0, 0])
+        self.buf[n + 1] = row
+        self.buf[0, 0] = n + 1
+
+    def set_commit_us(self, us: float) -> None:
+        self.buf[int(self.buf[0, 0]), 4] = us
+
+    def rows(self) -> list[tuple]:
+        """The stored rows as typed tuples in ROW_FIELDS order."""
+        return [(int(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4]), int(r[5]), bool(r[6]))
+                for r in self.buf[1: self.count + 1].tolist()]
+
+    def close(self, unlink: bool = False) -> None:
+        self.buf = None
+        if unlink:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
 class _Sender:
-    """Sends each finished step to the parent at once (outside the timers), so that a sample cut short by
+    """Stores each finished step in the shared StepLog (outside the timers), so that a sample cut short by
     a time limit, a crash or an exit keeps every step it finished."""
 
-    def __init__(self, conn):
-        self.conn = conn
+    def __init__(self, conn, log: StepLog):
+        self.conn, self.log = conn, log
 
     def __call__(self, row):
-        self.conn.send(("steps", [row]))
+        if self.log.count == self.log.capacity:
+            self.conn.send(("steps", self.log.rows()))
+            self.log.reset()
+        self.log.append(row)
 
     def commit_time(self, us: float):
-        self.conn.send(("commit_us", us))
+        self.log.set_commit_us(us)
 
 
-def worker_main(conn, engine_name: str, engine_opts: dict, grammar, tokenizer_name: str, warmup: bool = True):
-    """Entry point of the child process."""
+def worker_main(conn, log_path: str, engine_name: str, engine_opts: dict, grammar, tokenizer_name: str,
+                warmup: bool = True):
+    """Entry point of the child process; ``log_path`` is the parent's StepLog file."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from gcdbench.parsers.registry import create_engine
     from gcdbench.parsers.tokenizers import load_tokenizer
@@ -125,6 +181,7 @@ def worker_main(conn, engine_name: str, engine_opts: dict, grammar, tokenizer_na
     except Exception:
         conn.send(("compile_error", "engine crashed while compiling:\n" + traceback.format_exc(limit=8)))
         return
+    sender = _Sender(conn, StepLog(log_path))
     while True:
         msg = conn.recv()
         if msg[0] == "stop":
@@ -132,7 +189,7 @@ def worker_main(conn, engine_name: str, engine_opts: dict, grammar, tokenizer_na
         _, sample_id, token_ids, audit_steps = msg
         t0 = time.perf_counter()
         outcome, message, audited = teacher_force(
-            engine, token_ids, tokenizer.eos_id, tokenizer.vocab_size, _Sender(conn), audit_steps, tokenizer.token_bytes
+            engine, token_ids, tokenizer.eos_id, tokenizer.vocab_size, sender, audit_steps, tokenizer.token_bytes
         )
         conn.send(("result", {
             "sample_id": sample_id, "outcome": outcome.value, "message": message, "audited": audited,

@@ -79,7 +79,17 @@ def mask_to_ids(mask: np.ndarray, vocab_size: int) -> np.ndarray:
 
 
 def mask_count(mask: np.ndarray, vocab_size: int) -> int:
-    return int(mask_to_ids(mask, vocab_size).size)
+    """Number of allowed ids below ``vocab_size`` (padding bits of the last word are ignored).
+
+    A popcount over the packed words: no per-token array is allocated, so calling it between two timed masks
+    does not evict the engine's working set from the caches the way ``np.unpackbits`` over 150k bits does.
+    """
+    words = mask.view(np.uint32)
+    full, rest = divmod(vocab_size, 32)
+    n = int(np.bitwise_count(words[:full]).sum(dtype=np.int64))
+    if rest:
+        n += int(words[full] & np.uint32((1 << rest) - 1)).bit_count()
+    return n
 
 
 def ids_to_mask(ids, vocab_size: int) -> np.ndarray:

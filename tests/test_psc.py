@@ -419,3 +419,43 @@ def test_treebank_refused_not_hung(data_root, bytes_tokenizer):
     with pytest.raises(CompileError):
         PSCEngine(use_cache=False, lalr_timeout_s=5.0).compile(grammar, bytes_tokenizer)
     assert time.monotonic() - t0 < 30
+
+
+def _walk(art, c, stack):
+    """Mask ids the classifier emits on (lexer class c, stack top ... bottom)."""
+    s = int(art["first"][c][stack[-1]])
+    ids = {int(art["first_mask"][c][stack[-1]])}
+    i = len(stack) - 2
+    while s and i >= 0:
+        out, default = art["trans"][s]
+        s, m = out.get(stack[i], default)
+        ids.add(m)
+        i -= 1
+    return ids
+
+
+@pytest.mark.parametrize("name,text", [("calc", CALC), ("tiny_sql", TINY)])
+def test_minimized_classifier_gives_the_same_masks(bytes_tokenizer, name, text):
+    """Minimisation merges states but every (lexer class, stack) still gets the same mask: compared on random
+    stacks of LALR states (reachable or not, which is stricter than the runtime needs)."""
+    from gcdbench.parsers.psc.build import minimize_classifier
+    from gcdbench.parsers.psc.engine import build_artifact
+
+    full = build_artifact(_spec(name, text), bytes_tokenizer, minimize=False)
+    trans, first, _ = minimize_classifier(full["trans"], full["first"])
+    small = {**full, "trans": trans, "first": first}
+    assert len(trans) < len(full["trans"])
+    n_parser = len(full["first"][0])
+    n_classes = len(full["first"])
+    rng = random.Random(0)
+
+    def union(art, ids):
+        m = np.zeros_like(art["masks"][0])
+        for k in ids:
+            m |= art["masks"][k]
+        return m
+
+    for _ in range(3000):
+        c = rng.randrange(n_classes)
+        stack = [rng.randrange(n_parser) for _ in range(rng.randrange(1, 12))]
+        np.testing.assert_array_equal(union(full, _walk(full, c, stack)), union(small, _walk(small, c, stack)))

@@ -138,3 +138,16 @@ def test_experiment_preset_overrides_top_level_values(tmp_path):
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["experiment=table1"])
     assert cfg.out_dir == "results/runs" and cfg.limits.run_timeout_s == 900
+
+
+@pytest.mark.parametrize("vocab_size", [1, 31, 32, 33, 257, 151_936])
+def test_mask_count_is_the_number_of_allowed_ids_below_the_vocabulary_size(vocab_size):
+    """The runner's popcount (n_allowed) ignores the padding bits of the last word, set or not."""
+    import numpy as np
+
+    from gcdbench.parsers.base import mask_count, mask_to_ids
+
+    rng = np.random.default_rng(vocab_size)
+    mask = rng.integers(-2**31, 2**31, size=(vocab_size + 31) // 32, dtype=np.int64).astype(np.int32)
+    mask[-1] = -1  # every padding bit set
+    assert mask_count(mask, vocab_size) == mask_to_ids(mask, vocab_size).size

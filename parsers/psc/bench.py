@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -127,14 +128,17 @@ def main(argv=None):
     ap.add_argument("samples")
     ap.add_argument("--tokenizer", default="qwen3")
     ap.add_argument("--n", type=int, default=50)
-    ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--cache-dir", default=None, help="parent folder of the (fresh, then removed) artifact cache")
     ap.add_argument("--reference", type=int, default=0, help="compare masks with the reference on K samples")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.phase:
         print(json.dumps(phase(args)))
         return
-    cache = args.cache_dir or tempfile.mkdtemp(prefix="psc-bench-")
+    # a fresh folder every time, so that the "cold" phase really builds (an old artifact is never reused)
+    if args.cache_dir:
+        os.makedirs(args.cache_dir, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="psc-bench-", dir=args.cache_dir)
     base = [sys.executable, "-m", "gcdbench.parsers.psc.bench", args.grammar, args.samples, "--tokenizer",
             args.tokenizer, "--n", str(args.n), "--cache-dir", cache, "--reference", str(args.reference)]
     for ph in ("cold", "cached"):
@@ -143,10 +147,9 @@ def main(argv=None):
             print(res.stderr, file=sys.stderr)
             raise SystemExit(res.returncode)
         print(res.stdout.strip())
-    if not args.cache_dir:
-        import shutil
+    import shutil
 
-        shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -499,3 +499,63 @@ class _Classifier:
         memo[key] = (a2, w2)
         acc |= a2
         wait |= w2
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. Minimisation of the classifier
+# --------------------------------------------------------------------------------------------------
+def minimize_classifier(trans: list, first: np.ndarray) -> tuple[list, np.ndarray, int]:
+    """Merge classifier states that emit the same masks on every stack (Moore partition refinement).
+
+    The classifier is a deterministic Mealy machine: it reads stack symbols (LALR states) from the top down
+    and emits a mask id on every edge; state 0 is the finished state. ``trans[j] = ({X: (j', m)}, (j', m))``
+    lists the explicit symbols and the edge for any other symbol (``trans[0]`` may be None). Two states are
+    equivalent when, for every stack below, they emit the same sequence of mask ids; since the mask of a
+    stack is the union of the ids emitted, equal sequences give equal masks, so merging them keeps every
+    mask. State 0 behaves as a state that loops on every symbol and emits the empty mask (id 0), so states
+    that can only emit nothing more merge into it (the walk may then stop earlier; the union is the same).
+
+    Invariant of each round: ``block[j] == block[k]`` iff j and k emit the same ids on every stack of at most
+    ``round`` symbols. Blocks only split, so the loop ends after at most ``len(trans)`` rounds (in practice
+    the depth of the automaton). Returns ``(trans', first', rounds)`` with the finished state still 0, and
+    explicit edges that equal the default edge dropped.
+    """
+    n = len(trans)
+    block = [0] * n
+    n_blocks = 1
+    rounds = 0
+
+    def signature(j, blk):
+        if j == 0:
+            return (blk[0], 0), ()
+        out, (dj, dm) = trans[j]
+        d = (blk[dj], dm)
+        items = tuple(sorted((X, blk[k], m) for X, (k, m) in out.items() if (blk[k], m) != d))
+        return d, items
+
+    while True:
+        rounds += 1
+        sigs: dict = {}
+        new = [0] * n
+        for j in range(n):
+            d, items = signature(j, block)
+            new[j] = sigs.setdefault((block[j], d, items), len(sigs))
+        block = new
+        if len(sigs) == n_blocks:
+            break
+        n_blocks = len(sigs)
+    # renumber: the block of state 0 becomes 0, the others in order of first appearance
+    renum = {block[0]: 0}
+    for j in range(n):
+        renum.setdefault(block[j], len(renum))
+    final = [renum[b] for b in block]
+    new_trans: list = [None] * len(renum)
+    for j in range(1, n):
+        b = final[j]
+        if b == 0 or new_trans[b] is not None:
+            continue
+        out, (dj, dm) = trans[j]
+        d = (final[dj], dm)
+        new_trans[b] = ({X: (final[k], m) for X, (k, m) in out.items() if (final[k], m) != d}, d)
+    remap = np.asarray(final, dtype=np.int32)
+    return new_trans, remap[np.asarray(first)], rounds

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, n_mask_words
-from gcdbench.parsers.psc.build import (END, SeqTrie, VocabTrie, _Classifier, lalr_tables, realizable,
-                                        table_from_plain, table_to_plain)
+from gcdbench.parsers.psc.build import (END, SeqTrie, VocabTrie, _Classifier, lalr_tables, minimize_classifier,
+                                        realizable, table_from_plain, table_to_plain)
 from gcdbench.parsers.psc.lexer import IGNORED, ByteLexer
 
-FORMAT = 4   # bump when the cached artifact changes
+FORMAT = 5   # bump when the cached artifact changes
 
 
 def _pack(ids: np.ndarray, n_words: int) -> np.ndarray:
@@ -23,7 +23,7 @@ def _pack(ids: np.ndarray, n_words: int) -> np.ndarray:
 
 
 def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, max_states: int = 2_000_000,
-                   leading_ignore: bool = False, lalr_timeout_s: float = 60.0) -> dict:
+                   leading_ignore: bool = False, lalr_timeout_s: float = 60.0, minimize: bool = True) -> dict:
     t0 = time.monotonic()
     deadline = t0 + max_build_s
     table, terms, ignore = lalr_tables(grammar, timeout_s=min(lalr_timeout_s, max_build_s))
@@ -135,6 +135,10 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
     for j, (out, default) in trans.items():
         tr_list[j] = ({X: (nj, int(out_mask[o])) for X, (nj, o) in out.items()},
                       (default[0], int(out_mask[default[1]])))
+    min_rounds = 0
+    if minimize:
+        tr_list, first, min_rounds = minimize_classifier(tr_list, first)
+    t_min = time.monotonic()
     return {
         "format": FORMAT,
         "table": table_to_plain(table),
@@ -156,6 +160,8 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
             "parser_states": len(table.states),
             "terminal_sequences": len(seqs.parent),
             "automaton_states": len(states),
+            "minimized_states": len(tr_list),
+            "minimize_rounds": min_rounds,
             "transition_outputs": len(outputs),
             "distinct_masks": len(masks),
             "seconds": {
@@ -163,6 +169,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
                 "realizable": round(t_real - t_lex, 3),
                 "classifier": round(t_clf - t_real, 3),
                 "masks": round(t_mask - t_clf, 3),
+                "minimize": round(t_min - t_mask, 3),
             },
         },
     }
