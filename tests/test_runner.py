@@ -151,3 +151,34 @@ def test_mask_count_is_the_number_of_allowed_ids_below_the_vocabulary_size(vocab
     mask = rng.integers(-2**31, 2**31, size=(vocab_size + 31) // 32, dtype=np.int64).astype(np.int32)
     mask[-1] = -1  # every padding bit set
     assert mask_count(mask, vocab_size) == mask_to_ids(mask, vocab_size).size
+
+
+def test_audits_run_after_the_timed_loop_and_survive_an_interrupted_run(tmp_path, letters, monkeypatch):
+    """Masks to audit are saved beside the part during the run and compared with the reference afterwards;
+    if the run stops before that, a re-run audits them without re-running the sample."""
+    import gcdbench.experiments.runner as runner_mod
+
+    cfg = make_cfg(tmp_path, "engine=xgrammar", *letters, "audit.per_sample=3")
+    real_merge = runner_mod._merge
+    monkeypatch.setattr(runner_mod, "_audit_pending", lambda *a: None)
+    monkeypatch.setattr(runner_mod, "_merge", lambda *a: None)   # the run "dies" after its timed loop
+    out = run(cfg)
+    pending = sorted(p.name for p in (out / "parts").glob("*.audit.npz"))
+    assert pending == ["letters-0000.audit.npz", "letters-0001.audit.npz", "letters-0002.audit.npz"]
+    monkeypatch.undo()
+    assert runner_mod._merge is real_merge
+    out = run(cfg)
+    assert not (out / "parts").exists()
+    audit = pd.read_parquet(out / "audit.parquet")
+    assert set(audit["sample_id"]) == {"letters-0000", "letters-0001", "letters-0002"} and audit["agree"].all()
+    # the second run compiled nothing (no sample left to run) and still has every sample's steps
+    assert json.loads((out / "run.json").read_text())["inits"] == []
+    assert set(pd.read_parquet(out / "steps.parquet")["sample_id"]) == set(audit["sample_id"])
+
+
+def test_engine_label_is_one_folder_name():
+    from gcdbench.experiments.runner import engine_label
+
+    label = engine_label("psc", {"cache_dir": "/tmp/x y/psc", "lexer": "standard"}, {"cache_dir": None,
+                                                                                    "lexer": "standard"})
+    assert "/" not in label and " " not in label and label.startswith("psc__cache_dir-")
