@@ -178,3 +178,23 @@ def test_cli(small_results, tmp_path):
     r = subprocess.run([sys.executable, "-m", "experiments.figures", "--results", str(tmp_path / "none"), "--out",
                         str(tmp_path / "g")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "no run.json" in r.stderr
+
+
+def test_report_further_runs_give_the_tail_at_every_prefix_length(small_results, tmp_path):
+    """``--also DIR``: its own section, the per-prefix-length p99 file, and the lengths over the 1 ms line."""
+    from gcdbench.experiments.report import prefix_tails
+
+    extra = tmp_path / "tb300"
+    cell = write_cell(extra, "valiant", "valiant", "treebank", n_samples=4, base_us=900, seed=5)
+    out = tmp_path / "report"
+    write_report(small_results, out, also=(extra,))
+    readme = (out / "README.md").read_text()
+    assert f"## Further runs: `{extra}`" in readme and "figures/mask_vs_prefix_tb300_qwen3.png" in readme
+    tails = pd.read_csv(out / "prefix_tails_tb300.csv")
+    steps = pd.read_parquet(cell / "steps.parquet")
+    assert tails["masks"].sum() == len(steps)
+    assert tails["prefix_tokens"].max() == steps["prefix_tokens"].max()
+    want = prefix_tails(steps).set_index("prefix_tokens")["p99_us"]
+    n_over = int((want > 1000).sum())
+    assert 0 < n_over < len(want)   # 900 µs growing with the prefix: some lengths over 1 ms, some not
+    assert f"exceeds 1,000 µs: {n_over} of {len(want)}" in readme
