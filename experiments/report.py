@@ -38,6 +38,7 @@ def cell_stats(run_dir: Path) -> dict:
                                                                         **(meta.get("machine") or {})}),
         "gpu": (meta.get("machine") or {}).get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
         "peak_rss_run_mb": meta.get("peak_rss_run_mb"), "path": str(run_dir),
+        "init_cache_hit": bool(((meta.get("inits") or [{}])[0].get("engine_info") or {}).get("cache_hit")),
     }
     if samples is not None:
         counts = samples["outcome"].value_counts()
@@ -119,6 +120,9 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                     f"({_get(c, 'outcomes') or ''})" + (f"; {aborted}" if aborted else ""))
                 mark = f" [{len(notes)}]"
             row[f"{ds} Init"] = _fmt_s(c.get("init_s"))
+            if _get(c, "init_cache_hit"):
+                notes.append(f"{config} × {ds}: init read from the engine's on-disk cache, not a cold compile")
+                row[f"{ds} Init"] += f" [{len(notes)}]"
             row[f"{ds} Per-mask µs"] = _fmt_us(c.get("mask_mean_us")) + mark
             row[f"{ds} p50/p99/max µs"] = "/".join(_fmt_us(c.get(k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us"))
             pr = c.get("pass_rate")
@@ -128,7 +132,8 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
 
 
 def details(cells: pd.DataFrame) -> pd.DataFrame:
-    cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "mask_n",
+    cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "init_cache_hit",
+            "mask_n",
             "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_max_us", "audit_steps", "audit_agree",
             "audit_agree_documented",
             "peak_rss_compile_mb", "peak_rss_run_mb", "machine", "gpu"]
