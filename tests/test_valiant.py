@@ -645,3 +645,31 @@ def test_rule_by_rule_step_equals_sparse_step(name):
             a = st.mem[off:off + g.node_words(n)]
             b = st.mem[st.tier_off[node]:st.tier_off[node] + g.node_words(n)]
             assert np.array_equal(a, b) and bool(acc) == st.accept[node], (trial, step)
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_threads_give_the_same_masks(name):
+    """The CPU backend split over threads (numba prange over the root's subtrees) gives every mask bit for
+    bit as the single DFS does, along each sample and at every step."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba sees one core: threads=2 cannot be set")
+    sp = spec(name)
+    tok = byte_level()
+    one = _engine(sp, tok)
+    two = _engine(sp, tok, threads=2)
+    for text in SAMPLES[name]:
+        one.reset()
+        two.reset()
+        for b in list(text.encode()) + [None]:
+            assert _ids(one, tok.vocab_size) == _ids(two, tok.vocab_size), (text, b)
+            if b is not None:
+                assert one.commit(b) and two.commit(b)
+
+
+def test_threads_out_of_range_is_a_clear_error():
+    import numba
+
+    with pytest.raises(ValueError, match="threads must be between 1 and"):
+        _engine(spec("tiny_sql"), byte_level(), threads=numba.config.NUMBA_NUM_THREADS + 1)

@@ -16,7 +16,7 @@ from .align_nb import build_alignment
 from .chart import PackedGrammar, extend, grammar_args
 from .cnf import to_cnf
 from .lexer import build_lexer
-from .search import close_upward, dense_lists, fill_tokens, needed_nodes, tree_search
+from .search import close_upward, dense_lists, fill_tokens, needed_nodes, tree_search, tree_search_par
 
 VERSION = "gcdbench-valiant-2"
 START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
@@ -196,7 +196,7 @@ class ValiantEngine(Engine):
 
     @classmethod
     def options(cls) -> dict:
-        return {"backend": "cpu", "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True}
+        return {"backend": "cpu", "threads": 1, "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True}
 
     def version(self) -> str:
         return VERSION
@@ -204,6 +204,14 @@ class ValiantEngine(Engine):
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         if self.opts["backend"] not in ("cpu", "cuda"):
             raise ValueError(f"engine valiant: backend must be 'cpu' or 'cuda', not {self.opts['backend']!r}")
+        import numba
+
+        self.threads = int(self.opts["threads"])
+        if not 1 <= self.threads <= numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"engine valiant: threads must be between 1 and {numba.config.NUMBA_NUM_THREADS} "
+                             f"(NUMBA_NUM_THREADS, the cores numba sees), not {self.threads}")
+        if self.threads > 1:
+            numba.set_num_threads(self.threads)
         self.tokenizer = tokenizer
         self.comp, self.cache_hit = load_or_build(grammar, tokenizer, self.opts["cache_dir"], self.opts["cache"])
         self.vocab_size = tokenizer.vocab_size
@@ -324,13 +332,24 @@ class ValiantEngine(Engine):
         stride = g.node_words(n + D)
         scratch = store.used
         store._ensure(scratch + stride * (D + 1))
+        T = self.threads
+        if T > 1:
+            # one copy of every per-worker array per thread, and T scratch regions side by side
+            store._ensure(scratch + T * stride * (D + 1))
+            cur = store._scratch_cur(n + D)
+            return tree_search_par(
+                store.mem, np.tile(tiers, (T, 1)), np.tile(ps, (T, 1)), n, store.e_off[base], scratch, stride, D + 1,
+                al.child_start, al.child_ids, al.node_term, needed, np.zeros((T, al.n_nodes), dtype=np.int32),
+                np.zeros(T, dtype=np.int64), np.zeros((T, D + 2), dtype=np.int32), np.zeros((T, D + 2), dtype=np.int32),
+                np.zeros((T, D + 2), dtype=np.int64), np.zeros((T, cur.size), dtype=np.uint64),
+                np.zeros((T, store.seeds.size), dtype=np.uint64), *store.args)
         viable = np.zeros(al.n_nodes, dtype=np.int32)
         stack = np.zeros(D + 2, dtype=np.int32)
         ci = np.zeros(D + 2, dtype=np.int32)
         eo = np.zeros(D + 2, dtype=np.int64)
         cnt = tree_search(store.mem, tiers, ps, n, store.e_off[base], scratch, stride, al.child_start,
                           al.child_ids, al.node_term, needed, viable, stack, ci, eo, store._scratch_cur(n + D), store.seeds,
-                          *store.args)
+                          al.child_start[0], 1, *store.args)
         return viable[:cnt]
 
     def fill_mask(self, out: np.ndarray) -> None:

@@ -16,18 +16,23 @@ from .chart import extend
 
 @numba.njit(cache=True, nogil=True)
 def tree_search(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, child_start, child_ids, node_term, needed,
-                viable_out, stack_node, stack_ci, e_offs, cur, seeds,
+                viable_out, stack_node, stack_ci, e_offs, cur, seeds, root_first, root_step,
                 n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first, first_term,
                 rb, ab_id, ab_start, ab_parent, za, az_id, azx):
     """Write the viable trie nodes (the root included) to ``viable_out``; returns how many. Only nodes
-    flagged in ``needed`` are visited (those some token of this base refers to, and their ancestors)."""
+    flagged in ``needed`` are visited (those some token of this base refers to, and their ancestors).
+
+    Only the root's children ``root_first, root_first + root_step, ...`` (child indices) are searched: one
+    worker of ``tree_search_par`` takes every ``root_step``-th subtree; ``(child_start[0], 1)`` is all of them.
+    Writes only ``viable_out``, the stacks, ``cur``, ``seeds``, ``tier_offs[n:]``, ``p_offs[n+1:]`` and
+    ``mem[scratch_off : scratch_off + stride * depth]``, so workers with their own copies run concurrently."""
     one = np.uint64(1)
     cnt = 0
     viable_out[cnt] = 0
     cnt += 1
     d = 0
     stack_node[0] = 0
-    stack_ci[0] = child_start[0]
+    stack_ci[0] = root_first
     e_offs[0] = base_e
     while d >= 0:
         u = stack_node[d]
@@ -35,7 +40,7 @@ def tree_search(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, child_st
         if ci >= child_start[u + 1]:
             d -= 1
             continue
-        stack_ci[d] = ci + 1
+        stack_ci[d] = ci + (root_step if d == 0 else 1)
         v = child_ids[ci]
         if not needed[v]:
             continue
@@ -59,6 +64,35 @@ def tree_search(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, child_st
                 stack_ci[d] = child_start[v]
                 e_offs[d] = e_off
     return cnt
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def tree_search_par(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, depth, child_start, child_ids, node_term,
+                    needed, viable_out, counts, stack_node, stack_ci, e_offs, cur, seeds,
+                    n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first, first_term,
+                    rb, ab_id, ab_start, ab_parent, za, az_id, azx):
+    """``tree_search`` split over ``W = viable_out.shape[0]`` threads (numba ``prange``): worker w searches
+    the root's children w, w + W, ... with its own row of every per-worker array and its own scratch region
+    ``scratch_off + w * stride * depth``. Chart tiers below the base are shared and only read. Returns the
+    viable nodes (root first, then each worker's, in worker order)."""
+    W = viable_out.shape[0]
+    for w in numba.prange(W):
+        counts[w] = tree_search(mem, tier_offs[w], p_offs[w], n, base_e, scratch_off + w * stride * depth, stride,
+                                child_start, child_ids, node_term, needed, viable_out[w], stack_node[w], stack_ci[w],
+                                e_offs[w], cur[w], seeds[w], child_start[0] + w, W,
+                                n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first,
+                                first_term, rb, ab_id, ab_start, ab_parent, za, az_id, azx)
+    total = 1
+    for w in range(W):
+        total += counts[w] - 1
+    out = np.empty(total, dtype=np.int32)
+    out[0] = 0
+    k = 1
+    for w in range(W):
+        for i in range(1, counts[w]):
+            out[k] = viable_out[w, i]
+            k += 1
+    return out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
