@@ -234,17 +234,24 @@ def fig_mask_vs_prefix(steps: pd.DataFrame, cells: pd.DataFrame, tokenizer: str,
 
 
 def fig_mask_vs_workers(cells: pd.DataFrame):
-    """Per-mask mean (and p99) against the engine option ``workers`` (seed 000's figure 5)."""
+    """Per-mask mean (and p99) against the engine option ``workers`` (seed 000's figure 5).
+
+    Only a sweep is drawn: cells whose other options agree and that were run with two or more worker counts.
+    A lone cell (e.g. the CPU backend, where ``workers`` is carried in the options but unused) is no sweep."""
     cells = cells[cells["workers"].notna()] if "workers" in cells else cells.iloc[0:0]
+    if cells.empty:
+        return None
+    # one line per (dataset, tokenizer, engine options other than workers)
+    key = cells["engine_options"].map(lambda o: json.dumps({k: v for k, v in json.loads(o).items() if k != "workers"},
+                                                           sort_keys=True))
+    cells = cells.assign(_key=key)
+    swept = cells.groupby(["engine", "dataset", "tokenizer", "_key"])["workers"].transform("nunique") >= 2
+    cells = cells[swept]
     if cells.empty:
         return None
     fig = Figure(figsize=(6.5, 4.2), layout="constrained")
     ax = fig.subplots()
     failed = []
-    # one line per (dataset, tokenizer, engine options other than workers)
-    key = cells["engine_options"].map(lambda o: json.dumps({k: v for k, v in json.loads(o).items() if k != "workers"},
-                                                           sort_keys=True))
-    cells = cells.assign(_key=key)
     groups = list(cells.groupby(["engine", "dataset", "tokenizer", "_key"], sort=True))
     styles = _styles([str(k) for k, _ in groups])
     all_opts = [json.loads(k[3]) for k, _ in groups]

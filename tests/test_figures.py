@@ -153,6 +153,13 @@ def test_no_sweep_no_sweep_figure(results):
     assert figures.fig_mask_vs_vocab(cells[cells["tokenizer"] == "qwen3"]) is None
 
 
+def test_one_worker_count_is_no_workers_figure(tmp_path):
+    """CPU cells carry the unused ``workers`` option: one value per line must not draw seed 000's figure 5."""
+    write_cell(tmp_path, "valiant", "valiant", "spider", opts={"workers": 32, "backend": "cpu"}, base_us=200, seed=1)
+    write_cell(tmp_path, "valiant", "valiant", "treebank", opts={"workers": 32, "backend": "cpu"}, base_us=300, seed=2)
+    assert figures.fig_mask_vs_workers(figures.load_cells(tmp_path)) is None
+
+
 @pytest.fixture
 def small_results(tmp_path):
     root = tmp_path / "small"
