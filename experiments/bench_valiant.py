@@ -1,10 +1,10 @@
 """Init and per-mask times of engine ``valiant`` on the real datasets (not a unit test).
 
     python -m gcdbench.experiments.bench_valiant --dataset spider --n 20 [--backend cpu] [--threads 1]
-        [--tokenizer qwen3]
+        [--tokenizer qwen3] [--out results/bench/valiant_cpu.json]
 
 Prints one JSON line per dataset: cold init (cache off), warm init (cache on, second load), mean/median/p99
-fill_mask time, mean commit time, samples, steps, outcome counts.
+fill_mask time, mean commit time, samples, steps, outcome counts; ``--out`` also writes them to a file.
 """
 from __future__ import annotations
 
@@ -39,12 +39,14 @@ def main(argv=None) -> None:
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="cpu backend: threads sharing one tree search")
     ap.add_argument("--max-steps", type=int, default=0, help="stop each sample after this many tokens (0: all)")
+    ap.add_argument("--out", default=None, help="also write the records, with machine and commit, to this JSON file")
     args = ap.parse_args(argv)
     from gcdbench.parsers.base import allocate_mask, mask_get
     from gcdbench.parsers.tokenizers import load_tokenizer
     from gcdbench.parsers.valiant.engine import ValiantEngine
 
     tok = load_tokenizer(args.tokenizer)
+    records = []
     for name in args.dataset:
         ds = load(name, args.data_root, args.n, args.seed)
         with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +83,7 @@ def main(argv=None) -> None:
                     break
             outcomes[out] = outcomes.get(out, 0) + 1
         us = np.array(fills) * 1e6
-        print(json.dumps({
+        records.append({
             "dataset": name, "tokenizer": tok.name, "backend": args.backend, "threads": args.threads,
             "samples": len(ds.samples),
             "steps": len(fills), "init_cold_s": round(cold, 2), "init_warm_s": round(warm, 3),
@@ -89,7 +91,12 @@ def main(argv=None) -> None:
             "mask_p99_us": round(float(np.percentile(us, 99)), 1), "mask_max_us": round(float(us.max()), 1),
             "commit_mean_us": round(statistics.mean(commits) * 1e6, 1) if commits else None,
             "outcomes": outcomes, "info": e.info(),
-        }), flush=True)
+        })
+        print(json.dumps(records[-1]), flush=True)
+    if args.out:
+        from gcdbench.experiments.benchfile import write_bench
+
+        write_bench(args.out, records)
 
 
 if __name__ == "__main__":

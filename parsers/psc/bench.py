@@ -1,7 +1,7 @@
 """Measure PSC: init (cold / from cache), per-mask latency, peak memory, and agreement with the reference.
 
     python -m gcdbench.parsers.psc.bench GRAMMAR.lark SAMPLES.txt [--tokenizer qwen3] [--n 50]
-        [--cache-dir DIR] [--reference K]
+        [--cache-dir DIR] [--reference K] [--out results/bench/psc_spider.json]
 
 SAMPLES.txt: one sentence per line (a Spider gold file's ``SQL<TAB>db_id`` lines are cut at the tab).
 Each phase (cold build, cache load) runs in its own process so that peak RSS is per phase.
@@ -131,6 +131,7 @@ def main(argv=None):
     ap.add_argument("--cache-dir", default=None, help="parent folder of the (fresh, then removed) artifact cache")
     ap.add_argument("--reference", type=int, default=0, help="compare masks with the reference on K samples")
     ap.add_argument("--phase", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help="also write both phases, with machine and commit, to this JSON file")
     args = ap.parse_args(argv)
     if args.phase:
         print(json.dumps(phase(args)))
@@ -141,12 +142,18 @@ def main(argv=None):
     cache = tempfile.mkdtemp(prefix="psc-bench-", dir=args.cache_dir)
     base = [sys.executable, "-m", "gcdbench.parsers.psc.bench", args.grammar, args.samples, "--tokenizer",
             args.tokenizer, "--n", str(args.n), "--cache-dir", cache, "--reference", str(args.reference)]
+    records = []
     for ph in ("cold", "cached"):
         res = subprocess.run(base + ["--phase", ph], capture_output=True, text=True)
         if res.returncode:
             print(res.stderr, file=sys.stderr)
             raise SystemExit(res.returncode)
         print(res.stdout.strip())
+        records.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    if args.out:
+        from gcdbench.experiments.benchfile import write_bench
+
+        write_bench(args.out, [{"grammar": args.grammar, "samples_file": args.samples, **r} for r in records])
     import shutil
 
     shutil.rmtree(cache, ignore_errors=True)

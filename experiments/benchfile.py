@@ -1,0 +1,23 @@
+"""Benchmark records on disk: the numbers a benchmark measured, with the command, machine, versions and commit.
+
+Benchmarks (``bench_valiant``, ``gcdbench.parsers.psc.bench``) print one JSON object per measurement and, with
+``--out FILE``, also write them here so that a report can quote a file rather than a terminal.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def write_bench(path: str | Path, records: list[dict]) -> Path:
+    from gcdbench.experiments.runner import git_commit, machine_info, package_versions
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"command": " ".join(["python", *sys.orig_argv[1:]]),
+           "when": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine_info(), "git_commit": git_commit(),
+           "versions": package_versions(), "records": records}
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return path
