@@ -157,6 +157,39 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# engine_info keys worth a column in the artifact table, per engine: (column, path into engine_info)
+ARTIFACT_KEYS = {
+    "valiant": [("CNF binary rules", ("cnf", "binary_rules")), ("CNF nonterminals", ("cnf", "nonterminals")),
+                ("left-child nonterminals (stored per tier)", ("cnf", "left_nonterminals")),
+                ("terminals", ("cnf", "terminals")), ("lexer states", ("lexer_states",)),
+                ("terminal-tree nodes", ("trie_nodes",)), ("token tuples", ("tuples",))],
+    "psc": [("lexer states", ("lexer_states",)), ("LALR states", ("parser_states",)),
+            ("terminal sequences", ("terminal_sequences",)), ("classifier states", ("automaton_states",)),
+            ("minimised states", ("minimized_states",)), ("distinct masks", ("distinct_masks",))],
+}
+
+
+def artifacts(root: Path) -> dict[str, pd.DataFrame]:
+    """Per engine with an entry in ``ARTIFACT_KEYS``: one row per dataset with the sizes its compile reported
+    (first init of the cell, from ``run.json``), e.g. the CNF counts seed 000 reports for Valiant."""
+    rows: dict[str, list] = {}
+    for run_dir in find_runs(root):
+        meta = json.loads((run_dir / "run.json").read_text())
+        keys = ARTIFACT_KEYS.get(meta["engine"])
+        info = ((meta.get("inits") or [{}])[0].get("engine_info")) or {}
+        if not keys or not info:
+            continue
+        row = {"dataset": meta["dataset"], "tokenizer": meta["tokenizer"]}
+        for col, path in keys:
+            v = info
+            for k in path:
+                v = v.get(k) if isinstance(v, dict) else None
+            row[col] = v
+        rows.setdefault(meta["engine"], []).append(row)
+    return {eng: pd.DataFrame(r).drop_duplicates(["dataset", "tokenizer"]).sort_values(["dataset", "tokenizer"])
+            .reset_index(drop=True) for eng, r in sorted(rows.items())}
+
+
 def cell_summary(run_dir: Path) -> str:
     c = cell_stats(Path(run_dir))
     if c.get("compile_error"):
@@ -198,6 +231,10 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         "masks; agree_documented = identical once the documented lexing differences (root README) are set "
         "aside. Memory = peak resident set of the worker process (MB).", "",
         _markdown(det.drop(columns=["machine", "gpu"])), "",
+        "## Engine artifacts", "",
+        "Sizes each engine's compile reported (its `info()` in `run.json`), per dataset and vocabulary.", "",
+        *[line for eng, df in artifacts(results).items()
+          for line in (f"**{eng}**", "", _markdown(df.astype(object)), "")],
         "## Machines", "",
         *[f"- {m}" for m in machines],
         *[f"- GPU: {g}" for g in sorted({g for g in cells["gpu"].dropna() if g})],

@@ -205,3 +205,20 @@ def test_report_further_runs_give_the_tail_at_every_prefix_length(small_results,
     n_over = int((want > 1000).sum())
     assert 0 < n_over < len(want)   # 900 µs growing with the prefix: some lengths over 1 ms, some not
     assert f"exceeds 1,000 µs: {n_over} of {len(want)}" in readme
+
+
+def test_report_lists_engine_artifact_sizes(small_results, tmp_path):
+    """The CNF counts seed 000 reports (binary rules, nonterminals, left-child nonterminals) come from run.json."""
+    cell = write_cell(small_results, "valiant", "valiant", "treebank", base_us=200, seed=2)
+    meta = json.loads((cell / "run.json").read_text())
+    meta["inits"] = [{"init_s": 0.6, "engine_info": {"cnf": {"binary_rules": 1234, "nonterminals": 321,
+                                                             "left_nonterminals": 77, "terminals": 45},
+                                                     "lexer_states": 99, "trie_nodes": 5, "tuples": 6}}]
+    (cell / "run.json").write_text(json.dumps(meta))
+    out = tmp_path / "report"
+    write_report(small_results, out)
+    readme = (out / "README.md").read_text()
+    section = readme.split("## Engine artifacts", 1)[1].split("## Machines", 1)[0]
+    assert "**valiant**" in section and "left-child nonterminals" in section
+    assert "| treebank | qwen3 | 1234 | 321 | 77 | 45 | 99 | 5 | 6 |" in section
+    assert "**xgrammar**" not in section   # no artifact keys declared for it
