@@ -1,9 +1,12 @@
 """Engine ``valiant``, CUDA backend: the kernels run in numba's CUDA simulator (a subprocess, because
 ``NUMBA_ENABLE_CUDASIM`` must be set before numba.cuda starts) and must agree bit for bit with the CPU
 backend: the chart step (tier, ANC, EXPECT words), the viable nodes of the tree search, and the masks.
-Inputs are tiny: the simulator runs every GPU thread as a Python thread."""
+Inputs are tiny: the simulator runs every GPU thread as a Python thread.
+
+Tests marked ``gpu`` run the same checks on a real device (``pytest -m gpu``); without one they skip."""
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -75,10 +78,77 @@ SCRIPT = textwrap.dedent(r'''
 ''')
 
 
-@pytest.mark.parametrize("name,workers,bfs_depth", [("ambiguous", 3, 1), ("tiny_sql", 3, 1), ("ambiguous", 1, 0),
-                                                     ("nullable", 2, 2)])
+@functools.lru_cache(maxsize=1)
+def _gpu_present() -> bool:
+    """A real CUDA device (not the simulator): checked in a child so this process's numba.cuda stays unset."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", "from numba import cuda; print(cuda.is_available())"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    return r.stdout.strip().endswith("True")
+
+
+KERNEL_CASES = [("ambiguous", 3, 1), ("tiny_sql", 3, 1), ("ambiguous", 1, 0), ("nullable", 2, 2)]
+
+
+@pytest.mark.parametrize("name,workers,bfs_depth", KERNEL_CASES)
 def test_cuda_simulator_equals_cpu(name, workers, bfs_depth, tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,workers,bfs_depth", KERNEL_CASES + [("tiny_sql", 132, 2)])
+def test_cuda_device_equals_cpu(name, workers, bfs_depth, tmp_path):
+    """The same checks on a real GPU: chart words, viable nodes and masks bit for bit equal to the CPU backend."""
+    if not _gpu_present():
+        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
+    _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gname", ["spider", "spider_spop"])
+def test_cuda_device_qwen3_masks_equal_cpu(gname, tmp_path):
+    """Real grammar, Qwen3 vocabulary, on a real GPU: every mask of a few queries equals the CPU backend's."""
+    if not _gpu_present():
+        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
+    script = tmp_path / "dev.py"
+    script.write_text(textwrap.dedent('''
+        import sys
+        import numpy as np
+        from gcdbench.datasets.base import load_grammar
+        from gcdbench.parsers.base import allocate_mask
+        from gcdbench.parsers.tokenizers import load_tokenizer
+        from gcdbench.parsers.valiant.engine import ValiantEngine
+        sp, tok = load_grammar(sys.argv[1]), load_tokenizer("qwen3")
+        cpu, gpu = ValiantEngine(cache=False), ValiantEngine(cache=False, backend="cuda", workers=64)
+        cpu.compile(sp, tok); gpu.compile(sp, tok)
+        queries = ["SELECT count(*) FROM singer WHERE age > 20 AND name != 'Joe'",
+                   "SELECT T1.name, avg(T2.age) FROM a AS T1 JOIN b AS T2 ON T1.id = T2.id GROUP BY T1.name"]
+        steps = 0
+        for q in queries:
+            if sys.argv[1] == "spider_spop":
+                from gcdbench.datasets.spider import to_spop
+                q = to_spop(q)
+            cpu.reset(); gpu.reset()
+            for t in tok.encode(q) + [None]:
+                a, b = allocate_mask(tok.vocab_size), allocate_mask(tok.vocab_size)
+                cpu.fill_mask(a); gpu.fill_mask(b)
+                assert np.array_equal(a, b), (q, steps)
+                steps += 1
+                if t is None:
+                    break
+                assert cpu.commit(t) and gpu.commit(t)
+        print("device ok", steps)
+    '''))
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, str(script), gname], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "device ok" in r.stdout
+
+
+def _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator: bool):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
     script = tmp_path / "sim.py"
     script.write_text(SCRIPT)
     r = subprocess.run([sys.executable, str(script), str(HERE), name, str(workers), str(bfs_depth)], env=env, capture_output=True, text=True,
