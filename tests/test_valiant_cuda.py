@@ -78,11 +78,18 @@ SCRIPT = textwrap.dedent(r'''
 ''')
 
 
+def _env(simulator: bool) -> dict:
+    """This process's environment with numba's CUDA simulator switched on or off."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    return env
+
+
 @functools.lru_cache(maxsize=1)
 def _gpu_present() -> bool:
     """A real CUDA device (not the simulator): checked in a child so this process's numba.cuda stays unset."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    r = subprocess.run([sys.executable, "-c", "from numba import cuda; print(cuda.is_available())"], env=env,
+    r = subprocess.run([sys.executable, "-c", "from numba import cuda; print(cuda.is_available())"], env=_env(False),
                        capture_output=True, text=True, timeout=120)
     return r.stdout.strip().endswith("True")
 
@@ -139,16 +146,13 @@ def test_cuda_device_qwen3_masks_equal_cpu(gname, tmp_path):
                 assert cpu.commit(t) and gpu.commit(t)
         print("device ok", steps)
     '''))
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    r = subprocess.run([sys.executable, str(script), gname], env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, str(script), gname], env=_env(False), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "device ok" in r.stdout
 
 
 def _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator: bool):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    if simulator:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    env = _env(simulator)
     script = tmp_path / "sim.py"
     script.write_text(SCRIPT)
     r = subprocess.run([sys.executable, str(script), str(HERE), name, str(workers), str(bfs_depth)], env=env, capture_output=True, text=True,
