@@ -24,6 +24,11 @@ def find_runs(root: Path) -> list[Path]:
     return sorted(p.parent for p in Path(root).rglob("run.json") if ".hydra" not in p.parts)
 
 
+def first_engine_info(meta: dict) -> dict:
+    """The engine's ``info()`` at the cell's first compile (``run.json``'s ``inits[0]``), or ``{}``."""
+    return (meta.get("inits") or [{}])[0].get("engine_info") or {}
+
+
 def cell_stats(run_dir: Path) -> dict:
     """One cell's numbers, computed from its stored files."""
     meta = json.loads((run_dir / "run.json").read_text())
@@ -38,7 +43,7 @@ def cell_stats(run_dir: Path) -> dict:
                                                                         **(meta.get("machine") or {})}),
         "gpu": (meta.get("machine") or {}).get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
         "peak_rss_run_mb": meta.get("peak_rss_run_mb"), "path": str(run_dir),
-        "init_cache_hit": bool(((meta.get("inits") or [{}])[0].get("engine_info") or {}).get("cache_hit")),
+        "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")),
     }
     if samples is not None:
         counts = samples["outcome"].value_counts()
@@ -176,7 +181,7 @@ def artifacts(root: Path) -> dict[str, pd.DataFrame]:
     for run_dir in find_runs(root):
         meta = json.loads((run_dir / "run.json").read_text())
         keys = ARTIFACT_KEYS.get(meta["engine"])
-        info = ((meta.get("inits") or [{}])[0].get("engine_info")) or {}
+        info = first_engine_info(meta)
         if not keys or not info:
             continue
         row = {"dataset": meta["dataset"], "tokenizer": meta["tokenizer"]}
