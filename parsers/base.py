@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -34,6 +35,23 @@ class Outcome(str, enum.Enum):
     CRASH = "crash"                # the engine raised or the worker process died
     COMPILE_ERROR = "compile_error"  # the engine refused the grammar (typed, with a reason)
     SKIPPED = "skipped"            # not attempted (the run was aborted earlier)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The language an engine implements, in terms the reference checker executes exactly.
+
+    The harness's own language is ``Profile()`` (all defaults). An engine whose language differs declares how
+    (``Engine.profile()``), and the audit compares its masks both with the harness's language and with the
+    reference run under this profile: a difference the profile does not explain is a disagreement.
+    """
+
+    lexing: str = "scannerless"      # scannerless | longest_match (contextual maximal munch) | standard (Lark's
+                                     # standard lexer: all terminals compete, string literals reserved)
+    trailing_ignore: bool = True     # ignored text may follow a sentence that no terminal can extend
+    leading_ignore: bool = False     # ignored text may come before the first terminal
+    case_fold: str = "python_re"     # python_re (Lark) | unicode_simple (CaseFolding.txt C+S) | ascii
+    regex_classes: str = "unicode"   # unicode (\s \w \d as Python's re on str) | ascii
 
 
 class CompileError(Exception):
@@ -103,6 +121,8 @@ class Engine(ABC):
 
     #: registry name (``engine=<name>`` on the command line)
     name: str = "engine"
+    #: engine info() keys worth a column in the report's artifact table: column -> path into info()
+    artifact_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, **options):
         unknown = set(options) - set(self.options())
@@ -140,6 +160,27 @@ class Engine(ABC):
     def info(self) -> dict:
         """Extra facts to store in run.json (grammar form used, class counts, cache hits...)."""
         return {}
+
+    def profile(self) -> Profile:
+        """The language this engine (with its options) implements; the audit checks masks against it."""
+        return Profile()
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        """Per-mask cost class for Table 1's "Cmplx." column (``ambiguous``: the grammar is highly ambiguous)."""
+        return "?"
+
+    def fork(self) -> "Engine":
+        """A new sequence over the same compiled grammar, at the empty prefix (batch mode); shares the
+        compiled artifacts, owns its own state. Engines that cannot share raise NotImplementedError."""
+        raise NotImplementedError(f"engine {self.name!r} has no fork()")
+
+    def fill_masks(self, seqs: Sequence["Engine"], out: np.ndarray) -> None:
+        """Masks of several sequences (``self`` and forks of it) into the rows of ``out`` ([B, words] int32),
+        one call per decoding step of a batch. Default: one ``fill_mask`` per sequence; engines with a native
+        batch path override it."""
+        for i, s in enumerate(seqs):
+            s.fill_mask(out[i])
 
     def close(self) -> None:
         """Release resources (GPU memory, threads)."""
