@@ -180,13 +180,15 @@ def test_hf_tokenizer_has_our_ids(cache_dir):
 def test_empty_match_bug_minimal_repro_is_detected(cache_dir):
     import xgrammar as xgr
 
+    from gcdbench.parsers.xgrammar_engine import tokenizer_info
+
     tok = bytes_plus(b"ab")
     ab = 256
     engine = make(cache_dir)
     engine.compile_ebnf(REPRO_EBNF, tok, grammar_key="repro-ebnf")
     got = allowed(engine, tok)
     # XGrammar alone on the same text (what cfgzip promises to match byte for byte)
-    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(tok.xgrammar_info).compile_grammar(REPRO_EBNF))
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(tokenizer_info(tok)).compile_grammar(REPRO_EBNF))
     buf = xgr.allocate_token_bitmask(1, tok.vocab_size)
     matcher.fill_next_token_bitmask(buf)
     xg = set(mask_to_ids(buf.numpy()[0], tok.vocab_size).tolist())
