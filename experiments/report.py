@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcdbench.parsers.base import Outcome
+
 DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
 
 
@@ -64,9 +66,9 @@ def cell_stats(run_dir: Path) -> dict:
     }
     if samples is not None:
         counts = samples["outcome"].value_counts()
-        attempted = samples[~samples["outcome"].isin(["skipped", "compile_error"])]
+        attempted = samples[~samples["outcome"].isin([Outcome.SKIPPED.value, Outcome.COMPILE_ERROR.value])]
         row["samples"] = int(len(attempted))
-        row["passed"] = int(counts.get("ok", 0))
+        row["passed"] = int(counts.get(Outcome.OK.value, 0))
         row["pass_rate"] = row["passed"] / len(attempted) if len(attempted) else np.nan
         row["outcomes"] = ", ".join(f"{k}: {v}" for k, v in counts.items())
     if steps is not None and len(steps):
