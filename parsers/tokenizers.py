@@ -78,7 +78,8 @@ class Tokenizer:
         specials = set(self.special_ids.values())
         ranks = {b: i for i, b in enumerate(self.token_bytes) if b and i not in specials}
         if len(ranks) != sum(1 for i, b in enumerate(self.token_bytes) if b and i not in specials):
-            raise ValueError(f"tokenizer {self.name!r}: two ids have the same bytes; a vocabulary needs distinct tokens")
+            raise ValueError(f"tokenizer {self.name!r}: two ids have the same bytes; "
+                             "a vocabulary needs distinct tokens")
         return tiktoken.Encoding(self.name, pat_str=QWEN_PAT, mergeable_ranks=ranks, special_tokens=self.special_ids)
 
 
