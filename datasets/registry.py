@@ -10,7 +10,14 @@ DATASETS = ("spider", "spider_spop", "treebank", "sample", "sample_pos", "custom
 
 
 def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
-    """Load the dataset a ``conf/dataset/*.yaml`` node describes (``name`` plus loader keys)."""
+    """Load the dataset a ``conf/dataset/*.yaml`` node describes (``name``, loader keys, and ``ambiguous``: the
+    grammar is highly ambiguous, which Table 1's complexity column reads from the dataset's meta)."""
+    ds = _load(dcfg, data_root, n, seed)
+    ds.meta["ambiguous"] = bool(dcfg.get("ambiguous", False))
+    return ds
+
+
+def _load(dcfg, data_root, n, seed) -> Dataset:
     name = dcfg["name"]
     if name in ("spider", "spider_spop"):
         from gcdbench.datasets.spider import load_spider

@@ -1,8 +1,9 @@
 """Spider 1.0 gold SQL queries with the project's Spider grammars (``spider.lark`` and its sp-op variant).
 
 ``load_spider`` reads ``<data_root>/spider/{split}_gold.sql`` (``SQL<TAB>db_id`` per line), keeps each distinct
-query once in file order, drops the queries the grammar cannot parse (Lark LALR; they are listed in ``meta``)
-and picks ``n`` of the rest. For ``variant="spop"`` every query is first rewritten by :func:`to_spop`.
+query once in file order, drops the queries that are not sentences of the grammar's language as the harness
+defines it (the scannerless reference checker, so no engine's lexer decides; they are listed in ``meta``) and
+picks ``n`` of the rest. For ``variant="spop"`` every query is first rewritten by :func:`to_spop`.
 """
 from __future__ import annotations
 
@@ -62,8 +63,22 @@ def grammar_stats(grammar_name: str) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=None)
+def language(grammar_name: str):
+    """The reference checker of a shipped grammar (the harness's language), built once per process."""
+    from gcdbench.parsers.reference import ReferenceChecker
+
+    return ReferenceChecker(load_grammar(grammar_name))
+
+
+def in_language(grammar_name: str, text: str) -> bool:
+    """Whether ``text`` is a sentence of the grammar in the harness's (scannerless) reading."""
+    return language(grammar_name).is_sentence(text.encode("utf-8"))
+
+
 def parses(grammar_name: str, text: str) -> bool:
-    """Whether Lark's LALR parser of the grammar accepts ``text``."""
+    """Whether Lark's LALR parser of the grammar accepts ``text`` (the grammars are kept LALR(1) for PSC;
+    tests compare this with :func:`in_language`, which is what selects samples)."""
     from lark.exceptions import LarkError
 
     try:
@@ -89,7 +104,7 @@ def read_gold(data_root: str | Path, split: str = "dev") -> list[tuple[str, str]
 
 def load_spider(data_root: str | Path, split: str = "dev", variant: str = "plain", n: int | None = None,
                 seed: int = 0) -> Dataset:
-    """Distinct gold queries of a Spider split that the grammar parses, as a :class:`Dataset`.
+    """Distinct gold queries of a Spider split that are sentences of the grammar, as a :class:`Dataset`.
 
     Sample ids are ``<split>-<index>`` with the index in the list of distinct queries (before dropping), so an
     id names the same query whatever ``n``, ``seed`` or variant. Raises :class:`DataMissing` when the file is
@@ -104,7 +119,7 @@ def load_spider(data_root: str | Path, split: str = "dev", variant: str = "plain
     for i, sql in enumerate(distinct):
         text = to_spop(sql) if variant == "spop" else sql
         sid = f"{split}-{i:04d}"
-        if parses(grammar_name, text):
+        if in_language(grammar_name, text):
             samples.append(Sample(sid, text))
         else:
             dropped.append({"id": sid, "text": text})
@@ -114,7 +129,8 @@ def load_spider(data_root: str | Path, split: str = "dev", variant: str = "plain
         "variant": variant,
         "n_lines": len(rows),
         "n_distinct": len(distinct),
-        "n_parsed": len(samples),
+        "selected_by": "reference checker (scannerless; the harness's language)",
+        "n_kept": len(samples),
         "n_dropped": len(dropped),
         "dropped": dropped,
         **grammar_stats(grammar_name),

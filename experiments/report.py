@@ -8,16 +8,34 @@ section: its cells, and the mask-time tail at every prefix length (``prefix_tail
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-COMPLEXITY = {"xgrammar": "?", "llguidance": "O(n)", "psc": "O(n)", "valiant": "O(n^3)", "cfgzip": "?",
-              "glrmask": "O(n^3)", "reference": "O(n^3)"}
-AMBIGUOUS = {"treebank", "sample_pos"}
+from gcdbench.parsers.base import Outcome
+
 DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
+
+
+@functools.lru_cache(maxsize=None)
+def _engine_class(name: str):
+    """The engine class stored as ``name`` in run.json (a registry name or ``package.module:Class``), or
+    None when it does not import here (its table entries then say ``?``)."""
+    from gcdbench.parsers.registry import engine_class
+
+    try:
+        return engine_class(name)
+    except (ValueError, ImportError, AttributeError):
+        return None
+
+
+def complexity(engine: str, ambiguous: bool) -> str:
+    """Table 1's "Cmplx." entry: what the engine class declares for a grammar that is (not) highly ambiguous."""
+    cls = _engine_class(engine)
+    return cls.complexity(bool(ambiguous)) if cls is not None else "?"
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -44,12 +62,13 @@ def cell_stats(run_dir: Path) -> dict:
         "gpu": (meta.get("machine") or {}).get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
         "peak_rss_run_mb": meta.get("peak_rss_run_mb"), "path": str(run_dir),
         "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")),
+        "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
     }
     if samples is not None:
         counts = samples["outcome"].value_counts()
-        attempted = samples[~samples["outcome"].isin(["skipped", "compile_error"])]
+        attempted = samples[~samples["outcome"].isin([Outcome.SKIPPED.value, Outcome.COMPILE_ERROR.value])]
         row["samples"] = int(len(attempted))
-        row["passed"] = int(counts.get("ok", 0))
+        row["passed"] = int(counts.get(Outcome.OK.value, 0))
         row["pass_rate"] = row["passed"] / len(attempted) if len(attempted) else np.nan
         row["outcomes"] = ", ".join(f"{k}: {v}" for k, v in counts.items())
     if steps is not None and len(steps):
@@ -104,11 +123,7 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                     row[f"{ds} {col}"] = ""
                 continue
             c = c.iloc[0]
-            eng = c["engine"]
-            cx = COMPLEXITY.get(eng, "?")
-            if eng == "llguidance" and ds in AMBIGUOUS:
-                cx = "O(n^3)"
-            row[f"{ds} Cmplx."] = cx
+            row[f"{ds} Cmplx."] = complexity(c["engine"], bool(_get(c, "ambiguous")))
             if isinstance(c.get("compile_error"), str) and c["compile_error"]:
                 notes.append(f"{config} × {ds}: not run: {c['compile_error'].splitlines()[0][:200]}")
                 row[f"{ds} Init"] = "×"
@@ -148,44 +163,26 @@ def details(cells: pd.DataFrame) -> pd.DataFrame:
     return d.sort_values(["dataset", "tokenizer", "config"]).reset_index(drop=True)
 
 
-def _markdown(df: pd.DataFrame) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df.iterrows():
-        cells = []
-        for c in cols:
-            v = r[c]
-            if isinstance(v, float):
-                v = "" if np.isnan(v) else (f"{v:,.1f}" if abs(v) < 1e6 else f"{v:.3g}")
-            cells.append(str(v if v is not None else ""))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-# engine_info keys worth a column in the artifact table, per engine: (column, path into engine_info)
-ARTIFACT_KEYS = {
-    "valiant": [("CNF binary rules", ("cnf", "binary_rules")), ("CNF nonterminals", ("cnf", "nonterminals")),
-                ("left-child nonterminals (stored per tier)", ("cnf", "left_nonterminals")),
-                ("terminals", ("cnf", "terminals")), ("lexer states", ("lexer_states",)),
-                ("terminal-tree nodes", ("trie_nodes",)), ("token tuples", ("tuples",))],
-    "psc": [("lexer states", ("lexer_states",)), ("LALR states", ("parser_states",)),
-            ("terminal sequences", ("terminal_sequences",)), ("classifier states", ("automaton_states",)),
-            ("minimised states", ("minimized_states",)), ("distinct masks", ("distinct_masks",))],
-}
+def _markdown(df: pd.DataFrame, parse_numbers: bool = True) -> str:
+    """``df`` as a Markdown table (pandas' ``to_markdown``): missing values empty, floats as ``1,234.5``;
+    ``parse_numbers=False`` prints string cells exactly as they are (Table 1's formatted entries)."""
+    cells = df.astype(object).where(df.notna(), None)
+    return cells.to_markdown(index=False, floatfmt=",.1f", missingval="", disable_numparse=not parse_numbers)
 
 
 def artifacts(root: Path) -> dict[str, pd.DataFrame]:
-    """Per engine with an entry in ``ARTIFACT_KEYS``: one row per dataset with the sizes its compile reported
+    """Per engine that declares ``artifact_keys``: one row per dataset with the sizes its compile reported
     (first init of the cell, from ``run.json``), e.g. the CNF counts seed 000 reports for Valiant."""
     rows: dict[str, list] = {}
     for run_dir in find_runs(root):
         meta = json.loads((run_dir / "run.json").read_text())
-        keys = ARTIFACT_KEYS.get(meta["engine"])
+        cls = _engine_class(meta["engine"])
+        keys = cls.artifact_keys if cls is not None else {}
         info = first_engine_info(meta)
         if not keys or not info:
             continue
         row = {"dataset": meta["dataset"], "tokenizer": meta["tokenizer"]}
-        for col, path in keys:
+        for col, path in keys.items():
             v = info
             for k in path:
                 v = v.get(k) if isinstance(v, dict) else None
@@ -216,7 +213,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
     t1.to_csv(out / "table1.csv", index=False)
     (out / "table1.tex").write_text(t1.to_latex(index=False, escape=True))
     note_lines = [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
-    md_t1 = _markdown(t1) + ("\n\n" + "\n".join(f"- {n}" for n in note_lines) if notes else "")
+    md_t1 = _markdown(t1, parse_numbers=False) + ("\n\n" + "\n".join(f"- {n}" for n in note_lines) if notes else "")
     (out / "table1.md").write_text(md_t1 + "\n")
     det = details(cells)
     det.to_csv(out / "cells.csv", index=False)

@@ -29,14 +29,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
 
 
 class PreprocessTimeout(TimeoutError):
@@ -45,6 +44,24 @@ class PreprocessTimeout(TimeoutError):
 
 def _default_cache_dir() -> Path:
     return Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench")) / "cfgzip"
+
+
+def _preprocess_command() -> Path:
+    """The ``cfgzip-preprocess`` executable installed with the imported cfgzip (from its wheel's file list, so
+    it is found wherever that package lives), else the one on ``PATH``."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        dist = distribution("cfgzip")
+        for f in dist.files or []:
+            if f.name == "cfgzip-preprocess" and Path(dist.locate_file(f)).is_file():
+                return Path(dist.locate_file(f)).resolve()
+    except PackageNotFoundError:
+        pass
+    found = shutil.which("cfgzip-preprocess")
+    if found is None:
+        raise CompileError("cfgzip: the cfgzip-preprocess command is not installed (pip install cfgzip==0.2.0)")
+    return Path(found)
 
 
 def _strip_literals(line: str) -> str:
@@ -199,6 +216,15 @@ class CFGzipEngine(Engine):
 
         return f"cfgzip {importlib.metadata.version('cfgzip')} + xgrammar {importlib.metadata.version('xgrammar')}"
 
+    def profile(self) -> Profile:
+        """The harness's language: the grammar goes in through our scannerless EBNF converter. (cfgzip 0.2.0's
+        empty-match bug is a bug, not a language: the audit reports its false blocks.)"""
+        return Profile()
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        return "?"
+
     # -- init -----------------------------------------------------------------------------------
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         from gcdbench.parsers.convert import lark_to_xgrammar_ebnf
@@ -257,11 +283,7 @@ class CFGzipEngine(Engine):
         return flags
 
     def _preprocess(self, ebnf: str, model_id: str, hf_cache: Path, flags: list[str], out_dir: Path) -> dict:
-        exe = Path(sys.executable).parent / "cfgzip-preprocess"  # the one installed with this cfgzip
-        if not exe.exists():
-            exe = Path(shutil.which("cfgzip-preprocess") or exe)
-        if not exe.exists():
-            raise CompileError("cfgzip: the cfgzip-preprocess command is not installed (pip install cfgzip)")
+        exe = _preprocess_command()
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
         try:

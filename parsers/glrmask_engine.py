@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
 
 
 class GLRMaskError(RuntimeError):
@@ -172,6 +172,16 @@ class GLRMaskEngine(Engine):
         import importlib.metadata
 
         return importlib.metadata.version("glrmask")
+
+    def profile(self) -> Profile:
+        """Longest match among the terminals the parser allows, Unicode simple case folding; with ``%ignore``
+        kept (``lark``, ``normalized``) ignored text may also come first."""
+        return Profile(lexing="longest_match", case_fold="unicode_simple",
+                       leading_ignore=self.opts["grammar_form"] != "inline_ignore")
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        return "O(n^3)"
 
     def _strategies(self):
         import glrmask

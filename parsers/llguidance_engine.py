@@ -9,7 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+
+
+def ll_tokenizer(tokenizer):
+    """LLGuidance's view of a :class:`~gcdbench.parsers.tokenizers.Tokenizer`, from its tiktoken encoding
+    (``llguidance.tiktoken``): same token bytes, specials and padding ids as special tokens, the same EOS.
+    Built once per process and vocabulary (about a second for Qwen3)."""
+
+    def build(tk):
+        from llguidance.tiktoken import lltokenizer_from_encoding
+
+        return lltokenizer_from_encoding(tk.encoding, n_vocab=tk.vocab_size, eos_token=tk.eos_id)
+
+    return tokenizer.view("llguidance.LLTokenizer", build)
 
 
 class LLGuidanceEngine(Engine):
@@ -25,6 +38,16 @@ class LLGuidanceEngine(Engine):
 
         return importlib.metadata.version("llguidance")
 
+    def profile(self) -> Profile:
+        """A lexer: longest match among the lexemes the parser allows; no ignored text after a sentence that
+        no terminal can extend; Unicode simple case folding for ``"..."i``."""
+        return Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple")
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        """Earley parsing over a lexer: linear on the unambiguous grammars, cubic on highly ambiguous ones."""
+        return "O(n^3)" if ambiguous else "O(n)"
+
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         import llguidance
 
@@ -32,13 +55,14 @@ class LLGuidanceEngine(Engine):
         if grammar.start != "start":
             text = f"start: {grammar.start}\n" + text
         grm = llguidance.LLMatcher.grammar_from_lark(text)
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grm, tokenizer.llguidance)
+        ll_tok = ll_tokenizer(tokenizer)
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grm, ll_tok)
         if is_error:
             raise CompileError(f"llguidance refused the grammar: {'; '.join(messages)}")
         limits = llguidance.LLParserLimits(**{k: int(v) for k, v in self.opts.items() if v is not None})
-        self._args = (tokenizer.llguidance, grm)
+        self._args = (ll_tok, grm)
         self._limits = limits
-        self.matcher = llguidance.LLMatcher(tokenizer.llguidance, grm, limits=limits)
+        self.matcher = llguidance.LLMatcher(ll_tok, grm, limits=limits)
         if self.matcher.is_error():
             raise CompileError(f"llguidance: {self.matcher.get_error()}")
         self._fill = __import__("llguidance.numpy", fromlist=["fill_next_token_bitmask"]).fill_next_token_bitmask

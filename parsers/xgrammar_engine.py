@@ -10,7 +10,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
+
+
+def tokenizer_info(tokenizer):
+    """XGrammar's view of a :class:`~gcdbench.parsers.tokenizers.Tokenizer`: its raw token bytes, its width
+    and its EOS as the only stop token; built once per process and vocabulary."""
+
+    def build(tk):
+        import xgrammar as xgr
+
+        return xgr.TokenizerInfo(list(tk.token_bytes), xgr.VocabType.RAW, vocab_size=tk.vocab_size,
+                                 stop_token_ids=[tk.eos_id])
+
+    return tokenizer.view("xgrammar.TokenizerInfo", build)
 
 
 class XGrammarEngine(Engine):
@@ -24,6 +37,15 @@ class XGrammarEngine(Engine):
         import importlib.metadata
 
         return importlib.metadata.version("xgrammar")
+
+    def profile(self) -> Profile:
+        """Scannerless like the harness; XGrammar's own Lark import folds case for ASCII letters only
+        (our EBNF and BNF forms write Python's extra folds out)."""
+        return Profile(case_fold="ascii") if self.opts["grammar_form"] == "lark" else Profile()
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        return "?"
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         import torch
@@ -45,7 +67,7 @@ class XGrammarEngine(Engine):
             else:
                 raise ValueError(f"xgrammar: grammar_form must be 'ebnf', 'bnf' or 'lark', not {form!r}")
             compiler = xgr.GrammarCompiler(
-                tokenizer.xgrammar_info, max_threads=int(self.opts["max_threads"]),
+                tokenizer_info(tokenizer), max_threads=int(self.opts["max_threads"]),
                 cache_enabled=bool(self.opts["cache_enabled"]),
             )
             self.compiled = compiler.compile_grammar(xg)

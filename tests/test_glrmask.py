@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lark
 import pytest
 
-pytest.importorskip("glrmask", reason="glrmask is not installed (pip install glrmask==0.5.0)")
-
-import lark  # noqa: E402
-
-from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids  # noqa: E402
-from gcdbench.parsers.glrmask_engine import GLRMaskEngine, lark_to_glrmask_lark  # noqa: E402
-from gcdbench.parsers.reference import ReferenceChecker  # noqa: E402
-from gcdbench.parsers.tokenizers import Tokenizer  # noqa: E402
+from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.glrmask_engine import GLRMaskEngine, lark_to_glrmask_lark
+from gcdbench.parsers.reference import ReferenceChecker
+from gcdbench.parsers.tokenizers import Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 GRAMMARS = Path(__file__).parent / "grammars"
@@ -184,10 +181,7 @@ def test_spider_differences_are_the_documented_kinds(bytes_tokenizer):
     documented causes explain: longest-match lexing and Python's dotless-ı case fold ("i"i matches U+0131)."""
     from gcdbench.experiments.audit import Auditor, dotless_i_case_fold, longest_match_lexing
 
-    path = REPO / "datasets" / "grammars" / "spider.lark"
-    if not path.exists():
-        pytest.skip("no Spider grammar in this checkout")
-    grammar = GrammarSpec("spider", path.read_text())
+    grammar = GrammarSpec("spider", (REPO / "datasets" / "grammars" / "spider.lark").read_text())
     tok = bytes_tokenizer
     aud = Auditor(grammar, tok)
     engine = compiled(tok, grammar.lark)

@@ -28,4 +28,9 @@ def test_wheel_installs_only_the_gcdbench_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("gcdbench/datasets/") for n in names)
     assert all(n.startswith(("gcdbench/", "gcdbench-")) for n in names), [n for n in names if "/" in n][:5]
-    assert "gcdbench/datasets/grammars/spider.lark" in names or not (REPO / "datasets/grammars/spider.lark").exists()
+    # every shipped grammar and embedded sample file is inside the wheel (the package-data globs)
+    shipped = [p.relative_to(REPO).as_posix() for d in ("datasets/grammars", "datasets/sample")
+               for p in sorted((REPO / d).iterdir()) if p.is_file()]
+    assert "datasets/grammars/spider.lark" in shipped
+    missing = [f for f in shipped if "gcdbench/" + f not in names]
+    assert not missing, missing

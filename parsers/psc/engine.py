@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, n_mask_words
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, n_mask_words
 from gcdbench.parsers.psc.build import (END, SeqTrie, VocabTrie, _Classifier, lalr_tables, minimize_classifier,
                                         realizable, table_from_plain, table_to_plain)
 from gcdbench.parsers.psc.lexer import IGNORED, ByteLexer
@@ -183,6 +183,19 @@ def _mask_of(acc, weights, n_words):
 
 class PSCEngine(Engine):
     name = "psc"
+    artifact_keys = {"lexer states": ("lexer_states",), "LALR states": ("parser_states",),
+                     "terminal sequences": ("terminal_sequences",), "classifier states": ("automaton_states",),
+                     "minimised states": ("minimized_states",), "distinct masks": ("distinct_masks",)}
+
+    def profile(self) -> Profile:
+        """Lark's standard lexer (all terminals compete by longest match, string literals reserved);
+        ``leading_ignore`` as its option."""
+        return Profile(lexing="standard", leading_ignore=bool(self.opts["leading_ignore"]))
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        """One walk of the stack classifier per mask: linear in the stack depth."""
+        return "O(n)"
 
     @classmethod
     def options(cls) -> dict:

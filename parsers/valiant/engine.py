@@ -193,6 +193,20 @@ def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bo
 
 class ValiantEngine(Engine):
     name = "valiant"
+    artifact_keys = {"CNF binary rules": ("cnf", "binary_rules"), "CNF nonterminals": ("cnf", "nonterminals"),
+                     "left-child nonterminals (stored per tier)": ("cnf", "left_nonterminals"),
+                     "terminals": ("cnf", "terminals"), "lexer states": ("lexer_states",),
+                     "terminal-tree nodes": ("trie_nodes",), "token tuples": ("tuples",)}
+
+    def profile(self):
+        """The harness's language (``Profile()``): scannerless token alignment over the grammar's terminals."""
+        from gcdbench.parsers.base import Profile
+
+        return Profile()
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        return "O(n^3)"
 
     @classmethod
     def options(cls) -> dict:
