@@ -87,7 +87,7 @@ def test_tidy_frames(results):
     st = dict(zip(zip(cells["config"], cells["dataset"], cells["tokenizer"]), cells["status"]))
     assert st[("psc", "treebank", "qwen3")] == "compile error"
     assert st[("valiant__workers-64", "spider", "qwen3")] == "compile OOM"
-    assert st[("llguidance", "treebank", "qwen3")].startswith("partial: run time limit")
+    assert st[("llguidance", "treebank", "qwen3")] == "partial: timeout 1/3, skipped 1/3"
     assert "timeout 1" in st[("llguidance", "treebank", "qwen3")]
     assert st[("xgrammar", "spider", "qwen3")] is None
 
@@ -132,7 +132,7 @@ def test_failed_cells_are_visible_and_axes_have_units(results):
     figs = figures.figures(steps, cells)
     prefix = _texts(figs["mask_vs_prefix_qwen3"])
     assert "× psc: compile error" in prefix
-    assert "llguidance (partial: run time limit" in prefix
+    assert "llguidance (partial: timeout 1/3, skipped 1/3)" in prefix
     assert "prefix length (tokens)" in prefix and "time per mask" in prefix
     init = _texts(figs["init_time_qwen3"])
     assert "compile error" in init and "s (log)" in init

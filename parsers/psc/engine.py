@@ -190,6 +190,8 @@ class PSCEngine(Engine):
                 "max_build_s": 600.0,
                 "max_states": 2_000_000, "use_cache": True}
 
+    option_choices = {"lexer": ("standard",)}
+
     def version(self) -> str:
         try:
             from importlib.metadata import version
