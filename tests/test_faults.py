@@ -361,3 +361,36 @@ def test_failing_job_of_a_sweep_is_recorded_and_the_others_run(tmp_path):
     assert meta_of(out / "sample" / "bytes" / "reference")["outcomes"] == {"ok": 1}   # the job after it ran
     jobs = json.loads(next(out.glob(".hydra/multirun_*/jobs.json")).read_text())
     assert [j["status"] for j in jobs] == ["failed", "ok"] and "dev_gold.sql" in jobs[0]["error"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# PSC on a grammar too large for it: progress, then a typed refusal in seconds
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_psc_refuses_a_huge_literal_alternation_with_progress(tmp_path, monkeypatch, caplog):
+    import logging
+    import random
+
+    from gcdbench.parsers.base import CompileError, CompileTimeout, GrammarSpec
+    from gcdbench.parsers.psc import build
+    from gcdbench.parsers.psc.engine import build_artifact
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    rng = random.Random(1)
+    words = sorted({"".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+                    for _ in range(3200)})[:3000]
+    grammar = GrammarSpec("alternation", 'start: word (" " word)*\nword: ' + " | ".join(f'"{w}"' for w in words))
+    monkeypatch.setattr(build, "PROGRESS_EVERY_S", 0.0)
+    caplog.set_level(logging.INFO, logger="gcdbench.psc")
+    with pytest.raises(CompileError, match=r"lexer automaton exceeds max_lexer_states=1000 states \(3001 "
+                                           r"terminals\).*raise engine.max_lexer_states") as err:
+        build_artifact(grammar, load_tokenizer("bytes"), max_lexer_states=1000)
+    assert not isinstance(err.value, CompileTimeout)   # a size bound: deterministic
+    records = [r.getMessage() for r in caplog.records if r.name == "gcdbench.psc"]
+    assert "psc: Lark's LALR(1) analysis" in records
+    assert any(m.startswith("psc: lexer automaton: ") and "states expanded (3001 terminals)" in m for m in records)
+    # the time budget is a CompileTimeout (retried on resume), naming the phase it stopped in (on a slow machine
+    # Lark's own analysis may be that phase)
+    with pytest.raises(CompileTimeout, match=r"time budget of 5 s \(max_build_s\) in the lexer automaton phase"
+                                             r"|LALR\(1\) analysis did not finish in 5 s"):
+        build_artifact(grammar, load_tokenizer("bytes"), max_build_s=5, lalr_timeout_s=60, max_lexer_states=10**6)
