@@ -49,6 +49,9 @@ def main(cfg: DictConfig) -> None:
     cfg.out_dir = to_absolute_path(cfg.out_dir)
     try:
         out = run(cfg)
+    except KeyboardInterrupt:
+        print("interrupted: the finished samples are kept; run the same command again to resume", file=sys.stderr)
+        sys.exit(130)
     except (FileNotFoundError, ValueError) as err:   # configuration, data and cell-folder refusals: one line
         print(f"error: {err}", file=sys.stderr)
         if not multirun:

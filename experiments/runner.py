@@ -655,6 +655,11 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                 cell.write_part(session, sample.id, kind, msg, rows, time.monotonic() - t0)
             progress.update(1)
             cell.save_session(session)
+    except BaseException:   # Ctrl-C or a bug: the worker goes at once; finished samples stay in parts/
+        if worker is not None:
+            worker.kill()
+            worker = None
+        raise
     finally:
         progress.close()
         if worker is not None:

@@ -291,10 +291,13 @@ def _warm_up(engine, tokenizer, ids) -> dict:
 
 def main() -> None:
     """Entry point of the child process."""
+    import signal
+
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from gcdbench.parsers.limited import Channel, die_with_parent
 
     die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle (it kills this process)
     chan = Channel.from_env()
     try:
         _serve(chan)

@@ -394,3 +394,24 @@ def test_psc_refuses_a_huge_literal_alternation_with_progress(tmp_path, monkeypa
     with pytest.raises(CompileTimeout, match=r"time budget of 5 s \(max_build_s\) in the lexer automaton phase"
                                              r"|LALR\(1\) analysis did not finish in 5 s"):
         build_artifact(grammar, load_tokenizer("bytes"), max_build_s=5, lalr_timeout_s=60, max_lexer_states=10**6)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path, words, marker):
+    """SIGINT to the whole process group (a terminal's Ctrl-C): one line, no traceback from the parent or the
+    worker, finished samples kept for the resume."""
+    out = tmp_path / "out"
+    args = [f"out_dir={out}", "progress=false", "tokenizer=bytes", "audit.per_sample=0", "engine=reference",
+            f"engine.name={FAULTY}:SlowEngine", *words]
+    proc = cli(*args, env={"GCDBENCH_TEST_MARKER": str(marker)}, start_new_session=True)
+    cell = cell_dir(out, "SlowEngine")
+    wait_for(lambda: len(list((cell / "parts").glob("*.sample.json"))) >= 1, what="a finished sample")
+    worker = marked_pid(marker, "compile")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    assert "interrupted: the finished samples are kept" in stderr
+    assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+    run(make_cfg(out, "engine=reference", f"engine.name={FAULTY}:SlowEngine", *words))
+    assert meta_of(cell)["outcomes"] == {"ok": 8}
+    assert [s["status"] for s in meta_of(cell)["sessions"]] == ["interrupted", "finished"]

@@ -288,3 +288,27 @@ def test_engine_label_is_one_folder_name():
     label = engine_label("psc", {"cache_dir": "/tmp/x y/psc", "lexer": "standard"}, {"cache_dir": None,
                                                                                     "lexer": "standard"})
     assert "/" not in label and " " not in label and label.startswith("psc__cache_dir-")
+
+
+def test_report_marks_cells_that_mix_commits_or_ran_on_a_dirty_tree(tmp_path, letters, capsys):
+    """Per-row provenance: a cell whose rows come from two commits, or from a dirty tree, is marked in Table 1's
+    notes, the per-cell table and the summary line; a clean one-commit cell is not."""
+    from gcdbench.experiments.report import cell_summary, write_report
+
+    clean = run(make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0"))
+    mixed = run(make_cfg(tmp_path, "engine=reference", "+engine.label=mixed", *letters, "audit.per_sample=0"))
+    dirty = run(make_cfg(tmp_path, "engine=reference", "+engine.label=dirty", *letters, "audit.per_sample=0"))
+    for cell, commits, flags in ((clean, ["a" * 40] * 3, [False] * 3), (mixed, ["a" * 40, "b" * 40, "a" * 40], [False] * 3),
+                                 (dirty, ["a" * 40] * 3, [False, True, False])):
+        df = pd.read_parquet(cell / "samples.parquet")
+        df["git_commit"], df["git_dirty"] = commits, flags
+        df.to_parquet(cell / "samples.parquet", index=False)
+    write_report(tmp_path, tmp_path / "report", tokenizer="bytes")
+    cells = pd.read_csv(tmp_path / "report" / "cells.csv").set_index("config")
+    assert cells.loc["mixed", "provenance"] == "mixed commits (aaaaaaa, bbbbbbb)"
+    assert cells.loc["dirty", "provenance"] == "dirty tree"
+    assert pd.isna(cells.loc["reference", "provenance"])
+    t1 = (tmp_path / "report" / "table1.md").read_text()
+    assert "mixed × custom_letters: not from one clean commit: mixed commits" in t1
+    assert "dirty × custom_letters: not from one clean commit: dirty tree" in t1 and "reference × custom" not in t1
+    assert "WARNING: dirty tree" in cell_summary(dirty) and "WARNING" not in cell_summary(clean)
