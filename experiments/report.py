@@ -202,7 +202,7 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                 cx = "O(n^3)"
             row[f"{ds} Cmplx."] = cx
             if isinstance(c.get("compile_error"), str) and c["compile_error"]:
-                notes.append(f"{config} × {ds}: not run: {c['compile_error'].splitlines()[0][:200]}")
+                notes.append(f"{config} × {ds}: not run: {' '.join(c['compile_error'].split())[:200]}")
                 row[f"{ds} Init"] = "×"
                 row[f"{ds} Per-mask µs"] = f"× [{len(notes)}]"
                 row[f"{ds} p50/p99/max µs"] = "×"
@@ -296,8 +296,8 @@ def artifacts(root: Path) -> dict[str, pd.DataFrame]:
 
 def _audit_text(c: dict) -> str:
     if c.get("audit_steps"):
-        parts = [f"{c.get(k, 0)} {k.removeprefix('audit_').replace('_', ' ')}" for k in c
-                 if k.startswith("audit_agree") and c.get(k) is not None]
+        keys = sorted((k for k in c if k.startswith("audit_agree") and c.get(k) is not None), key=len)
+        parts = [f"{c[k]} {k.removeprefix('audit_').replace('_', ' ')}" for k in keys]
         return f"audit of {c['audit_steps']} steps: " + ", ".join(parts)
     if c.get("audit_error"):
         return f"not audited: {c['audit_error'].splitlines()[0][:200]}"

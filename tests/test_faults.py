@@ -415,3 +415,19 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path, words, marker):
     run(make_cfg(out, "engine=reference", f"engine.name={FAULTY}:SlowEngine", *words))
     assert meta_of(cell)["outcomes"] == {"ok": 8}
     assert [s["status"] for s in meta_of(cell)["sessions"]] == ["interrupted", "finished"]
+
+
+def test_report_warns_when_run_json_does_not_describe_the_rows(tmp_path, words, capsys):
+    """A run killed between writing samples.parquet and run.json (both atomic, one after the other): the report
+    says so and the next run repairs it."""
+    from gcdbench.experiments.report import collect
+
+    cfg = make_cfg(tmp_path, "engine=reference", *words, "samples=2")
+    cell = run(cfg)
+    meta = meta_of(cell)
+    (cell / "run.json").write_text(json.dumps({**meta, "n_rows": 1}))
+    capsys.readouterr()
+    assert len(collect(tmp_path)) == 1
+    assert "run.json describes 1 samples, samples.parquet holds 2" in capsys.readouterr().err
+    run(cfg)   # nothing to run; the merge rewrites run.json from the rows
+    assert meta_of(cell)["n_rows"] == 2
