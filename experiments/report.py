@@ -202,7 +202,7 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                 cx = "O(n^3)"
             row[f"{ds} Cmplx."] = cx
             if isinstance(c.get("compile_error"), str) and c["compile_error"]:
-                notes.append(f"{config} × {ds}: not run: {' '.join(c['compile_error'].split())[:200]}")
+                notes.append(f"{config} × {ds}: not run: {c['compile_error'].splitlines()[0][:200]}")
                 row[f"{ds} Init"] = "×"
                 row[f"{ds} Per-mask µs"] = f"× [{len(notes)}]"
                 row[f"{ds} p50/p99/max µs"] = "×"
