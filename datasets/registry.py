@@ -6,7 +6,7 @@ from pathlib import Path
 from gcdbench.datasets.base import DataError, Dataset, Sample, pick, read_text
 from gcdbench.parsers.base import GrammarSpec
 
-#: every dataset and the options its ``conf/dataset/<name>.yaml`` may set (besides ``name``)
+#: every dataset and the options its ``conf/dataset/<name>.yaml`` may set (besides ``name`` and ``ambiguous``)
 DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
     "spider": ("split",), "spider_spop": ("split",), "treebank": (), "sample": (), "sample_pos": (),
     "custom": ("grammar", "samples", "start"),
@@ -15,15 +15,26 @@ DATASETS = tuple(DATASET_OPTIONS)
 
 
 def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
-    """Load the dataset a ``conf/dataset/*.yaml`` node describes (``name`` plus loader keys).
+    """Load the dataset a ``conf/dataset/*.yaml`` node describes (``name``, loader keys, and ``ambiguous``: the
+    grammar is highly ambiguous, which Table 1's complexity column reads from the dataset's meta).
 
     Unknown options (``+dataset.splt=train``) and a dataset without samples fail here with the valid choices."""
     name = dcfg["name"]
     if name not in DATASET_OPTIONS:
         raise ValueError(f"unknown dataset {name!r}; valid: {list(DATASETS)}")
-    unknown = sorted(set(dcfg) - {"name", *DATASET_OPTIONS[name]})
+    valid = [*DATASET_OPTIONS[name], "ambiguous"]
+    unknown = sorted(set(dcfg) - {"name", *valid})
     if unknown:
-        raise DataError(f"dataset {name!r}: unknown option(s) {unknown}; valid: {list(DATASET_OPTIONS[name])}")
+        raise DataError(f"dataset {name!r}: unknown option(s) {unknown}; valid: {valid}")
+    ds = _load(dcfg, data_root, n, seed)
+    if not ds.samples:
+        raise DataError(f"dataset {ds.name!r} has no samples ({ds.meta.get('source', 'its source')}): nothing to run")
+    ds.meta["ambiguous"] = bool(dcfg.get("ambiguous", False))
+    return ds
+
+
+def _load(dcfg, data_root, n, seed) -> Dataset:
+    name = dcfg["name"]
     if name in ("spider", "spider_spop"):
         from gcdbench.datasets.spider import load_spider
 
@@ -43,8 +54,6 @@ def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
         ds = load_sample_pos(n=n, seed=seed)
     else:
         ds = load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
-    if not ds.samples:
-        raise DataError(f"dataset {ds.name!r} has no samples ({ds.meta.get('source', 'its source')}): nothing to run")
     return ds
 
 

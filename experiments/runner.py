@@ -51,8 +51,6 @@ SAMPLE_COLUMNS = [
     "peak_rss_mb", "session", "git_commit", "git_dirty", "host",
 ]
 MAX_MESSAGE = 2000
-PACKAGES = ["xgrammar", "llguidance", "lark", "numba", "numba-cuda", "numpy", "torch", "hydra-core", "interegular",
-            "cfgzip", "glrmask", "gcdbench"]
 RESULT_FILES = ("run.json", "samples.parquet", "steps.parquet", "audit.parquet")
 
 
@@ -103,8 +101,17 @@ def machine_info() -> dict:
 
 
 def package_versions() -> dict:
+    """Installed versions of gcdbench and every package it depends on (its own metadata, extras left out)."""
+    import re
+
+    names = ["gcdbench"]
+    try:
+        names += [re.split(r"[ ;<>=!~\[]", r, maxsplit=1)[0] for r in metadata.requires("gcdbench") or []
+                  if "extra ==" not in r]
+    except metadata.PackageNotFoundError:
+        pass
     out = {}
-    for p in PACKAGES:
+    for p in names:
         try:
             out[p] = metadata.version(p)
         except metadata.PackageNotFoundError:

@@ -144,7 +144,7 @@ def test_unknown_engine_option_names_valid_ones(tmp_path, letters):
     ("audit.per_sample=-2", r"audit.per_sample=-2"),
     ("+sample=3", r"unknown config key\(s\) \['sample'\]"),
     ("+limits.sample_timout_s=3", r"unknown config key\(s\) \['limits.sample_timout_s'\]"),
-    ("+dataset.split=train", r"dataset 'custom': unknown option\(s\) \['split'\]; valid: \['grammar', 'samples', 'start'\]"),
+    ("+dataset.split=train", r"dataset 'custom': unknown option\(s\) \['split'\]; valid: \['grammar', 'samples', 'start', 'ambiguous'\]"),
     ("engine.lexer=contextual", r"lexer='contextual' is not allowed; valid: \['standard'\]"),
     ("engine.max_states=many", r"max_states='many' should be of type int"),
 ])
