@@ -65,6 +65,22 @@ class ErrorStateEngine(_Faulty):
         raise EngineError("work limit reached (test)")
 
 
+class MaskRaiseEngine(_Faulty):
+    """Raises inside fill_mask once 'z' was committed."""
+
+    def fill_mask(self, out):
+        if getattr(self, "_armed", False):
+            raise RuntimeError("deliberate failure inside a mask")
+        return super().fill_mask(out)
+
+    def reset(self):
+        self._armed = False
+        super().reset()
+
+    def misbehave(self):
+        self._armed = True
+
+
 class WaitForKillEngine(_Faulty):
     """Sleeps inside a mask once the prefix ends in 'z' (after committing it), waiting to be killed."""
 

@@ -74,6 +74,7 @@ def test_ok_run_writes_long_format_results(tmp_path):
     ("HangEngine", "timeout", 2.5, "no result within 2.5 s (limits.sample_timeout_s)"),
     ("HogEngine", "oom", 60, "resident memory above 1500 MB (limits.memory_mb)"),
     ("ErrorStateEngine", "engine_error", 60, "work limit reached (test)"),
+    ("MaskRaiseEngine", "crash", 60, "step 2: RuntimeError: deliberate failure inside a mask"),
 ])
 def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, cls, expected, timeout, message):
     cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters,
