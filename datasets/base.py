@@ -22,6 +22,24 @@ class DataMissing(FileNotFoundError):
     """A data file is not under the data root; the message names the file and where to get it."""
 
 
+class DataError(ValueError):
+    """A data file that cannot be used as it is (not UTF-8, no samples, unknown dataset option)."""
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """The text of a UTF-8 file; a file that is not UTF-8 raises :class:`DataError` naming the file and the byte
+    offset of the first bad byte (the codec's own message names neither)."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad = data[err.start: err.start + 4]
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(f"{what} {path} is not UTF-8: byte offset {err.start} (line {line}) holds {bad!r} "
+                        f"({err.reason}); re-save the file as UTF-8") from None
+
+
 @dataclass(frozen=True)
 class Sample:
     id: str
@@ -53,12 +71,15 @@ def load_grammar(name: str, start: str = "start") -> GrammarSpec:
     if not path.exists():
         valid = sorted(p.stem for p in GRAMMAR_DIR.glob("*.lark"))
         raise FileNotFoundError(f"no grammar {name!r} in {GRAMMAR_DIR}; valid: {valid}")
-    return GrammarSpec(name=name, lark=path.read_text(), start=start, path=str(path))
+    return GrammarSpec(name=name, lark=read_text(path, "grammar"), start=start, path=str(path))
 
 
 def pick(samples: list[Sample], n: int | None, seed: int) -> list[Sample]:
-    """``n`` samples: the first ``n`` in file order when seed < 0, else a seeded random choice kept in order."""
-    if n is None or n <= 0 or n >= len(samples):
+    """``n`` samples (None: all): the first ``n`` in file order when seed < 0, else a seeded random choice kept in
+    order."""
+    if n is not None and n < 1:
+        raise ValueError(f"n={n}: at least 1 sample (None for all)")
+    if n is None or n >= len(samples):
         return list(samples)
     if seed < 0:
         return samples[:n]

@@ -3,16 +3,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gcdbench.datasets.base import Dataset, Sample, pick
+from gcdbench.datasets.base import DataError, Dataset, Sample, pick, read_text
 from gcdbench.parsers.base import GrammarSpec
 
-DATASETS = ("spider", "spider_spop", "treebank", "sample", "sample_pos", "custom")
+#: every dataset and the options its ``conf/dataset/<name>.yaml`` may set (besides ``name`` and ``ambiguous``)
+DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
+    "spider": ("split",), "spider_spop": ("split",), "treebank": (), "sample": (), "sample_pos": (),
+    "custom": ("grammar", "samples", "start"),
+}
+DATASETS = tuple(DATASET_OPTIONS)
 
 
 def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
     """Load the dataset a ``conf/dataset/*.yaml`` node describes (``name``, loader keys, and ``ambiguous``: the
-    grammar is highly ambiguous, which Table 1's complexity column reads from the dataset's meta)."""
+    grammar is highly ambiguous, which Table 1's complexity column reads from the dataset's meta).
+
+    Unknown options (``+dataset.splt=train``) and a dataset without samples fail here with the valid choices."""
+    name = dcfg["name"]
+    if name not in DATASET_OPTIONS:
+        raise ValueError(f"unknown dataset {name!r}; valid: {list(DATASETS)}")
+    valid = [*DATASET_OPTIONS[name], "ambiguous"]
+    unknown = sorted(set(dcfg) - {"name", *valid})
+    if unknown:
+        raise DataError(f"dataset {name!r}: unknown option(s) {unknown}; valid: {valid}")
     ds = _load(dcfg, data_root, n, seed)
+    if not ds.samples:
+        raise DataError(f"dataset {ds.name!r} has no samples ({ds.meta.get('source', 'its source')}): nothing to run")
     ds.meta["ambiguous"] = bool(dcfg.get("ambiguous", False))
     return ds
 
@@ -22,23 +38,23 @@ def _load(dcfg, data_root, n, seed) -> Dataset:
     if name in ("spider", "spider_spop"):
         from gcdbench.datasets.spider import load_spider
 
-        return load_spider(data_root, split=dcfg.get("split", "dev"),
-                           variant="spop" if name == "spider_spop" else "plain", n=n, seed=seed)
-    if name == "treebank":
+        ds = load_spider(data_root, split=dcfg.get("split", "dev"),
+                         variant="spop" if name == "spider_spop" else "plain", n=n, seed=seed)
+    elif name == "treebank":
         from gcdbench.datasets.treebank import load_treebank
 
-        return load_treebank(data_root, n=n, seed=seed)
-    if name == "sample":
+        ds = load_treebank(data_root, n=n, seed=seed)
+    elif name == "sample":
         from gcdbench.datasets.sample import load_sample_sql
 
-        return load_sample_sql(n=n, seed=seed)
-    if name == "sample_pos":
+        ds = load_sample_sql(n=n, seed=seed)
+    elif name == "sample_pos":
         from gcdbench.datasets.sample import load_sample_pos
 
-        return load_sample_pos(n=n, seed=seed)
-    if name == "custom":
-        return load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
-    raise ValueError(f"unknown dataset {name!r}; valid: {list(DATASETS)}")
+        ds = load_sample_pos(n=n, seed=seed)
+    else:
+        ds = load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
+    return ds
 
 
 def load_custom(grammar_path, samples_path, start="start", n=None, seed=0) -> Dataset:
@@ -49,7 +65,9 @@ def load_custom(grammar_path, samples_path, start="start", n=None, seed=0) -> Da
     for p in (g, s):
         if not p.exists():
             raise FileNotFoundError(f"dataset=custom: no file {p}")
-    lines = [ln for ln in s.read_text().splitlines() if ln.strip()]
+    lines = [ln for ln in read_text(s, "samples file").splitlines() if ln.strip()]
+    if not lines:
+        raise DataError(f"dataset=custom: samples file {s} has no non-empty line; write one sample per line")
     samples = [Sample(f"{s.stem}-{i:04d}", ln) for i, ln in enumerate(lines)]
-    grammar = GrammarSpec(name=g.stem, lark=g.read_text(), start=start, path=str(g))
+    grammar = GrammarSpec(name=g.stem, lark=read_text(g, "grammar"), start=start, path=str(g))
     return Dataset(name=f"custom_{g.stem}", grammar=grammar, samples=pick(samples, n, seed), meta={"source": str(s)})

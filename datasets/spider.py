@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from gcdbench.datasets.base import Dataset, Sample, data_file, load_grammar, pick
+from gcdbench.datasets.base import Dataset, Sample, data_file, load_grammar, pick, read_text
 
 VARIANTS = {"plain": ("spider", "spider"), "spop": ("spider_spop", "spider_spop")}   # variant -> (dataset, grammar)
 SPLITS = ("dev", "train")
@@ -94,7 +94,7 @@ def read_gold(data_root: str | Path, split: str = "dev") -> list[tuple[str, str]
         raise ValueError(f"unknown Spider split {split!r}; valid: {list(SPLITS)}")
     path = data_file(data_root, "spider", f"{split}_gold.sql")
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path, "Spider gold file").splitlines():
         if not line.strip():
             continue
         sql, _, db_id = line.partition("\t")

@@ -25,7 +25,7 @@ import functools
 import re
 from pathlib import Path
 
-from gcdbench.datasets.base import Dataset, Sample, data_file, pick
+from gcdbench.datasets.base import Dataset, Sample, data_file, pick, read_text
 from gcdbench.parsers.base import GrammarSpec
 
 NONE_TAG = "-NONE-"
@@ -163,7 +163,7 @@ def read_first_trees(combined: Path, n_trees: int) -> tuple[list[tuple], list[st
     for path in sorted(combined.glob("*.mrg")):
         if len(trees) >= n_trees:
             break
-        got = read_trees(path.read_text(), source=str(path))
+        got = read_trees(read_text(path, "treebank file"), source=str(path))
         trees.extend(got[: n_trees - len(trees)])
         used.append(path.name)
     if len(trees) < n_trees:

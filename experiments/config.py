@@ -1,14 +1,22 @@
-"""Structured config (the schema Hydra checks ``conf/config.yaml`` and command-line overrides against).
+"""Structured config (the schema Hydra checks ``conf/config.yaml`` and command-line overrides against), and the
+checks Hydra cannot make (:func:`validate`, called by the runner before any work).
 
 A typo in a top-level key fails at start; a wrong group choice (``engine=xgramar``) fails with Hydra's list
-of valid choices; an unknown engine option fails in ``Engine.__init__`` naming the valid ones.
+of valid choices; an unknown engine option, or a value outside an option's allowed values, fails in
+``Engine.__init__`` naming the valid ones; a key added with ``+`` that nothing reads (``+sample=3``), a sample
+count below 1 and a limit that is not positive fail in :func:`validate`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
+
+class ConfigError(ValueError):
+    """A configuration value the run cannot use; the message names the key and what to write instead."""
 
 
 @dataclass
@@ -16,12 +24,12 @@ class Limits:
     sample_timeout_s: float = 120.0    # one sample (all its masks), else outcome "timeout"
     run_timeout_s: float = 3600.0      # the whole cell; samples after it are "skipped"
     compile_timeout_s: float = 900.0   # engine init
-    memory_mb: float = 16000.0         # resident memory of the worker process, else "oom"
+    memory_mb: float = 16000.0         # resident memory of the worker process (and its children), else "oom"
 
 
 @dataclass
 class Audit:
-    per_sample: int = 7                # steps per sample whose full mask is compared with the reference
+    per_sample: int = 7                # steps per sample whose full mask is compared with the reference (0: none)
 
 
 @dataclass
@@ -35,10 +43,12 @@ class RunConfig:
     dataset: Any = field(default_factory=dict)    # name + loader keys (conf/dataset/<name>.yaml)
     tokenizer: TokenizerConf = field(default_factory=TokenizerConf)
     experiment: Any = field(default_factory=dict)  # free-form notes of the experiment preset
-    samples: Optional[int] = 30
-    seed: int = 0
+    samples: Any = 30                  # how many samples (>= 1), or "all"
+    seed: int = 0                      # which samples (a seeded choice; < 0: the first ones in file order), audit steps
     data_root: str = "../shared/data"
     out_dir: str = "outputs"
+    fresh: bool = False                # true: discard the cell folder's earlier results instead of resuming
+    warmup: bool = True                # one untimed warm-up sample after each compile
     limits: Limits = field(default_factory=Limits)
     audit: Audit = field(default_factory=Audit)
     progress: bool = True
@@ -47,3 +57,47 @@ class RunConfig:
 
 def register() -> None:
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
+
+
+def sample_count(value) -> int | None:
+    """``samples`` as the loaders take it: a count >= 1, or None for ``all``."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"samples={value!r}: write a whole number >= 1, or samples=all for every sample")
+    if value < 1:
+        raise ConfigError(f"samples={value}: at least 1 sample is needed (samples=all runs every sample)")
+    return value
+
+
+def _unknown_keys(node, schema, where: str) -> list[str]:
+    """Keys of ``node`` that the dataclass ``schema`` does not declare (added with ``+key=...``), recursively."""
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    bad = []
+    for key in node.keys():
+        f = fields.get(key)
+        if f is None:
+            bad.append(f"{where}{key}")
+            continue
+        sub = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(sub) and hasattr(node[key], "keys"):
+            bad += _unknown_keys(node[key], sub, f"{where}{key}.")
+    return bad
+
+
+def validate(cfg) -> int | None:
+    """Check what the schema cannot (see the module docstring); returns the sample count (None = all)."""
+    bad = _unknown_keys({k: cfg[k] for k in cfg.keys() if k != "hydra"}, RunConfig, "")
+    if bad:
+        valid = sorted(f.name for f in dataclasses.fields(RunConfig))
+        nested = "; ".join(f"{name}.{{{', '.join(f.name for f in dataclasses.fields(node))}}}"
+                           for name, node in (("limits", Limits), ("audit", Audit), ("tokenizer", TokenizerConf)))
+        raise ConfigError(f"unknown config key(s) {bad}: nothing reads them (a typo added with '+'?). Valid: {valid}; "
+                          f"{nested}; engine.<option> and dataset.<option> are checked by the engine and the dataset")
+    n = sample_count(cfg.samples)
+    for key, value in cfg.limits.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ConfigError(f"limits.{key}={value!r}: a limit must be a number > 0")
+    if not isinstance(cfg.audit.per_sample, int) or cfg.audit.per_sample < 0:
+        raise ConfigError(f"audit.per_sample={cfg.audit.per_sample!r}: write a whole number >= 0 (0: no audit)")
+    return n

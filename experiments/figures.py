@@ -10,8 +10,10 @@
 - ``init_time_<tokenizer>`` and ``memory_<tokenizer>``: compile time and peak resident memory per cell.
 
 Cells that did not produce masks (compile error, compile time-out or out-of-memory) are shown, never dropped:
-a hatched bar marked ``×`` in the bar charts and a ``×`` legend entry with the reason in the line charts; cells
-cut short (run time limit, timeouts, crashes) are marked "partial" in the legend.
+a hatched bar marked ``×`` in the bar charts and a ``×`` note with the reason in the line charts. A cell is drawn
+as complete only when every requested sample ended ``ok``: any other outcome (``Outcome`` of parsers/base.py:
+rejected, no_eos, timeout, oom, engine_error, crash, skipped) puts its status in the legend ("partial: rejected
+13/30", or "failed: engine_error 30/30" when no sample passed, drawn dotted).
 
 Figures are built on :class:`matplotlib.figure.Figure` objects without pyplot (no global backend state), saved
 through the Agg (PNG) and PDF canvases; a notebook can display the returned figures directly.
@@ -27,9 +29,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gcdbench.experiments.report import DATASET_ORDER, collect, find_runs
-
-FAILED_OUTCOMES = ("timeout", "oom", "crash", "skipped")
+from gcdbench.experiments.report import DATASET_ORDER, Unreadable, collect, find_runs, read_cell_file
+from gcdbench.parsers.base import Outcome
 CAPTIONS = {   # by file stem prefix, for the report's README
     "mask_vs_prefix": "Per-mask time against prefix length (tokens): solid = mean, dashed = p99 per prefix bucket, "
                       "log scale; one panel per dataset (seed 000's figure 6).",
@@ -53,11 +54,13 @@ def load_steps(root: Path | str) -> pd.DataFrame:
     """
     frames = []
     for run_dir in find_runs(Path(root)):
-        f = run_dir / "steps.parquet"
-        if not f.exists():
+        try:
+            meta = read_cell_file(run_dir, "run.json")
+            df = read_cell_file(run_dir, "steps.parquet")
+        except Unreadable:
+            continue   # collect() warns about it and skips the cell
+        if df is None:
             continue
-        meta = json.loads((run_dir / "run.json").read_text())
-        df = pd.read_parquet(f)
         df["vocab_size"] = meta.get("vocab_size")
         df["workers"] = (meta.get("engine_options") or {}).get("workers")
         df["run_dir"] = str(run_dir)
@@ -72,41 +75,63 @@ def load_steps(root: Path | str) -> pd.DataFrame:
 def load_cells(root: Path | str) -> pd.DataFrame:
     """One row per cell (``report.collect``) plus ``vocab_size``, ``workers``, ``engine_options`` and ``status``.
 
-    ``status`` is None for a cell that ran every sample, else a short reason ("compile error", "partial: timeout 2").
+    ``status`` is None for a complete cell, else a short reason (:func:`cell_status`).
     """
     cells = collect(Path(root))
     if cells.empty:
         return cells
     extra = []
     for path in cells["path"]:
-        meta = json.loads((Path(path) / "run.json").read_text())
+        meta = read_cell_file(Path(path), "run.json")
         opts = meta.get("engine_options") or {}
         extra.append({"vocab_size": meta.get("vocab_size"), "workers": opts.get("workers"),
-                      "engine_options": json.dumps(opts, sort_keys=True), "outcome_counts": meta.get("outcomes") or {}})
+                      "engine_options": json.dumps(opts, sort_keys=True)})
+    attrs = dict(cells.attrs)
     cells = pd.concat([cells.reset_index(drop=True), pd.DataFrame(extra)], axis=1)
+    cells.attrs.update(attrs)
     cells["status"] = pd.Series([cell_status(r) for _, r in cells.iterrows()], dtype=object, index=cells.index)
     return cells
 
 
 def cell_status(cell) -> str | None:
-    """A short label for a cell that failed or was cut short; None when every sample ran."""
+    """None for a complete cell: every requested sample ended ``ok``. Otherwise a short reason:
+    ``compile error`` / ``compile timeout`` / ``compile OOM`` (no masks at all), ``failed: <outcome> n/N, ...``
+    (no sample passed) or ``partial: <outcome> n/N, ...`` (some did); outcomes as in :class:`Outcome`."""
     err = cell.get("compile_error")
-    if isinstance(err, str) and err:
-        if "compile_timeout_s" in err:
+    counts = cell.get("outcome_counts")
+    counts = counts if isinstance(counts, dict) else {}
+    n_ok = int(counts.get(Outcome.OK.value, 0))
+    if isinstance(err, str) and err and not n_ok and not _value(cell.get("mask_n")):
+        kind = cell.get("compile_error_kind")
+        if kind == "timeout" or "compile_timeout_s" in err:
             return "compile timeout"
-        if "memory limit" in err:
+        if kind == "oom" or "memory limit" in err:
             return "compile OOM"
         return "compile error"
-    counts = cell.get("outcome_counts") or {}
-    bad = [f"{k} {counts[k]}" for k in FAILED_OUTCOMES if counts.get(k)]
-    if isinstance(cell.get("aborted"), str) and cell["aborted"]:
+    total = sum(int(v) for v in counts.values())
+    requested = int(_value(cell.get("requested")) or total)
+    bad = [f"{o.value} {counts[o.value]}/{requested}" for o in Outcome if o is not Outcome.OK and counts.get(o.value)]
+    if requested > total:
+        bad.append(f"not run {requested - total}/{requested}")
+    if isinstance(cell.get("aborted"), str) and cell["aborted"] and not counts.get(Outcome.SKIPPED.value):
         bad.insert(0, "run time limit")
-    return "partial: " + ", ".join(bad) if bad else None
+    if not bad:
+        return None
+    return ("failed: " if n_ok == 0 else "partial: ") + ", ".join(bad)
+
+
+def _value(x):
+    return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
 
 
 def is_failed(status) -> bool:
     """True for cells that produced no masks at all."""
     return isinstance(status, str) and status.startswith("compile")
+
+
+def _line_style(status) -> str:
+    """Dotted for a cell in which no sample passed, solid otherwise."""
+    return ":" if isinstance(status, str) and status.startswith("failed") else "-"
 
 
 def _datasets(values) -> list[str]:
@@ -217,7 +242,8 @@ def fig_mask_vs_prefix(steps: pd.DataFrame, cells: pd.DataFrame, tokenizer: str,
                 failed.append(f"{c['config']}: no masks")
                 continue
             color, marker = styles[c["config"]]
-            ax.plot(d["prefix"], d["mean_us"], color=color, marker=marker, ms=3, label=_label(c["config"], c["status"]))
+            ax.plot(d["prefix"], d["mean_us"], color=color, marker=marker, ms=3, ls=_line_style(c["status"]),
+                    label=_label(c["config"], c["status"]))
             ax.plot(d["prefix"], d["p99_us"], color=color, ls="--", lw=0.9, alpha=0.8)
         ax.set_yscale("log")
         _us_formatter(ax)
@@ -313,9 +339,9 @@ def fig_mask_vs_vocab(cells: pd.DataFrame):
         if ok.empty:
             continue
         color, marker = styles[str(k)]
-        partial = ok["status"].notna().any()
+        states = [st.split(":")[0] for st in ok["status"].dropna()]
         ax.plot(ok["vocab_size"], ok["mask_mean_us"], color=color, marker=marker,
-                label=f"{k[0]} on {k[1]}" + (" (partial)" if partial else ""))
+                label=f"{k[0]} on {k[1]}" + (f" ({'failed' if 'failed' in states else 'partial'})" if states else ""))
         ax.plot(ok["vocab_size"], ok["mask_p99_us"], color=color, ls="--", lw=0.9, alpha=0.8)
         for _, c in ok.iterrows():
             ax.annotate(c["tokenizer"], (c["vocab_size"], c["mask_mean_us"]), fontsize=6, xytext=(3, 3),
@@ -451,7 +477,7 @@ def fig_memory(cells: pd.DataFrame, tokenizer: str):
     fig = Figure(figsize=(min(16.0, 5.0 + 1.0 * len(cells)), 4.0),
                  layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
-    for ax, col, what in ((axes[0], "peak_rss_compile_mb", "compile"), (axes[1], "peak_rss_run_mb", "run")):
+    for ax, col, what in ((axes[0], "peak_rss_compile_mb", "compile"), (axes[1], "peak_rss_samples_mb", "samples")):
         _grouped_bars(ax, cells, col, styles, log=False, unit_fmt=lambda v: f"{v:,.0f}")
         ax.set_title(f"peak resident memory, {what}")
         ax.set_xlabel("dataset")

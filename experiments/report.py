@@ -4,12 +4,16 @@
 (seed 000's layout) as Markdown, CSV and LaTeX, a per-cell detail table, and ``README.md`` with both, and prints
 Table 1. Each ``--also`` folder (a run outside the Table 1 sweep, e.g. all 300 TreeBank samples) gets its own
 section: its cells, and the mask-time tail at every prefix length (``prefix_tails_<name>.csv``, a figure).
+
+A damaged cell (a file that cannot be read) is skipped with one warning line naming the file; a folder with
+result files but no ``run.json`` is reported with a warning; every healthy cell is still built.
 """
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,8 +42,63 @@ def complexity(engine: str, ambiguous: bool) -> str:
     return cls.complexity(bool(ambiguous)) if cls is not None else "?"
 
 
+_WARNED: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """One ``warning:`` line on stderr per distinct message (the report and the figures read the same cells)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
+class Unreadable(Exception):
+    """A stored file of a cell that cannot be read; ``str()`` names the file and the reason."""
+
+
 def find_runs(root: Path) -> list[Path]:
-    return sorted(p.parent for p in Path(root).rglob("run.json") if ".hydra" not in p.parts)
+    """Cell folders (those with a ``run.json``) under ``root``; folders holding result files without one are
+    named in a warning (a run killed before it wrote its first file, or files copied without it)."""
+    root = Path(root)
+    runs = sorted(p.parent for p in root.rglob("run.json") if ".hydra" not in p.parts)
+    have = set(runs)
+    orphans = sorted({p.parent for pat in ("*.parquet", "parts") for p in root.rglob(pat)
+                      if ".hydra" not in p.parts and p.parent not in have})
+    for d in orphans:
+        warn(f"{d} holds result files but no run.json: not reported (re-run the cell, or remove the folder)")
+    return runs
+
+
+def read_cell_file(run_dir: Path, name: str):
+    """A cell's ``run.json`` (dict) or ``<name>.parquet`` (DataFrame); None when absent; Unreadable if damaged."""
+    path = Path(run_dir) / name
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text()) if name.endswith(".json") else pd.read_parquet(path)
+    except Exception as err:   # noqa: BLE001 - json, OS and pyarrow errors all mean "cannot use this file"
+        raise Unreadable(f"cannot read {path} ({type(err).__name__}: {str(err)[:160]})") from None
+
+
+def provenance(meta: dict, samples: pd.DataFrame | None) -> str:
+    """"" for a cell whose rows all come from one clean commit, else what is wrong ("dirty tree", "mixed
+    commits (a1b2c3d, e4f5a6b)", "commit unknown")."""
+    if samples is not None and "git_commit" in samples:
+        commits = sorted({c for c in samples["git_commit"].dropna()})
+        dirty = bool(samples["git_dirty"].fillna(False).astype(bool).any())
+        unknown = bool(samples["git_commit"].isna().any())
+    else:   # rows written before per-row provenance: the cell-level commit
+        c = meta.get("git_commit")
+        commits = [c.removesuffix("-dirty")] if c else []
+        dirty, unknown = bool(c and c.endswith("-dirty")), not c
+    notes = []
+    if len(commits) > 1:
+        notes.append(f"mixed commits ({', '.join(x[:7] for x in commits)})")
+    if dirty:
+        notes.append("dirty tree")
+    if unknown:
+        notes.append("commit unknown")
+    return "; ".join(notes)
 
 
 def first_engine_info(meta: dict) -> dict:
@@ -48,11 +107,14 @@ def first_engine_info(meta: dict) -> dict:
 
 
 def cell_stats(run_dir: Path) -> dict:
-    """One cell's numbers, computed from its stored files."""
-    meta = json.loads((run_dir / "run.json").read_text())
-    samples = pd.read_parquet(run_dir / "samples.parquet") if (run_dir / "samples.parquet").exists() else None
-    steps = pd.read_parquet(run_dir / "steps.parquet") if (run_dir / "steps.parquet").exists() else None
-    audit = pd.read_parquet(run_dir / "audit.parquet") if (run_dir / "audit.parquet").exists() else None
+    """One cell's numbers, computed from its stored files (raises Unreadable for a damaged file)."""
+    meta = read_cell_file(run_dir, "run.json")
+    samples = read_cell_file(run_dir, "samples.parquet")
+    steps = read_cell_file(run_dir, "steps.parquet")
+    audit = read_cell_file(run_dir, "audit.parquet")
+    if samples is not None and meta.get("n_rows") is not None and meta["n_rows"] != len(samples):
+        warn(f"{run_dir}: run.json describes {meta['n_rows']} samples, samples.parquet holds {len(samples)} "
+             "(a run stopped while merging; re-run the cell to repair it)")
     row = {
         "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"], "tokenizer": meta["tokenizer"],
         "requested": meta.get("n_samples"), "init_s": meta.get("init_s"), "compile_error": meta.get("compile_error"),
@@ -60,33 +122,61 @@ def cell_stats(run_dir: Path) -> dict:
         "machine": "{cpu} ({cpu_count} cores, {memory_gb} GB)".format(**{"cpu": "?", "cpu_count": "?", "memory_gb": "?",
                                                                         **(meta.get("machine") or {})}),
         "gpu": (meta.get("machine") or {}).get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
-        "peak_rss_run_mb": meta.get("peak_rss_run_mb"), "path": str(run_dir),
-        "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")),
+        "peak_rss_samples_mb": meta.get("peak_rss_samples_mb"), "path": str(run_dir),
+        "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")), "ttfm_s": meta.get("ttfm_s"),
+        "compile_error_kind": meta.get("compile_error_kind"), "audit_per_sample": _audit_depth(meta),
+        "audit_error": meta.get("audit_error"), "provenance": provenance(meta, samples),
+        "outcome_counts": meta.get("outcomes") or {},
         "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
     }
     if samples is not None:
         counts = samples["outcome"].value_counts()
-        attempted = samples[~samples["outcome"].isin([Outcome.SKIPPED.value, Outcome.COMPILE_ERROR.value])]
+        attempted = samples[samples["outcome"].map(lambda o: Outcome(o).attempted)]
         row["samples"] = int(len(attempted))
         row["passed"] = int(counts.get(Outcome.OK.value, 0))
         row["pass_rate"] = row["passed"] / len(attempted) if len(attempted) else np.nan
         row["outcomes"] = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        row["outcome_counts"] = {str(k): int(v) for k, v in counts.items()}
     if steps is not None and len(steps):
         us = steps["mask_us"].to_numpy()
         row.update(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
-                   mask_p99_us=float(np.percentile(us, 99)), mask_max_us=float(us.max()))
+                   mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
+                   mask_max_us=float(us.max()))
     if audit is not None and len(audit):
         row["audit_steps"] = int(len(audit))
-        row["audit_agree"] = int(audit["agree"].sum())
-        if "agree_modulo_documented" in audit:
-            row["audit_agree_documented"] = int(audit["agree_modulo_documented"].sum())
+        for col in audit.columns:   # agree, agree_modulo_documented / agree_language, agree_profile ...
+            if col.startswith("agree") and audit[col].dtype == bool:
+                name = {"agree": "audit_agree", "agree_modulo_documented": "audit_agree_documented"}.get(
+                    col, f"audit_{col}")
+                row[name] = int(audit[col].sum())
         row["audit_false_allow"] = int((audit["n_false_allow"] > 0).sum())
         row["audit_false_block"] = int((audit["n_false_block"] > 0).sum())
     return row
 
 
+def _audit_depth(meta: dict):
+    """``audit.per_sample`` of the cell's sessions (None when unknown; the largest if they differ)."""
+    depths = [s.get("audit_per_sample") for s in meta.get("sessions", []) if s.get("audit_per_sample") is not None]
+    if depths:
+        return max(depths)
+    hc = meta.get("hydra_config") or {}
+    return (hc.get("audit") or {}).get("per_sample")
+
+
 def collect(root: Path) -> pd.DataFrame:
-    return pd.DataFrame([cell_stats(r) for r in find_runs(root)])
+    """One row per readable cell under ``root`` (``cell_stats``); damaged cells are skipped with a warning and
+    listed in ``attrs["skipped"]``."""
+    rows, skipped = [], []
+    for r in find_runs(root):
+        try:
+            rows.append(cell_stats(r))
+        except Unreadable as err:
+            msg = f"{err}: cell {r} skipped"
+            warn(msg)
+            skipped.append(msg)
+    df = pd.DataFrame(rows)
+    df.attrs["skipped"] = skipped
+    return df
 
 
 def _get(c, key):
@@ -139,6 +229,9 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                     f"{config} × {ds}: estimated from {int(_get(c, 'mask_n') or 0)} masks of {n_ok_cells} samples "
                     f"({_get(c, 'outcomes') or ''})" + (f"; {aborted}" if aborted else ""))
                 mark = f" [{len(notes)}]"
+            if _get(c, "provenance"):
+                notes.append(f"{config} × {ds}: not from one clean commit: {c['provenance']}")
+                mark += f" [{len(notes)}]"
             row[f"{ds} Init"] = _fmt_s(c.get("init_s"))
             if _get(c, "init_cache_hit"):
                 notes.append(f"{config} × {ds}: init read from the engine's on-disk cache, not a cold compile")
@@ -152,13 +245,14 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
 
 
 def details(cells: pd.DataFrame) -> pd.DataFrame:
+    """Every cell: outcomes, init and TTFM, mask-time percentiles (p99.9 included), audit agreement, peak memory
+    per phase, provenance."""
+    audit_cols = [c for c in cells.columns if c.startswith("audit_agree")]
     cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "init_cache_hit",
-            "mask_n",
-            "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_max_us", "audit_steps", "audit_agree",
-            "audit_agree_documented",
-            "peak_rss_compile_mb", "peak_rss_run_mb", "machine", "gpu"]
+            "ttfm_s", "mask_n", "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_p999_us", "mask_max_us",
+            "audit_steps", *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "provenance", "machine", "gpu"]
     d = cells.reindex(columns=cols)
-    for col in ("samples", "passed", "mask_n", "audit_steps", "audit_agree", "audit_agree_documented"):
+    for col in ("samples", "passed", "mask_n", "audit_steps", *audit_cols):
         d[col] = d[col].astype("Int64")
     return d.sort_values(["dataset", "tokenizer", "config"]).reset_index(drop=True)
 
@@ -175,7 +269,10 @@ def artifacts(root: Path) -> dict[str, pd.DataFrame]:
     (first init of the cell, from ``run.json``), e.g. the CNF counts seed 000 reports for Valiant."""
     rows: dict[str, list] = {}
     for run_dir in find_runs(root):
-        meta = json.loads((run_dir / "run.json").read_text())
+        try:
+            meta = read_cell_file(run_dir, "run.json")
+        except Unreadable:
+            continue   # collect() warns about it
         cls = _engine_class(meta["engine"])
         keys = cls.artifact_keys if cls is not None else {}
         info = first_engine_info(meta)
@@ -192,16 +289,32 @@ def artifacts(root: Path) -> dict[str, pd.DataFrame]:
             .reset_index(drop=True) for eng, r in sorted(rows.items())}
 
 
+def _audit_text(c: dict) -> str:
+    if c.get("audit_steps"):
+        keys = sorted((k for k in c if k.startswith("audit_agree") and c.get(k) is not None), key=len)
+        parts = [f"{c[k]} {k.removeprefix('audit_').replace('_', ' ')}" for k in keys]
+        return f"audit of {c['audit_steps']} steps: " + ", ".join(parts)
+    if c.get("audit_error"):
+        return f"not audited: {c['audit_error'].splitlines()[0][:200]}"
+    if c.get("audit_per_sample") == 0:
+        return "not audited (audit.per_sample=0)"
+    return "not audited"
+
+
 def cell_summary(run_dir: Path) -> str:
+    """The line the runner prints when a cell ends: outcomes, init, TTFM, mask-time percentiles, audit,
+    provenance warnings; a compile error in full (first 2,000 characters)."""
     c = cell_stats(Path(run_dir))
-    if c.get("compile_error"):
-        return f"{c['config']} on {c['dataset']} ({c['tokenizer']}): compile error: {c['compile_error'][:300]}"
-    audit = (f", audit {c.get('audit_agree', 0)}/{c.get('audit_steps', 0)} steps agree exactly, "
-             f"{c.get('audit_agree_documented', 0)} modulo documented differences") if c.get("audit_steps") else ""
-    return (f"{c['config']} on {c['dataset']} ({c['tokenizer']}): pass {c.get('passed', 0)}/{c.get('samples', 0)}, "
-            f"init {_fmt_s(c.get('init_s'))}, per-mask mean {_fmt_us(c.get('mask_mean_us'))} µs "
+    head = f"{c['config']} on {c['dataset']} ({c['tokenizer']})"
+    if c.get("compile_error") and not c.get("mask_n"):
+        kind = f" [{c['compile_error_kind']}]" if c.get("compile_error_kind") else ""
+        return f"{head}: compile error{kind}: {c['compile_error']}"
+    prov = f"; WARNING: {c['provenance']}" if c.get("provenance") else ""
+    return (f"{head}: pass {c.get('passed', 0)}/{c.get('samples', 0)}, init {_fmt_s(c.get('init_s'))}, "
+            f"TTFM {_fmt_s(c.get('ttfm_s'))}, per-mask mean {_fmt_us(c.get('mask_mean_us'))} µs "
             f"(p50 {_fmt_us(c.get('mask_p50_us'))}, p99 {_fmt_us(c.get('mask_p99_us'))}, "
-            f"max {_fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks){audit}  [{c['outcomes'] if 'outcomes' in c else ''}]")
+            f"p99.9 {_fmt_us(c.get('mask_p999_us'))}, max {_fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks); "
+            f"{_audit_text(c)}  [{c.get('outcomes', '')}]{prov}")
 
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = ()) -> str:
@@ -229,10 +342,16 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         "were allowed. × = the engine could not run the cell (reason in the notes).", "",
         md_t1, "",
         "## Every cell", "",
-        "Audit = steps whose full-vocabulary mask was compared with the reference checker; agree = identical "
-        "masks; agree_documented = identical once the documented lexing differences (root README) are set "
-        "aside. Memory = peak resident set of the worker process (MB).", "",
+        "Init = compile only. TTFM (time to first mask) = init plus the first mask of the untimed warm-up sample "
+        "in the fresh worker (cold, at the empty prefix); the warm-up sample's other masks are not timed either. "
+        "Mask percentiles (p50, p99, p99.9, max) are over every timed mask of the cell. Audit = steps whose "
+        "full-vocabulary mask was compared with the reference checker; each agree column counts steps whose "
+        "masks are identical under that comparison (root README, \"The audit\"). Memory = peak resident set of "
+        "the worker process (MB) while compiling and while running the samples (measured apart). Provenance "
+        "names cells whose rows do not all come from one clean commit.", "",
         _markdown(det.drop(columns=["machine", "gpu"])), "",
+        *(["## Not reported", "", *[f"- {m}" for m in cells.attrs.get("skipped", [])], ""]
+          if cells.attrs.get("skipped") else []),
         "## Engine artifacts", "",
         "Sizes each engine's compile reported (its `info()` in `run.json`), per dataset and vocabulary.", "",
         *[line for eng, df in artifacts(results).items()

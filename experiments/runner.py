@@ -1,17 +1,32 @@
-"""``run(cfg)``: one (engine, dataset, tokenizer) cell, teacher-forced in a child process with limits.
+"""``run(cfg)``: one cell (engine x dataset x tokenizer), teacher-forced in a child process under limits.
 
-The parent process owns everything that must survive a failing engine: it sends samples one at a time,
-enforces the per-sample / per-run time limits and the memory limit, turns a hang, an out-of-memory or a
-dead child into a typed outcome for that sample, restarts the child for the rest, audits masks against
-the reference checker, and writes each finished sample to ``parts/`` at once (a re-run skips those).
+The parent owns everything that must survive a failing engine: it sends samples one at a time, enforces the
+per-sample / per-run time limits and the memory limit, turns a hang, an out-of-memory or a dead child into a
+typed outcome of that sample, restarts the child for the rest, audits masks against the reference checker, and
+writes each finished sample to ``parts/`` at once. What a run guarantees (README "What a run guarantees"):
+
+* **Identity.** A cell folder belongs to one cell: engine and its options, grammar content, dataset and its
+  options, tokenizer, seed and the exact sample list (``run.json`` ``identity``). A re-run with the same identity
+  resumes; any other is refused with a message naming what differs and how to start fresh (``fresh=true``).
+* **Resume.** Finished samples are kept, with the provenance (commit, machine, session) they were run with;
+  samples never attempted (``skipped``) are run; ``compile_error`` samples are compiled again unless the failure
+  was deterministic (the engine refused the grammar with ``CompileError``, same engine version).
+* **Lock.** One run per cell folder at a time (``.lock``, released by the kernel if the run dies); a second run
+  stops at once with one line naming the holder.
+* **Files.** ``run.json`` describes exactly the rows in the folder's parquet files; every file is replaced
+  atomically, so a killed run leaves either the old or the new version, and its finished samples in ``parts/``.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import inspect
 import json
-import multiprocessing as mp
 import os
 import platform
 import random
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -23,22 +38,44 @@ import pandas as pd
 import psutil
 from omegaconf import OmegaConf
 
+from gcdbench.experiments.worker import DETERMINISTIC_COMPILE_FAILURES, ROW_FIELDS, StepLog
 from gcdbench.parsers.base import CompileError, Outcome
+from gcdbench.parsers.limited import LimitedProcess, exit_description
 
 STEP_COLUMNS = [
     "engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
     "mask_us", "commit_us", "n_allowed", "oracle_allowed", "outcome",
 ]
+SAMPLE_COLUMNS = [
+    "engine", "config", "dataset", "tokenizer", "sample_id", "outcome", "message", "wall_s", "n_steps",
+    "peak_rss_mb", "session", "git_commit", "git_dirty", "host",
+]
 MAX_MESSAGE = 2000
-PACKAGES = ["xgrammar", "llguidance", "lark", "numba", "numba-cuda", "numpy", "torch", "hydra-core", "interegular",
-            "cfgzip", "glrmask", "gcdbench"]
+RESULT_FILES = ("run.json", "samples.parquet", "steps.parquet", "audit.parquet")
 
 
+class CellError(ValueError):
+    """The run cannot use this cell folder; the message says why and what to do (printed as one line)."""
+
+
+class CellBusy(CellError):
+    """Another run holds the cell folder's lock."""
+
+
+class CellMismatch(CellError):
+    """The folder holds results of a run with another identity."""
+
+
+class CellDamaged(CellError):
+    """A stored file of the cell cannot be read."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# provenance
+# --------------------------------------------------------------------------------------------------------------
 def engine_label(name: str, opts: dict, defaults: dict) -> str:
     """Folder-safe label: the engine name plus its non-default options (``valiant__backend-cuda_workers-8``);
     characters that are not safe in one folder name (``/`` of a path, spaces) become ``-``."""
-    import re
-
     diff = [f"{k}-{v}" for k, v in sorted(opts.items()) if defaults.get(k) != v]
     label = name + ("__" + "_".join(diff) if diff else "")
     return re.sub(r"[^A-Za-z0-9_.,=+-]+", "-", label)
@@ -64,8 +101,17 @@ def machine_info() -> dict:
 
 
 def package_versions() -> dict:
+    """Installed versions of gcdbench and every package it depends on (its own metadata, extras left out)."""
+    import re
+
+    names = ["gcdbench"]
+    try:
+        names += [re.split(r"[ ;<>=!~\[]", r, maxsplit=1)[0] for r in metadata.requires("gcdbench") or []
+                  if "extra ==" not in r]
+    except metadata.PackageNotFoundError:
+        pass
     out = {}
-    for p in PACKAGES:
+    for p in names:
         try:
             out[p] = metadata.version(p)
         except metadata.PackageNotFoundError:
@@ -73,105 +119,416 @@ def package_versions() -> dict:
     return out
 
 
-def git_commit() -> str | None:
+def git_state() -> dict:
+    """``{"commit": sha or None, "dirty": tracked files differ from the commit (None: not a git checkout)}``."""
+    repo = Path(__file__).resolve().parents[1]
     try:
-        repo = Path(__file__).resolve().parents[1]
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if out.returncode != 0:
+            return {"commit": None, "dirty": None}
         dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else None
+        return {"commit": out.stdout.strip(), "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def git_commit() -> str | None:
+    """The commit as one string, ``<sha>-dirty`` for a dirty tree (benchmark files)."""
+    g = git_state()
+    return None if g["commit"] is None else g["commit"] + ("-dirty" if g["dirty"] else "")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the cell folder: identity, lock, stored rows
+# --------------------------------------------------------------------------------------------------------------
+def _plain(x):
+    """JSON-normal form (what run.json stores), so stored and new identities compare equal."""
+    return json.loads(json.dumps(x, sort_keys=True, default=str))
+
+
+def cell_identity(engine: str, label: str, options: dict, dataset, dataset_options: dict, tokenizer, seed: int) -> dict:
+    """What makes two runs the same cell (see the module docstring); ``options`` with their defaults filled in."""
+    digest = hashlib.sha256()
+    for s in dataset.samples:
+        digest.update(f"{s.id}\0{s.text}\0".encode())
+    return _plain({
+        "engine": engine, "config": label, "engine_options": options, "grammar_key": dataset.grammar.key(),
+        "dataset": dataset.name, "dataset_options": dataset_options, "tokenizer": tokenizer.name,
+        "tokenizer_key": tokenizer.key(), "seed": seed, "n_samples": len(dataset.samples),
+        "samples_digest": digest.hexdigest()[:16], "sample_ids": [s.id for s in dataset.samples],
+    })
+
+
+def _identity_diff(old: dict, new: dict) -> list[str]:
+    out = []
+    for k in new:
+        if k in ("sample_ids", "n_samples"):
+            continue
+        if k == "samples_digest":
+            if old.get(k) != new[k]:
+                o, n = old.get("sample_ids") or [], new["sample_ids"]
+                same = "same ids, other texts" if o == n else f"{len(o)} stored ({', '.join(o[:3])}"\
+                    f"{', ...' if len(o) > 3 else ''}), {len(n)} now ({', '.join(n[:3])}{', ...' if len(n) > 3 else ''})"
+                out.append(f"sample list: {same}")
+            continue
+        if old.get(k) != new[k]:
+            if isinstance(new[k], dict) and isinstance(old.get(k), dict):
+                keys = sorted(set(old[k]) | set(new[k]))
+                parts = [f"{kk}={old[k].get(kk)!r} -> {new[k].get(kk)!r}" for kk in keys if old[k].get(kk) != new[k].get(kk)]
+                out.append(f"{k}: " + ", ".join(parts))
+            else:
+                out.append(f"{k}: {old.get(k)!r} -> {new[k]!r}")
+    return out
+
+
+class CellLock:
+    """An exclusive, non-blocking ``flock`` on ``<cell>/.lock`` for the whole run; the kernel releases it when
+    the process ends, however it ends. The holder writes who it is into the file for the refusal message."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.path = folder / ".lock"
+        self.fh = None
+
+    def __enter__(self):
+        fh = open(self.path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise CellBusy(f"cell folder {self.folder} is in use by another run ({holder}); wait for it to end, "
+                           "or run into another out_dir=") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {platform.node()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        fh.flush()
+        self.fh = fh
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.fh.truncate(0)
+        except OSError:
+            pass
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def _write_atomic(path: Path, write) -> None:
+    """Write through a temporary file in the same folder, then rename: readers see the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, obj) -> None:
+    _write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=1, default=str)))
+
+
+def _load_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
 
 
-class _Child:
-    """One worker process, its pipe and its StepLog."""
+def _clear(out: Path) -> None:
+    """``fresh=true``: remove the cell's stored results (the lock file stays)."""
+    for name in RESULT_FILES:
+        (out / name).unlink(missing_ok=True)
+    shutil.rmtree(out / "parts", ignore_errors=True)
 
-    def __init__(self, ctx, args):
-        from gcdbench.experiments.worker import StepLog, worker_main
 
+class Cell:
+    """A cell folder opened for one run: its identity checked, its stored rows and pending parts read."""
+
+    def __init__(self, out: Path, identity: dict):
+        self.out = out
+        self.parts = out / "parts"
+        self.identity = identity
+        meta = None
+        if (out / "run.json").exists():
+            meta = _load_json(out / "run.json")
+            if meta is None:
+                raise CellDamaged(f"cannot read {out / 'run.json'}; re-run with fresh=true to start the cell over "
+                                  "(its stored results are deleted), or move the folder away")
+        elif any((out / n).exists() for n in RESULT_FILES) or self.parts.exists():
+            raise CellDamaged(f"{out} holds result files but no run.json; re-run with fresh=true to start the cell "
+                              "over (its stored results are deleted), or move the folder away")
+        if meta is not None:
+            old = meta.get("identity")
+            if old is None:
+                raise CellMismatch(f"{out} was written by an older gcdbench, without a cell identity, so a resume "
+                                   "cannot be checked; re-run with fresh=true to start the cell over (its stored "
+                                   "results are deleted), or run into another out_dir=")
+            diff = _identity_diff(old, identity)
+            if diff:
+                raise CellMismatch(
+                    f"{out} holds results of another cell ({'; '.join(diff)}). A resume must repeat the same engine "
+                    "options, grammar, dataset and options, tokenizer, seed and sample list. Re-run with fresh=true "
+                    "to start this cell over (its stored results are deleted), or run into another out_dir=")
+        self.meta = meta or {}
+        self.frames = {}
+        for name in ("samples", "steps", "audit"):
+            f = out / f"{name}.parquet"
+            if f.exists():
+                try:
+                    self.frames[name] = pd.read_parquet(f)
+                except Exception as err:   # noqa: BLE001 - pyarrow raises several types for a damaged file
+                    raise CellDamaged(f"cannot read {f} ({type(err).__name__}: {str(err)[:200]}); the cell's stored "
+                                      "rows are damaged. Re-run with fresh=true to start the cell over (its stored "
+                                      "results are deleted), or move the folder away") from None
+        self.parts.mkdir(parents=True, exist_ok=True)
+
+    # -- what is stored --------------------------------------------------------------------------------------
+    def sessions(self) -> list[dict]:
+        """Every session: merged ones from run.json, pending ones from ``parts/`` (the newer record wins)."""
+        by_id = {s["id"]: s for s in self.meta.get("sessions", [])}
+        for p in self.parts.glob("*.session.json"):
+            s = _load_json(p)
+            if s is not None:
+                by_id[s["id"]] = s
+        return [by_id[k] for k in sorted(by_id)]
+
+    def sample_parts(self) -> dict[str, dict]:
+        out = {}
+        for p in sorted(self.parts.glob("*.sample.json")):
+            rec = _load_json(p)
+            if rec is None:   # parts are written atomically; an unreadable one is not a finished sample
+                p.unlink()
+                continue
+            out[rec["sample_id"]] = rec
+        return out
+
+    def stored_outcomes(self) -> dict[str, tuple[str, int | None]]:
+        """sample_id -> (outcome, session) for every sample with a stored row (parts override merged rows)."""
+        got = {}
+        df = self.frames.get("samples")
+        if df is not None:
+            ses = df["session"] if "session" in df else pd.Series([None] * len(df))
+            got = {sid: (oc, None if pd.isna(s) else int(s)) for sid, oc, s in zip(df["sample_id"], df["outcome"], ses)}
+        for sid, rec in self.sample_parts().items():
+            got[sid] = (rec["outcome"], rec.get("session"))
+        return got
+
+    def reusable_compile_error(self, engine_version: str) -> str | None:
+        """The stored compile error's message when it can stand for this run: every compile_error row comes from
+        a deterministic failure (see ``DETERMINISTIC_COMPILE_FAILURES``) of the same engine version."""
+        rows = {s for oc, s in self.stored_outcomes().values() if oc == Outcome.COMPILE_ERROR.value}
+        if not rows:
+            return None
+        sessions = {s["id"]: s for s in self.sessions()}
+        msgs = set()
+        for sid in rows:
+            fail = (sessions.get(sid) or {}).get("compile_failure") or {}
+            if fail.get("kind") not in DETERMINISTIC_COMPILE_FAILURES or fail.get("engine_version") != engine_version:
+                return None
+            msgs.add(fail["message"])
+        return msgs.pop() if len(msgs) == 1 else None
+
+    def next_session_id(self) -> int:
+        return 1 + max((s["id"] for s in self.sessions()), default=0)
+
+    # -- writing -----------------------------------------------------------------------------------------------
+    def save_session(self, session: dict) -> None:
+        _write_json(self.parts / f"{session['id']}.session.json", session)
+
+    def write_part(self, session: dict, sample_id: str, outcome: Outcome, message: str, rows, wall_s: float,
+                   peak_rss_mb=None) -> None:
+        cols = {k: [r[i] for r in rows] for i, k in enumerate(ROW_FIELDS)} if rows else None
+        if len(message) > MAX_MESSAGE:   # engines may quote the whole grammar in an error
+            message = message[:MAX_MESSAGE] + f" ... [{len(message) - MAX_MESSAGE} more characters]"
+        rec = {"sample_id": sample_id, "outcome": outcome.value, "message": message, "wall_s": wall_s,
+               "n_steps": len(rows) if rows else 0, "peak_rss_mb": peak_rss_mb, "rows": cols, "audits": None,
+               "session": session["id"], "git_commit": session["git_commit"], "git_dirty": session["git_dirty"],
+               "host": session["machine"].get("hostname")}
+        _write_json(self.parts / f"{sample_id}.sample.json", rec)
+        session["samples_run"] = session.get("samples_run", 0) + 1
+
+    def merge(self, dataset, tokenizer, current: int | None = None) -> dict:
+        """Fold ``parts/`` into the parquet files, then write run.json from what the files hold; returns it.
+        Sessions still marked running, other than ``current``, were killed: they become ``interrupted``."""
+        key = {k: self.identity[k] for k in ("engine", "config", "dataset", "tokenizer")}
+        parts = self.sample_parts()
+        samples, steps, audits = [], [], []
+        for sid, rec in parts.items():
+            samples.append({**key, **{k: rec.get(k) for k in SAMPLE_COLUMNS if k not in key}})
+            if rec["rows"]:
+                df = pd.DataFrame(rec["rows"])
+                df["sample_id"] = sid
+                df["outcome"] = rec["outcome"]
+                steps.append(df)
+            for a in rec["audits"] or []:
+                audits.append({**key, "sample_id": sid, **a})
+
+        def combine(name, frames):
+            prev = self.frames.get(name)
+            if prev is not None:
+                frames = [prev[~prev["sample_id"].isin(set(parts))]] + frames
+            frames = [f for f in frames if len(f)]
+            return pd.concat(frames, ignore_index=True) if frames else None
+
+        step_df = combine("steps", steps)
+        if step_df is not None:
+            for k, v in key.items():
+                step_df[k] = v
+            step_df = step_df[STEP_COLUMNS]
+        sample_df = combine("samples", [pd.DataFrame(samples)] if samples else [])
+        if sample_df is not None:
+            sample_df = sample_df.reindex(columns=SAMPLE_COLUMNS)
+            order = {s.id: i for i, s in enumerate(dataset.samples)}
+            sample_df = sample_df.sort_values("sample_id", key=lambda c: c.map(order)).reset_index(drop=True)
+        audit_df = combine("audit", [pd.DataFrame(audits)] if audits else [])
+        for name, df in (("steps", step_df), ("samples", sample_df), ("audit", audit_df)):
+            path = self.out / f"{name}.parquet"
+            if df is None:
+                path.unlink(missing_ok=True)
+            else:
+                _write_atomic(path, lambda p, df=df: df.to_parquet(p, index=False))
+            self.frames[name] = df
+        sessions = self.sessions()
+        for s in sessions:
+            if s.get("status") == "running" and s["id"] != current:
+                s["status"] = "interrupted"
+        meta = build_meta(self.identity, dataset, tokenizer, sessions, sample_df, audit_df)
+        _write_json(self.out / "run.json", meta)
+        self.meta = meta
+        for p in list(self.parts.glob("*.sample.json")) + list(self.parts.glob("*.session.json")):
+            p.unlink()
+        try:
+            self.parts.rmdir()
+        except OSError:
+            pass
+        return meta
+
+
+def build_meta(identity: dict, dataset, tokenizer, sessions: list[dict], samples: pd.DataFrame | None,
+               audit: pd.DataFrame | None) -> dict:
+    """run.json: the identity, every session, and summaries computed from the stored rows only."""
+    meta = {"identity": identity, **{k: identity[k] for k in ("engine", "config", "engine_options", "dataset",
+                                                               "tokenizer", "grammar_key", "seed", "n_samples")},
+            "grammar": dataset.grammar.name, "dataset_meta": dataset.meta, "vocab_size": tokenizer.vocab_size,
+            "sessions": sessions}
+    inits = [i for s in sessions for i in s.get("inits", [])]
+    meta["inits"] = inits
+    if inits:
+        meta["init_s"] = inits[0]["init_s"]
+        meta["ttfm_s"] = inits[0].get("ttfm_s")
+        meta["peak_rss_compile_mb"] = max(i.get("peak_rss_compile_mb") or 0 for i in inits)
+    latest = sessions[-1] if sessions else {}
+    for k in ("limits", "versions", "machine"):
+        if k in latest:
+            meta[k] = latest[k]
+    audit_errors = [s["audit_error"] for s in sessions if s.get("audit_error")]
+    if audit_errors:
+        meta["audit_error"] = audit_errors[-1]
+    if samples is None or samples.empty:
+        meta.update(n_rows=0, outcomes={})
+        return meta
+    meta["n_rows"] = int(len(samples))
+    meta["outcomes"] = {str(k): int(v) for k, v in samples["outcome"].value_counts().items()}
+    ce = samples[samples["outcome"] == Outcome.COMPILE_ERROR.value]
+    if len(ce):
+        last = ce.loc[ce["session"].fillna(-1).idxmax()]
+        meta["compile_error"] = last["message"]
+        fail = next((s.get("compile_failure") for s in sessions if s["id"] == last["session"]), None) or {}
+        meta["compile_error_kind"] = fail.get("kind")
+    n_skipped = int((samples["outcome"] == Outcome.SKIPPED.value).sum())
+    if n_skipped:
+        meta["aborted"] = f"run time limit reached ({n_skipped} samples skipped)"
+    peaks = pd.to_numeric(samples["peak_rss_mb"], errors="coerce")
+    if peaks.notna().any():
+        meta["peak_rss_samples_mb"] = float(peaks.max())
+    methods = {s.get("peak_rss_method") for s in sessions if s.get("peak_rss_method")}
+    if methods:
+        meta["peak_rss_method"] = ", ".join(sorted(methods))
+    commits = sorted({c for c in samples["git_commit"].dropna()})
+    hosts = sorted({h for h in samples["host"].dropna()})
+    dirty = bool(samples["git_dirty"].fillna(False).astype(bool).any())
+    meta["provenance"] = {"commits": commits, "dirty": dirty, "hosts": hosts}
+    meta["git_commit"] = (commits[0] + ("-dirty" if dirty else "")) if len(commits) == 1 else None
+    if audit is not None and len(audit):
+        meta["audit"] = {"steps": int(len(audit)),
+                         **{c: int(audit[c].sum()) for c in audit.columns if c.startswith("agree")
+                            and audit[c].dtype == bool}}
+    return meta
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the worker process, parent side
+# --------------------------------------------------------------------------------------------------------------
+class _Worker:
+    """The engine's child process (``gcdbench.experiments.worker``) and its StepLog."""
+
+    def __init__(self, engine: str, opts: dict, grammar, tokenizer_name: str, warmup_ids, on_progress):
         self.log = StepLog.create()
-        self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child_conn, self.log.path, *args), daemon=True)
-        self.proc.start()
-        child_conn.close()
-        self.ps = psutil.Process(self.proc.pid)
+        self.proc = LimitedProcess([sys.executable, "-m", "gcdbench.experiments.worker"], channel=True)
+        self.proc.send(("init", engine, opts, grammar, tokenizer_name, warmup_ids, self.log.path))
+        self.on_progress = on_progress
+        self.last_progress = None
+        self.rows: list | None = None
 
-    def rss_mb(self) -> float:
-        try:
-            return self.ps.memory_info().rss / 2**20 + sum(c.memory_info().rss for c in self.ps.children(True)) / 2**20
-        except psutil.Error:
-            return 0.0
+    def _on_message(self, msg) -> bool:
+        kind = msg[0]
+        if kind == "attached":   # both sides map the StepLog: its file can go
+            self.log.unlink()
+            return True
+        if kind == "progress":
+            self.last_progress = msg[1]
+            self.on_progress(msg[1])
+            return True
+        if kind == "steps":   # a sample longer than the StepLog: a full batch
+            if self.rows is not None:
+                self.rows.extend(msg[1])
+            return True
+        return False
 
-    def wait(self, timeout_s: float, mem_mb: float, rows: list | None = None):
-        """('msg', payload) | ('timeout',) | ('oom', rss) | ('died', exitcode).
+    def wait(self, timeout_s: float, memory_mb: float):
+        return self.proc.wait(timeout_s, memory_mb, self._on_message)
 
-        ``("steps", batch)`` messages are not returned: their rows are appended to ``rows``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return ("timeout",)
-            try:
-                if self.conn.poll(min(0.1, left)):
-                    msg = self.conn.recv()
-                    if msg[0] == "steps":   # a sample longer than the StepLog: a full batch
-                        if rows is not None:
-                            rows.extend(msg[1])
-                        continue
-                    if rows is not None:
-                        rows.extend(self.log.rows())
-                    return ("msg", msg)
-            except (EOFError, OSError):
-                self.proc.join(5)
-                return ("died", self.proc.exitcode)
-            if not self.proc.is_alive() and not self.conn.poll(0):
-                return ("died", self.proc.exitcode)
-            rss = self.rss_mb()
-            if mem_mb and rss > mem_mb:
-                return ("oom", rss)
-
-    def start_sample(self, *msg) -> None:
+    def run_sample(self, sample_id, ids, audit_at, timeout_s: float, memory_mb: float):
+        """(event, rows): the ``result`` message or what ended the wait, and every step the sample finished."""
         self.log.reset()
-        self.conn.send(("sample", *msg))
-
-    def kill_and_collect(self, rows: list) -> None:
-        """Kill the child (timed out, over memory or dead), then collect what it finished: the batches still
-        in the pipe, then the rows in the StepLog."""
-        self._terminate()
-        try:
-            while self.conn.poll(0):
-                msg = self.conn.recv()
-                if msg[0] == "steps":
-                    rows.extend(msg[1])
-        except (EOFError, OSError):
-            pass
-        rows.extend(self.log.rows())
-        self.log.close(unlink=True)
-
-    def _terminate(self):
-        try:
-            for c in self.ps.children(True):
-                c.kill()
-        except psutil.Error:
-            pass
-        self.proc.kill()
-        self.proc.join(10)
-
-    def kill(self):
-        self._terminate()
-        self.log.close(unlink=True)
-
-    def stop(self):
-        try:
-            self.conn.send(("stop",))
-        except (OSError, BrokenPipeError):
-            pass
-        self.proc.join(10)
-        if self.proc.is_alive():
-            self.kill()
+        self.rows = []
+        if not self.proc.send(("sample", sample_id, ids, audit_at)):
+            ev = self.proc.wait(1.0)
         else:
-            self.log.close(unlink=True)
+            ev = self.wait(timeout_s, memory_mb)
+        rows, self.rows = self.rows, None
+        if ev.kind != "message":
+            self.proc.kill()
+            self.proc.drain(lambda m: rows.extend(m[1]) if m[0] == "steps" else None)
+        rows.extend(self.log.rows())
+        return ev, rows
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.close()
+        self.log.close(unlink=True)
+
+    def stop(self) -> None:
+        self.proc.send(("stop",))
+        self.proc.close(grace_s=10)
+        self.log.close(unlink=True)
+
+
+def _compile_failure(ev, worker: _Worker, limits) -> dict:
+    """``{"message", "kind"}`` of a compile that did not end in ``compiled``."""
+    if ev.kind == "message" and ev.value[0] == "compile_error":
+        return dict(ev.value[1])
+    last = f" (last progress: {worker.last_progress})" if worker.last_progress else ""
+    if ev.kind == "timeout":
+        return {"message": f"compile did not finish within {limits.compile_timeout_s:g} s "
+                           f"(limits.compile_timeout_s){last}", "kind": "timeout"}
+    if ev.kind == "oom":
+        return {"message": f"compile exceeded the memory limit of {limits.memory_mb:g} MB (limits.memory_mb; "
+                           f"{ev.value:.0f} MB resident){last}", "kind": "oom"}
+    if ev.kind == "exit":
+        return {"message": f"worker died while compiling ({exit_description(ev.value)}){last}", "kind": "died"}
+    return {"message": f"unexpected message from the worker while compiling: {ev.value!r:.200}", "kind": "crash"}
 
 
 def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) -> list[int]:
@@ -182,119 +539,203 @@ def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) ->
     return sorted(rng.sample(steps, min(per_sample, len(steps))))
 
 
-def run(cfg) -> Path:
-    """Run one cell and return its output folder (``<out_dir>/<dataset>/<tokenizer>/<engine label>``)."""
-    from gcdbench.datasets.registry import load_dataset
+def make_auditor(grammar, tokenizer, engine, engine_name: str, opts: dict):
+    """The audit of one cell. The audit compares masks with the reference run under the engine's declared
+    language (``engine.profile()``); an Auditor that does not take a profile yet gets the engine's name and
+    options instead."""
     from gcdbench.experiments.audit import Auditor
+
+    if "profile" in inspect.signature(Auditor).parameters:
+        return Auditor(grammar, tokenizer, engine.profile())
+    return Auditor(grammar, tokenizer, engine_name, opts)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one run
+# --------------------------------------------------------------------------------------------------------------
+def run(cfg) -> Path:
+    """Run (or resume) one cell and return its folder (``<out_dir>/<dataset>/<tokenizer>/<engine label>``).
+
+    Raises ConfigError / DataError / CellError / ValueError with a one-line reason before any work when the
+    configuration, the data or the cell folder cannot be used."""
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.experiments.config import validate
     from gcdbench.parsers.registry import engine_class
     from gcdbench.parsers.tokenizers import load_tokenizer
 
+    n = validate(cfg)
     engine_name = cfg.engine.name
     opts = {k: v for k, v in OmegaConf.to_container(cfg.engine, resolve=True).items() if k not in ("name", "label")}
     cls = engine_class(engine_name)
-    cls(**opts)   # unknown options fail here, before any work
+    probe = cls(**opts)   # unknown options and values outside an option's choices fail here, before any work
     label = cfg.engine.get("label") or engine_label(engine_name, opts, cls.options())
     tokenizer = load_tokenizer(cfg.tokenizer.name)
-    dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=cfg.samples, seed=cfg.seed)
+    dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=n, seed=cfg.seed)
+    identity = cell_identity(engine_name, label, probe.opts, dataset, OmegaConf.to_container(cfg.dataset, resolve=True),
+                             tokenizer, int(cfg.seed))
     out = Path(cfg.out_dir) / dataset.name / tokenizer.name / label
-    parts = out / "parts"
-    parts.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    with CellLock(out):
+        if cfg.fresh:
+            _clear(out)
+        cell = Cell(out, identity)
+        if not (out / "run.json").exists():
+            cell.merge(dataset, tokenizer)   # the identity is on disk before any row is
+            cell.parts.mkdir(exist_ok=True)
+        current = _run_cell(cfg, cell, dataset, tokenizer, engine_name, opts, probe)
+        cell.merge(dataset, tokenizer, current)
+    return out
 
-    done = _finished_samples(out)
-    todo = [s for s in dataset.samples if s.id not in done]
+
+def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict, probe) -> int | None:
+    """Run the samples the folder does not hold yet; returns this session's id (None: nothing was left to do)."""
+    version = probe.version()
+    reuse = cell.reusable_compile_error(version)
+    stored = cell.stored_outcomes()
+    keep = {sid for sid, (oc, _) in stored.items()
+            if Outcome(oc).attempted or (oc == Outcome.COMPILE_ERROR.value and reuse)}
+    todo = [s for s in dataset.samples if s.id not in keep]
+    label = cell.identity["config"]
+    if not todo:
+        _audit_pending(cell, None, dataset, tokenizer, engine_name, opts, probe, cfg)
+        return None
     limits = cfg.limits
-    meta = _load_json(out / "run.json") or {}
-    meta.update({
-        "engine": engine_name, "config": label, "engine_options": opts, "dataset": dataset.name,
-        "tokenizer": tokenizer.name, "vocab_size": tokenizer.vocab_size, "grammar": dataset.grammar.name,
-        "grammar_key": dataset.grammar.key(), "dataset_meta": dataset.meta, "n_samples": len(dataset.samples),
-        "limits": OmegaConf.to_container(limits, resolve=True),
-        "hydra_config": OmegaConf.to_container(cfg, resolve=True), "git_commit": git_commit(),
-        "versions": package_versions(), "machine": machine_info(),
-    })
-    meta.setdefault("inits", [])
-    auditor = None
-    if cfg.audit.per_sample > 0:
-        try:
-            auditor = Auditor(dataset.grammar, tokenizer, engine_name, opts)
-        except CompileError as err:   # the engine's own compile decides the samples' outcome
-            meta["audit_error"] = f"reference checker cannot take the grammar: {err}"
-
-    if mp.get_start_method(allow_none=True) not in (None, *mp.get_all_start_methods()):
-        # inside a joblib/loky worker (hydra/launcher=parallel): spawned children cannot restore "loky"
-        mp.set_start_method("spawn", force=True)
-    ctx = mp.get_context("spawn")
-    args = (engine_name, opts, dataset.grammar, tokenizer.name)
+    g = git_state()
+    session = {
+        "id": cell.next_session_id(), "status": "running",
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join(["python", *sys.argv]),
+        "git_commit": g["commit"], "git_dirty": g["dirty"], "machine": machine_info(), "versions": package_versions(),
+        "engine_version": version, "limits": OmegaConf.to_container(limits, resolve=True),
+        "audit_per_sample": int(cfg.audit.per_sample), "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
+    }
+    failure = None
+    if reuse:   # a deterministic refusal of this grammar by this engine version: not compiled again
+        failure = session["compile_failure"] = {"message": reuse, "kind": "refused", "engine_version": version,
+                                                "reused": True}
+    cell.save_session(session)
+    progress = _progress(len(dataset.samples), len(keep), f"{label} on {dataset.name}", cfg.progress)
+    warm_ids = tokenizer.encode(dataset.samples[0].text) if cfg.warmup else None
     run_deadline = time.monotonic() + float(limits.run_timeout_s)
-    child = None
-    compile_error = meta.get("compile_error")
-    progress = _progress(len(dataset.samples), len(done), f"{label} on {dataset.name}", cfg.progress)
+    worker = None
     try:
         for sample in todo:
-            if compile_error:
-                _write_part(parts, sample.id, Outcome.COMPILE_ERROR, compile_error, None, [], meta, 0.0)
+            if failure:
+                cell.write_part(session, sample.id, Outcome.COMPILE_ERROR, failure["message"], None, 0.0)
                 progress.update(1)
                 continue
             if time.monotonic() > run_deadline:
-                _write_part(parts, sample.id, Outcome.SKIPPED, "run time limit reached", None, [], meta, 0.0)
-                meta["aborted"] = f"run time limit of {limits.run_timeout_s} s reached"
+                cell.write_part(session, sample.id, Outcome.SKIPPED,
+                                f"run time limit of {limits.run_timeout_s:g} s reached (limits.run_timeout_s)", None, 0.0)
                 progress.update(1)
                 continue
-            if child is None:
-                child = _Child(ctx, args)
-                got = child.wait(float(limits.compile_timeout_s), float(limits.memory_mb))
-                if got[0] == "msg" and got[1][0] == "ready":
-                    meta["inits"].append(got[1][1])
-                else:
-                    compile_error = _compile_failure(got)
-                    meta["compile_error"] = compile_error
-                    child.kill()
-                    child = None
-                    _write_part(parts, sample.id, Outcome.COMPILE_ERROR, compile_error, None, [], meta, 0.0)
+            if worker is None:
+                worker, failure = _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids,
+                                                version, progress)
+                if worker is None:
+                    cell.write_part(session, sample.id, Outcome.COMPILE_ERROR, failure["message"], None, 0.0)
                     progress.update(1)
                     continue
             ids = tokenizer.encode(sample.text)
             audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed))
-            child.start_sample(sample.id, ids, audit_at)
-            timeout = min(float(limits.sample_timeout_s), max(1.0, run_deadline - time.monotonic()))
+            left = run_deadline - time.monotonic()
+            timeout = min(float(limits.sample_timeout_s), max(1.0, left))
+            which = "limits.sample_timeout_s" if timeout == float(limits.sample_timeout_s) else "limits.run_timeout_s"
             t0 = time.monotonic()
-            rows: list = []
-            got = child.wait(timeout, float(limits.memory_mb), rows)
-            if got[0] == "msg":
-                res = got[1][1]
-                audits = []
-                if auditor and res["audited"]:
+            ev, rows = worker.run_sample(sample.id, ids, audit_at, timeout, float(limits.memory_mb))
+            if ev.kind == "message" and ev.value[0] == "result":
+                res = ev.value[1]
+                if res["audited"]:
                     # audited after the timed loop (below): the reference checker's work between two samples
                     # would evict the engine's caches and inflate the next sample's mask times
-                    np.savez(parts / f"{sample.id}.audit.npz", **{str(k): v for k, v in res["audited"].items()})
-                    audits = None
-                _write_part(parts, sample.id, Outcome(res["outcome"]), res["message"], rows, audits, meta,
-                            res["wall_s"], res.get("peak_rss_mb"))
+                    np.savez(cell.parts / f"{sample.id}.audit.npz", **{str(k): v for k, v in res["audited"].items()})
+                session["peak_rss_method"] = res.get("peak_rss_method")
+                cell.write_part(session, sample.id, Outcome(res["outcome"]), res["message"], rows, res["wall_s"],
+                                res.get("peak_rss_mb"))
             else:
-                kind = {"timeout": Outcome.TIMEOUT, "oom": Outcome.OOM, "died": Outcome.CRASH}[got[0]]
-                msg = {"timeout": f"no result within {timeout:.0f} s",
-                       "oom": f"resident memory above {limits.memory_mb} MB",
-                       "died": f"worker died (exit code {got[-1]})"}[got[0]]
-                child.kill_and_collect(rows)
-                child = None
-                _write_part(parts, sample.id, kind, msg, rows, [], meta, time.monotonic() - t0)
+                kind, msg = {
+                    "timeout": (Outcome.TIMEOUT, f"no result within {timeout:g} s ({which})"),
+                    "oom": (Outcome.OOM, f"resident memory above {limits.memory_mb:g} MB (limits.memory_mb)"),
+                    "exit": (Outcome.CRASH, f"worker died ({exit_description(ev.value)})"),
+                }.get(ev.kind, (Outcome.CRASH, f"unexpected message from the worker: {ev.value!r:.200}"))
+                worker.kill()
+                worker = None
+                cell.write_part(session, sample.id, kind, msg, rows, time.monotonic() - t0)
             progress.update(1)
+            cell.save_session(session)
+    except BaseException:   # Ctrl-C or a bug: the worker goes at once; finished samples stay in parts/
+        if worker is not None:
+            worker.kill()
+            worker = None
+        raise
     finally:
         progress.close()
-        if child is not None:
-            child.stop()
-    _audit_pending(parts, auditor, dataset, tokenizer)
-    _merge(out, dataset, meta)
-    return out
+        if worker is not None:
+            worker.stop()
+    session["status"] = "finished"
+    session["ended"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    _audit_pending(cell, session, dataset, tokenizer, engine_name, opts, probe, cfg)
+    cell.save_session(session)
+    return session["id"]
 
 
-def _audit_pending(parts: Path, auditor, dataset, tokenizer) -> None:
-    """Compare the masks saved during the run (``<sample>.audit.npz``) with the reference, once no engine is
-    being timed; each part gets its audit rows. A run stopped before this point audits them when resumed."""
+def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids, version, progress):
+    """(worker, None) once compiled and warmed up, or (None, failure) -- recorded in the session either way."""
+    limits = cfg.limits
+    mem = float(limits.memory_mb)
+    while True:
+        progress.set_postfix_str("compiling")
+        worker = _Worker(engine_name, opts, dataset.grammar, tokenizer.name, warm_ids,
+                         lambda text: progress.set_postfix_str(f"compiling: {text}"[:80]))
+        ev = worker.wait(float(limits.compile_timeout_s), mem)
+        if not (ev.kind == "message" and ev.value[0] == "compiled"):
+            failure = {**_compile_failure(ev, worker, limits), "engine_version": version}
+            worker.kill()
+            session["compile_failure"] = failure
+            cell.save_session(session)
+            progress.set_postfix_str("")
+            return None, failure
+        init = {**ev.value[1], "session": session["id"]}
+        progress.set_postfix_str("warm-up sample" if warm_ids is not None else "")
+        ev = worker.wait(float(limits.sample_timeout_s), mem)
+        progress.set_postfix_str("")
+        if ev.kind == "message" and ev.value[0] == "ready":
+            init.update(ev.value[1])
+            if init.get("first_mask_us") is not None:
+                init["ttfm_s"] = init["init_s"] + init["first_mask_us"] / 1e6
+            if init.get("peak_rss_method"):
+                session["peak_rss_method"] = init["peak_rss_method"]
+            session["inits"].append(init)
+            cell.save_session(session)
+            return worker, None
+        # the warm-up sample hung, ran out of memory or killed the worker: recorded, then one more compile
+        # without warm-up (the same sample, timed, then gets its own typed outcome)
+        init["warmup_failed"] = {"timeout": f"no result within {limits.sample_timeout_s:g} s",
+                                 "oom": f"resident memory above {limits.memory_mb:g} MB",
+                                 "exit": f"worker died ({exit_description(ev.value)})"}.get(ev.kind, repr(ev.value))
+        session["inits"].append(init)
+        cell.save_session(session)
+        worker.kill()
+        if warm_ids is None:
+            return None, {"message": "worker failed before its first sample", "kind": "died", "engine_version": version}
+        warm_ids = None
+
+
+def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, probe, cfg) -> None:
+    """Compare the masks saved during the run (``<sample>.audit.npz``) with the reference, once no engine is being
+    timed; each part gets its audit rows. A run stopped before this point audits them when resumed."""
+    pending = sorted(cell.parts.glob("*.audit.npz"))
+    if not pending:
+        return
+    auditor = None
+    try:
+        auditor = make_auditor(dataset.grammar, tokenizer, probe, engine_name, opts)
+    except CompileError as err:   # the engine's own compile decides the samples' outcome
+        if session is not None:
+            session["audit_error"] = f"reference checker cannot take the grammar: {err}"
     texts = {s.id: s.text for s in dataset.samples}
-    for npz in sorted(parts.glob("*.audit.npz")):
+    for npz in pending:
         sample_id = npz.name[: -len(".audit.npz")]
-        part = parts / f"{sample_id}.json"
+        part = cell.parts / f"{sample_id}.sample.json"
         rec = _load_json(part)
         if rec is None or sample_id not in texts or auditor is None:
             npz.unlink()
@@ -302,24 +743,15 @@ def _audit_pending(parts: Path, auditor, dataset, tokenizer) -> None:
         with np.load(npz) as data:
             audited = {int(k): data[k] for k in data.files}
         rec["audits"] = auditor.check(texts[sample_id], tokenizer.encode(texts[sample_id]), audited)
-        tmp = parts / f".{sample_id}.tmp"
-        tmp.write_text(json.dumps(rec))
-        tmp.replace(part)
+        _write_json(part, rec)
         npz.unlink()
-
-
-def _compile_failure(got) -> str:
-    if got[0] == "msg" and got[1][0] == "compile_error":
-        return got[1][1]
-    if got[0] == "timeout":
-        return "compile did not finish within compile_timeout_s"
-    if got[0] == "oom":
-        return f"compile exceeded the memory limit ({got[1]:.0f} MB resident)"
-    return f"worker died while compiling (exit code {got[-1]})"
 
 
 class _NoProgress:
     def update(self, n):
+        pass
+
+    def set_postfix_str(self, s):
         pass
 
     def close(self):
@@ -332,89 +764,3 @@ def _progress(total, initial, desc, enabled):
     from tqdm import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="sample", file=sys.stderr, dynamic_ncols=True)
-
-
-def _load_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _finished_samples(out: Path) -> set[str]:
-    done = {p.stem for p in (out / "parts").glob("*.json")}
-    if (out / "samples.parquet").exists():
-        done |= set(pd.read_parquet(out / "samples.parquet")["sample_id"])
-    return done
-
-
-def _write_part(parts: Path, sample_id, outcome: Outcome, message, rows, audits, meta, wall_s, peak_rss_mb=None):
-    from gcdbench.experiments.worker import ROW_FIELDS
-
-    cols = {k: [r[i] for r in rows] for i, k in enumerate(ROW_FIELDS)} if rows else None
-    if len(message) > MAX_MESSAGE:   # engines may quote the whole grammar in an error
-        message = message[:MAX_MESSAGE] + f" ... [{len(message) - MAX_MESSAGE} more characters]"
-    rec = {"sample_id": sample_id, "outcome": outcome.value, "message": message, "wall_s": wall_s,
-           "n_steps": len(rows) if rows else 0, "peak_rss_mb": peak_rss_mb, "rows": cols, "audits": audits}
-    tmp = parts / f".{sample_id}.tmp"
-    tmp.write_text(json.dumps(rec))
-    tmp.replace(parts / f"{sample_id}.json")
-
-
-def _merge(out: Path, dataset, meta):
-    """Fold ``parts/*.json`` into steps/samples/audit parquet files and write run.json."""
-    key = {"engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"],
-           "tokenizer": meta["tokenizer"]}
-    old = {name: pd.read_parquet(out / f"{name}.parquet") for name in ("steps", "samples", "audit")
-           if (out / f"{name}.parquet").exists()}
-    steps, samples, audits = [], [], []
-    part_files = sorted((out / "parts").glob("*.json"))
-    for p in part_files:
-        rec = json.loads(p.read_text())
-        samples.append({**key, **{k: rec[k] for k in ("sample_id", "outcome", "message", "wall_s", "n_steps",
-                                                      "peak_rss_mb")}})
-        if rec["rows"]:
-            df = pd.DataFrame(rec["rows"])
-            df["sample_id"] = rec["sample_id"]
-            df["outcome"] = rec["outcome"]
-            steps.append(df)
-        for a in rec["audits"] or []:
-            audits.append({**key, "sample_id": rec["sample_id"], **a})
-    new_ids = {json.loads(p.read_text())["sample_id"] for p in part_files}
-
-    def combine(name, frames):
-        prev = old.get(name)
-        if prev is not None:
-            prev = prev[~prev["sample_id"].isin(new_ids)]
-            frames = [prev] + frames
-        return pd.concat(frames, ignore_index=True) if frames else None
-
-    step_df = combine("steps", steps)
-    if step_df is not None:
-        for k, v in key.items():
-            step_df[k] = v
-        step_df = step_df[STEP_COLUMNS]
-        step_df.to_parquet(out / "steps.parquet", index=False)
-    sample_df = combine("samples", [pd.DataFrame(samples)] if samples else [])
-    if sample_df is not None:
-        order = {s.id: i for i, s in enumerate(dataset.samples)}
-        sample_df = sample_df.sort_values("sample_id", key=lambda c: c.map(order)).reset_index(drop=True)
-        sample_df.to_parquet(out / "samples.parquet", index=False)
-        meta["outcomes"] = sample_df["outcome"].value_counts().to_dict()
-    audit_df = combine("audit", [pd.DataFrame(audits)] if audits else [])
-    if audit_df is not None and len(audit_df):
-        audit_df.to_parquet(out / "audit.parquet", index=False)
-        meta["audit"] = {"steps": int(len(audit_df)), "agree": int(audit_df["agree"].sum()),
-                         "agree_modulo_documented": int(audit_df["agree_modulo_documented"].sum())}
-    if meta.get("inits"):
-        meta["init_s"] = meta["inits"][0]["init_s"]
-        meta["peak_rss_compile_mb"] = max(i.get("peak_rss_compile_mb") or 0 for i in meta["inits"])
-    if sample_df is not None and sample_df["peak_rss_mb"].notna().any():
-        meta["peak_rss_run_mb"] = float(sample_df["peak_rss_mb"].max())
-    (out / "run.json").write_text(json.dumps(meta, indent=1, default=str))
-    for p in part_files:
-        p.unlink()
-    try:
-        (out / "parts").rmdir()
-    except OSError:
-        pass

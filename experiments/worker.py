@@ -1,14 +1,21 @@
-"""The child process of a run: compiles one engine once, then teacher-forces samples sent by the parent.
+"""The child process of a run (``python -m gcdbench.experiments.worker``): compiles one engine once, runs one
+untimed warm-up sample, then teacher-forces the samples the parent sends.
 
-Messages (over a multiprocessing Pipe), parent -> child: ``("sample", sample_id, token_ids, audit_steps)`` or
-``("stop",)``; child -> parent: ``("ready", info)``, ``("compile_error", message)``, ``("steps", rows)``
-(only when a sample outgrows the StepLog) and ``("result", dict)``. Each finished step goes to the shared
-StepLog at once, so that a sample cut short by a time limit keeps it. Only the fill call is inside the mask timer; the runner, not the engine, checks the
-oracle token.
+Messages (framed pickles over :class:`gcdbench.parsers.limited.Channel`), parent -> child:
+``("init", engine, options, grammar, tokenizer, warmup_ids, steplog_path)``, then ``("sample", sample_id, token_ids,
+audit_steps)`` or ``("stop",)``. Child -> parent: ``("attached",)`` once the StepLog is mapped (the parent then
+unlinks its file), ``("progress", text)`` while compiling (the engine's log records), ``("compiled", info)`` or
+``("compile_error", {"message", "kind"})``, ``("ready", warmup)``, then per sample ``("steps", rows)`` (only when a
+sample outgrows the StepLog) and ``("result", dict)``.
+
+Each finished step goes to the shared StepLog at once, so that a sample cut short by a limit or a crash keeps it.
+Only the fill call is inside the mask timer; the runner, not the engine, checks the oracle token.
 """
 from __future__ import annotations
 
+import logging
 import os
+import re
 import resource
 import time
 import traceback
@@ -18,12 +25,45 @@ import numpy as np
 from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_count, mask_get
 
 ROW_FIELDS = ("step", "prefix_tokens", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed")
+#: ``kind`` of a compile failure whose cause is the grammar itself (the same inputs give the same refusal): a
+#: ``CompileError`` the engine raised. Time-outs (the runner's limit or the engine's own time budget, raised as
+#: ``CompileTimeout``), running out of memory, a dead worker and any other exception are not.
+DETERMINISTIC_COMPILE_FAILURES = ("refused",)
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+# --------------------------------------------------------------------------------------------------------------
+# peak memory per phase
+# --------------------------------------------------------------------------------------------------------------
+def _vm_hwm_mb() -> float | None:
+    """This process's resident high-water mark (``VmHWM`` of /proc/self/status), MB."""
+    try:
+        with open("/proc/self/status") as fh:
+            m = re.search(r"VmHWM:\s+(\d+)\s+kB", fh.read())
+        return int(m.group(1)) / 1024.0 if m else None
+    except OSError:
+        return None
 
 
+def reset_peak_rss() -> bool:
+    """Start a new phase: reset the resident high-water mark (Linux ``clear_refs`` 5). False where unsupported,
+    and then the peak read afterwards is the process's lifetime peak."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    """Resident high-water mark since the last :func:`reset_peak_rss` (or since start), MB."""
+    hwm = _vm_hwm_mb()
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one sample
+# --------------------------------------------------------------------------------------------------------------
 def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), token_bytes=None):
     """Run one sample, calling ``emit(row)`` after each mask (a tuple in ROW_FIELDS order, commit_us 0) and
     ``emit.commit_time(us)`` after each commit.
@@ -81,10 +121,13 @@ class StepLog:
 
     The child stores a row and then the row count with plain memory writes: no system call and no wake-up of
     the parent between two timed masks (a pipe message per step did both, and on a 2-core machine the parent's
-    wake-ups evict the engine's caches). The file outlives the child, so every row written before a timeout,
-    a crash or an ``exit`` is still read by the parent. Row 0 holds the count; a sample longer than
-    ``capacity`` steps is flushed over the pipe in batches of ``capacity`` rows.
+    wake-ups evict the engine's caches). Both map the file; once the child has attached, the parent unlinks it
+    (the mapping lives on, nothing is left in /dev/shm if either dies), so every row written before a timeout, a
+    crash or an ``exit`` is still read by the parent. Row 0 holds the count; a sample longer than ``capacity``
+    steps is flushed over the channel in batches of ``capacity`` rows.
     """
+
+    PREFIX = "gcdbench-steps-"
 
     def __init__(self, path: str, capacity: int | None = None):
         self.path = path
@@ -96,12 +139,31 @@ class StepLog:
 
     @classmethod
     def create(cls, capacity: int = 1 << 14) -> "StepLog":
+        """A new log in /dev/shm (memory, not disk), named after this process; logs left there by runs whose
+        process no longer exists (killed before the child attached) are removed first."""
         import tempfile
 
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        fd, path = tempfile.mkstemp(prefix="gcdbench-steps-", suffix=".f64", dir=shm)
+        cls.remove_stale(shm or tempfile.gettempdir())
+        fd, path = tempfile.mkstemp(prefix=f"{cls.PREFIX}{os.getpid()}-", suffix=".f64", dir=shm)
         os.close(fd)
         return cls(path, capacity)
+
+    @classmethod
+    def remove_stale(cls, folder: str) -> None:
+        import psutil
+
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            m = re.match(re.escape(cls.PREFIX) + r"(\d+)-", name)
+            if m and not psutil.pid_exists(int(m.group(1))):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                except OSError:
+                    pass
 
     @property
     def count(self) -> int:
@@ -123,25 +185,28 @@ class StepLog:
         return [(int(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4]), int(r[5]), bool(r[6]))
                 for r in self.buf[1: self.count + 1].tolist()]
 
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
     def close(self, unlink: bool = False) -> None:
         self.buf = None
         if unlink:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            self.unlink()
 
 
 class _Sender:
     """Stores each finished step in the shared StepLog (outside the timers), so that a sample cut short by
     a time limit, a crash or an exit keeps every step it finished."""
 
-    def __init__(self, conn, log: StepLog):
-        self.conn, self.log = conn, log
+    def __init__(self, chan, log: StepLog):
+        self.chan, self.log = chan, log
 
     def __call__(self, row):
         if self.log.count == self.log.capacity:
-            self.conn.send(("steps", self.log.rows()))
+            self.chan.send(("steps", self.log.rows()))
             self.log.reset()
         self.log.append(row)
 
@@ -149,49 +214,124 @@ class _Sender:
         self.log.set_commit_us(us)
 
 
-def worker_main(conn, log_path: str, engine_name: str, engine_opts: dict, grammar, tokenizer_name: str,
-                warmup: bool = True):
-    """Entry point of the child process; ``log_path`` is the parent's StepLog file."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+class _Sink:
+    """Keeps the warm-up sample's mask times (never stored as rows)."""
+
+    def __init__(self):
+        self.mask_us: list[float] = []
+
+    def __call__(self, row):
+        self.mask_us.append(row[3])
+
+    def commit_time(self, us: float):
+        pass
+
+
+class _Progress(logging.Handler):
+    """Forwards the engine's log records (``gcdbench.*`` loggers, INFO and up) to the parent while it compiles."""
+
+    def __init__(self, chan):
+        super().__init__(logging.INFO)
+        self.chan = chan
+
+    def emit(self, record):
+        try:
+            self.chan.send(("progress", record.getMessage()))
+        except Exception:   # noqa: BLE001 - progress is best effort
+            pass
+
+
+def _compile(chan, engine_name, engine_opts, grammar, tokenizer_name):
+    """(engine, tokenizer) after sending ("compiled", info), or None after sending ("compile_error", ...)."""
+    from gcdbench.parsers.base import CompileTimeout
     from gcdbench.parsers.registry import create_engine
     from gcdbench.parsers.tokenizers import load_tokenizer
 
+    log = logging.getLogger("gcdbench")
+    handler = _Progress(chan)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
     try:
         tokenizer = load_tokenizer(tokenizer_name)
         engine = create_engine(engine_name, **engine_opts)
         t0 = time.perf_counter()
         engine.compile(grammar, tokenizer)
         init_s = time.perf_counter() - t0
-        warm = None
-        if warmup:  # one untimed mask at the empty prefix: JIT and lazy tables are not charged to step 0
-            t1 = time.perf_counter()
-            engine.reset()
-            try:
-                engine.fill_mask(allocate_mask(tokenizer.vocab_size))
-            except EngineError:
-                pass
-            warm = time.perf_counter() - t1
-        conn.send(("ready", {
-            "init_s": init_s, "warmup_s": warm, "version": engine.version(), "engine_info": engine.info(),
-            "peak_rss_compile_mb": _peak_rss_mb(),
-        }))
+    except CompileTimeout as err:
+        chan.send(("compile_error", {"message": str(err), "kind": "engine_timeout"}))
+        return None
     except CompileError as err:
-        conn.send(("compile_error", str(err)))
+        chan.send(("compile_error", {"message": str(err), "kind": "refused"}))
+        return None
+    except Exception:   # noqa: BLE001 - any other failure is the engine's crash, reported with its traceback
+        chan.send(("compile_error", {"message": "engine crashed while compiling:\n" + traceback.format_exc(limit=8),
+                                     "kind": "crash"}))
+        return None
+    finally:
+        log.removeHandler(handler)
+    chan.send(("compiled", {"init_s": init_s, "version": engine.version(), "engine_info": engine.info(),
+                            "peak_rss_compile_mb": peak_rss_mb()}))
+    return engine, tokenizer
+
+
+def _warm_up(engine, tokenizer, ids) -> dict:
+    """One untimed pass over a whole sample (masks and commits), so that JIT compilation, lazily built tables
+    and first-touch page faults on every path a sample takes are not charged to the timed samples. Its first
+    mask (cold, at the empty prefix) gives the time to first mask."""
+    reset = reset_peak_rss()
+    sink = _Sink()
+    t0 = time.perf_counter()
+    outcome, message, _ = teacher_force(engine, ids, tokenizer.eos_id, tokenizer.vocab_size, sink, (),
+                                        tokenizer.token_bytes)
+    return {"warmup_s": time.perf_counter() - t0, "first_mask_us": sink.mask_us[0] if sink.mask_us else None,
+            "warmup_masks": len(sink.mask_us), "warmup_max_mask_us": max(sink.mask_us, default=None),
+            "warmup_outcome": outcome.value, "warmup_message": message,
+            "peak_rss_warmup_mb": peak_rss_mb(), "peak_rss_method": "vmhwm_reset" if reset else "lifetime"}
+
+
+def main() -> None:
+    """Entry point of the child process."""
+    import signal
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from gcdbench.parsers.limited import Channel, die_with_parent
+
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle (it kills this process)
+    chan = Channel.from_env()
+    try:
+        _serve(chan)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        os._exit(0)   # the parent is gone or stopped listening: nothing to report to
+
+
+def _serve(chan) -> None:
+    _, engine_name, engine_opts, grammar, tokenizer_name, warmup_ids, log_path = chan.recv()
+    log = StepLog(log_path)
+    chan.send(("attached",))
+    got = _compile(chan, engine_name, engine_opts, grammar, tokenizer_name)
+    if got is None:
         return
-    except Exception:
-        conn.send(("compile_error", "engine crashed while compiling:\n" + traceback.format_exc(limit=8)))
-        return
-    sender = _Sender(conn, StepLog(log_path))
+    engine, tokenizer = got
+    warm = _warm_up(engine, tokenizer, warmup_ids) if warmup_ids is not None else {}
+    chan.send(("ready", warm))
+    sender = _Sender(chan, log)
     while True:
-        msg = conn.recv()
+        msg = chan.recv()
         if msg[0] == "stop":
             return
         _, sample_id, token_ids, audit_steps = msg
+        reset = reset_peak_rss()
         t0 = time.perf_counter()
         outcome, message, audited = teacher_force(
             engine, token_ids, tokenizer.eos_id, tokenizer.vocab_size, sender, audit_steps, tokenizer.token_bytes
         )
-        conn.send(("result", {
+        chan.send(("result", {
             "sample_id": sample_id, "outcome": outcome.value, "message": message, "audited": audited,
-            "wall_s": time.perf_counter() - t0, "peak_rss_mb": _peak_rss_mb(),
+            "wall_s": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb(),
+            "peak_rss_method": "vmhwm_reset" if reset else "lifetime",
         }))
+
+
+if __name__ == "__main__":
+    main()

@@ -34,7 +34,12 @@ class Outcome(str, enum.Enum):
     ENGINE_ERROR = "engine_error"  # the engine reported an error state (e.g. a parser work limit was hit)
     CRASH = "crash"                # the engine raised or the worker process died
     COMPILE_ERROR = "compile_error"  # the engine refused the grammar (typed, with a reason)
-    SKIPPED = "skipped"            # not attempted (the run was aborted earlier)
+    SKIPPED = "skipped"            # not attempted (the run time limit was reached first)
+
+    @property
+    def attempted(self) -> bool:
+        """False for a sample that never ran (its engine did not compile, or the run's time ran out first)."""
+        return self not in (Outcome.COMPILE_ERROR, Outcome.SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,11 @@ class Profile:
 
 class CompileError(Exception):
     """The engine cannot take this grammar; ``str(err)`` says why (e.g. 'not LALR(1): ...')."""
+
+
+class CompileTimeout(CompileError):
+    """The engine gave up compiling on a time budget of its own (an option): the same grammar may compile on a
+    faster or idler machine, so the runner retries it on resume (a plain CompileError is reused)."""
 
 
 class EngineError(RuntimeError):
@@ -116,6 +126,20 @@ def ids_to_mask(ids, vocab_size: int) -> np.ndarray:
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
 
 
+def _check_option(engine: str, key: str, value, default, choices) -> None:
+    """An option value must be one of its declared choices, else of its default's type (None: anything)."""
+    if choices is not None:
+        if value not in choices:
+            raise ValueError(f"engine {engine!r}: {key}={value!r} is not allowed; valid: {list(choices)}")
+        return
+    if default is None or value is None:
+        return
+    want = (int, float) if type(default) is float else type(default)
+    if isinstance(value, bool) and type(default) is not bool or not isinstance(value, want):
+        raise ValueError(f"engine {engine!r}: {key}={value!r} should be of type {type(default).__name__} "
+                         f"(default {default!r})")
+
+
 class Engine(ABC):
     """A grammar-constrained decoding engine seen by the harness."""
 
@@ -123,14 +147,19 @@ class Engine(ABC):
     name: str = "engine"
     #: engine info() keys worth a column in the report's artifact table: column -> path into info()
     artifact_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: options that take one of a few values: option -> the allowed values (checked on construction)
+    option_choices: ClassVar[dict[str, tuple]] = {}
 
     def __init__(self, **options):
-        unknown = set(options) - set(self.options())
+        defaults = self.options()
+        unknown = set(options) - set(defaults)
         if unknown:
             raise ValueError(
-                f"engine {self.name!r}: unknown option(s) {sorted(unknown)}; valid: {sorted(self.options())}"
+                f"engine {self.name!r}: unknown option(s) {sorted(unknown)}; valid: {sorted(defaults)}"
             )
-        self.opts = {**self.options(), **options}
+        for k, v in options.items():
+            _check_option(self.name, k, v, defaults[k], self.option_choices.get(k))
+        self.opts = {**defaults, **options}
 
     @classmethod
     def options(cls) -> dict:

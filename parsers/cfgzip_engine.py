@@ -28,18 +28,19 @@ import json
 import os
 import re
 import shutil
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile
+from gcdbench.parsers.limited import LimitedProcess
 
 
-class PreprocessTimeout(TimeoutError):
-    """``cfgzip-preprocess`` ran past ``preprocess_timeout_s``."""
+class PreprocessTimeout(CompileTimeout):
+    """``cfgzip-preprocess`` ran past ``preprocess_timeout_s`` (a time budget: retried on resume)."""
 
 
 def _default_cache_dir() -> Path:
@@ -295,24 +296,23 @@ class CFGzipEngine(Engine):
             limit = self.opts["preprocess_timeout_s"]
             with open(work / "stderr", "wb") as err, open(work / "stdout", "wb") as out:
                 t0 = time.perf_counter()
-                proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+                proc = LimitedProcess(cmd, stdout=out, stderr=err, env=env)
                 try:
-                    status, rusage = self._wait(proc, None if limit is None else float(limit))
-                except BaseException:
-                    proc.kill()
-                    proc.wait()
-                    raise
+                    ev = proc.wait(None if limit is None else float(limit))
+                finally:
+                    proc.close()   # kills it if it is still running (time-out, or an exception here)
                 elapsed = time.perf_counter() - t0
+            status = ev.value if ev.kind == "exit" else None
             stderr = (work / "stderr").read_text(errors="replace")
             if status is None:
-                raise PreprocessTimeout(f"cfgzip-preprocess ran past {limit} s")
+                raise PreprocessTimeout(f"cfgzip-preprocess ran past {limit} s (preprocess_timeout_s)")
             if status != 0:
                 first = next((l for l in stderr.splitlines() if l.startswith("Error")), stderr.strip()[:500])
                 raise CompileError(f"cfgzip-preprocess failed (exit {status}): {first}")
             timings = {m.group(1): float(m.group(2)) for m in re.finditer(r"cfgzip timing: (\w+)_s=([0-9.]+)", stderr)}
             meta = {
                 "preprocess_s": elapsed,
-                "preprocess_peak_rss_mb": rusage.ru_maxrss / 1024.0,  # Linux: kilobytes
+                "preprocess_peak_rss_mb": proc.peak_rss_mb,   # the child's own peak (wait4)
                 "timings": timings,
                 "command": cmd,
             }
@@ -324,22 +324,6 @@ class CFGzipEngine(Engine):
             return meta
         finally:
             shutil.rmtree(work, ignore_errors=True)
-
-    @staticmethod
-    def _wait(proc: subprocess.Popen, limit: float | None):
-        """(exit status or None on timeout, rusage of the child): ``wait4`` gives the child's own peak RSS."""
-        deadline = None if limit is None else time.monotonic() + limit
-        while True:
-            pid, status, rusage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)
-            if pid == proc.pid:
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                return proc.returncode, rusage
-            if time.monotonic() > deadline:
-                proc.kill()
-                _, _, rusage = os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                return None, rusage
-            time.sleep(0.05)
 
     def _load(self, out_dir: Path, ebnf: str, tokenizer) -> None:
         import xgrammar as xgr

@@ -168,6 +168,11 @@ class GLRMaskEngine(Engine):
             "merge_equivalent_tokens": False,    # token_trie only
         }
 
+    option_choices = {"grammar_form": ("inline_ignore", "normalized", "lark"),
+                      "mask_strategy": ("auto", "parser_dwa", "token_trie"),
+                      "boundary_mask_strategy": ("auto", "parser_dwa", "token_trie"),
+                      "parser_backend": ("lr_table", "template_dfa")}
+
     def version(self) -> str:
         import importlib.metadata
 

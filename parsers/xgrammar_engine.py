@@ -33,6 +33,8 @@ class XGrammarEngine(Engine):
     def options(cls) -> dict:
         return {"grammar_form": "ebnf", "max_threads": 1, "cache_enabled": False}
 
+    option_choices = {"grammar_form": ("ebnf", "bnf", "lark")}
+
     def version(self) -> str:
         import importlib.metadata
 

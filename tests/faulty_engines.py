@@ -1,15 +1,27 @@
 """Engines that misbehave on purpose, to test that the runner turns each failure into a typed outcome.
 
-Each wraps the reference engine and misbehaves when it commits a token whose bytes are ``z``, so a sample
-containing ``z`` fails and the others pass. Selected as ``engine.name=tests.faulty_engines:<Class>``.
+Each wraps the reference engine. The ``_Faulty`` ones misbehave when they commit a token whose bytes are ``z``,
+so a sample containing ``z`` fails and the others pass; the ``*Compile*`` ones misbehave while compiling.
+Selected as ``engine.name=tests.faulty_engines:<Class>`` (the worker imports them from the repository root).
+
+Engines that wait for the test to kill them write ``<phase> <pid>`` to the file named by ``$GCDBENCH_TEST_MARKER``
+first, so the test knows which process to kill and when.
 """
 from __future__ import annotations
 
 import os
 import time
 
-from gcdbench.parsers.base import CompileError
+from gcdbench.parsers.base import CompileError, CompileTimeout, EngineError
 from gcdbench.parsers.reference import ReferenceEngine
+
+
+def mark(phase: str) -> None:
+    """Tell the test (``$GCDBENCH_TEST_MARKER``) that this process reached ``phase``."""
+    path = os.environ.get("GCDBENCH_TEST_MARKER")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{phase} {os.getpid()}\n")
 
 
 class _Faulty(ReferenceEngine):
@@ -48,6 +60,109 @@ class HogEngine(_Faulty):
         time.sleep(120)
 
 
+class ErrorStateEngine(_Faulty):
+    def misbehave(self):
+        raise EngineError("work limit reached (test)")
+
+
+class MaskRaiseEngine(_Faulty):
+    """Raises inside fill_mask once 'z' was committed."""
+
+    def fill_mask(self, out):
+        if getattr(self, "_armed", False):
+            raise RuntimeError("deliberate failure inside a mask")
+        return super().fill_mask(out)
+
+    def reset(self):
+        self._armed = False
+        super().reset()
+
+    def misbehave(self):
+        self._armed = True
+
+
+class WaitForKillEngine(_Faulty):
+    """Sleeps inside a mask once the prefix ends in 'z' (after committing it), waiting to be killed."""
+
+    def fill_mask(self, out):
+        if getattr(self, "_armed", False):
+            mark("mask")
+            time.sleep(3600)
+        return super().fill_mask(out)
+
+    def misbehave(self):
+        self._armed = True
+
+
+class SlowEngine(ReferenceEngine):
+    """Every mask takes 50 ms: a run lasts long enough for a test to kill it part-way."""
+
+    def compile(self, grammar, tokenizer):
+        mark("compile")
+        super().compile(grammar, tokenizer)
+
+    def fill_mask(self, out):
+        time.sleep(0.05)
+        return super().fill_mask(out)
+
+
 class RefuseEngine(ReferenceEngine):
     def compile(self, grammar, tokenizer):
+        mark("compile")
         raise CompileError("this engine refuses every grammar (test)")
+
+
+class BudgetEngine(ReferenceEngine):
+    """Gives up on a time budget of its own, the first time only (``$GCDBENCH_TEST_MARKER`` has no 'compile')."""
+
+    def compile(self, grammar, tokenizer):
+        path = os.environ.get("GCDBENCH_TEST_MARKER")
+        first = not (path and os.path.exists(path) and "compile" in open(path).read())
+        mark("compile")
+        if first:
+            raise CompileTimeout("construction exceeded its time budget (test)")
+        super().compile(grammar, tokenizer)
+
+
+class CrashCompileEngine(ReferenceEngine):
+    def compile(self, grammar, tokenizer):
+        raise RuntimeError("deliberate crash while compiling")
+
+
+class HangCompileEngine(ReferenceEngine):
+    """Compiles forever the first time (waiting to be killed or timed out), normally afterwards."""
+
+    def compile(self, grammar, tokenizer):
+        path = os.environ.get("GCDBENCH_TEST_MARKER")
+        first = not (path and os.path.exists(path) and "compile" in open(path).read())
+        mark("compile")
+        if first:
+            time.sleep(3600)
+        super().compile(grammar, tokenizer)
+
+
+class HogCompileEngine(ReferenceEngine):
+    def compile(self, grammar, tokenizer):
+        self.ballast = []
+        for _ in range(64):
+            self.ballast.append(bytearray(64 << 20))
+            self.ballast[-1][::4096] = b"x" * len(self.ballast[-1][::4096])
+        time.sleep(120)
+
+
+class ColdEngine(ReferenceEngine):
+    """Its first mask after the first commit is slow once per process (a lazily built table): the warm-up sample
+    must absorb it, so no timed mask pays for it."""
+
+    def commit(self, token_id):
+        ok = super().commit(token_id)
+        if not getattr(self, "_warmed", False):
+            self._cold_next = True
+        return ok
+
+    def fill_mask(self, out):
+        if getattr(self, "_cold_next", False):
+            self._cold_next = False
+            self._warmed = True
+            time.sleep(0.3)
+        return super().fill_mask(out)

@@ -399,8 +399,9 @@ def test_options_match_yaml():
 
 
 def test_contextual_lexer_refused(bytes_tokenizer):
-    with pytest.raises(CompileError, match="contextual"):
-        PSCEngine(use_cache=False, lexer="contextual").compile(_spec("tiny_sql", TINY), bytes_tokenizer)
+    """Not an allowed value of the option (only 'standard' is implemented): refused on construction."""
+    with pytest.raises(ValueError, match=r"lexer='contextual' is not allowed; valid: \['standard'\]"):
+        PSCEngine(use_cache=False, lexer="contextual")
 
 
 @pytest.mark.slow

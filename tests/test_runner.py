@@ -56,18 +56,35 @@ def test_ok_run_writes_long_format_results(tmp_path):
     assert meta["init_s"] > 0 and meta["versions"]["xgrammar"] and meta["machine"]["cpu_count"]
     assert meta["audit"]["steps"] > 0 and meta["audit"]["agree"] == meta["audit"]["steps"]
     assert not (out / "parts").exists()
+    # provenance per sample row; run.json describes exactly the rows on disk
+    samples = pd.read_parquet(out / "samples.parquet")
+    assert samples["git_commit"].notna().all() and samples["host"].notna().all() and (samples["session"] == 1).all()
+    assert meta["n_rows"] == len(samples) == meta["n_samples"] == len(texts)
+    assert meta["outcomes"] == {"ok": len(texts)}
+    # the warm-up sample: compile only in init, the first (cold) mask in TTFM, peaks per phase
+    init = meta["inits"][0]
+    assert init["warmup_outcome"] == "ok" and init["warmup_masks"] == len(texts[0].encode()) + 1
+    assert meta["ttfm_s"] == pytest.approx(init["init_s"] + init["first_mask_us"] / 1e6)
+    assert meta["peak_rss_compile_mb"] > 0 and meta["peak_rss_samples_mb"] > 0
 
 
-@pytest.mark.parametrize("cls,expected,timeout", [
-    ("RaiseEngine", "crash", 60), ("ExitEngine", "crash", 60), ("HangEngine", "timeout", 8), ("HogEngine", "oom", 60),
+@pytest.mark.parametrize("cls,expected,timeout,message", [
+    ("RaiseEngine", "crash", 60, "RuntimeError: deliberate failure on 'z'"),
+    ("ExitEngine", "crash", 60, "worker died (exit code 3)"),
+    ("HangEngine", "timeout", 2.5, "no result within 2.5 s (limits.sample_timeout_s)"),
+    ("HogEngine", "oom", 60, "resident memory above 1500 MB (limits.memory_mb)"),
+    ("ErrorStateEngine", "engine_error", 60, "work limit reached (test)"),
+    ("MaskRaiseEngine", "crash", 60, "step 2: RuntimeError: deliberate failure inside a mask"),
 ])
-def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, cls, expected, timeout):
+def test_failing_engine_is_a_typed_outcome_and_others_finish(tmp_path, letters, cls, expected, timeout, message):
     cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters,
                    f"limits.sample_timeout_s={timeout}",
                    "limits.memory_mb=1500", "audit.per_sample=0")
     out = run(cfg)
     got = outcomes(out)
     assert got == {"letters-0000": "ok", "letters-0001": expected, "letters-0002": "ok"}
+    samples = pd.read_parquet(out / "samples.parquet").set_index("sample_id")
+    assert message in samples.loc["letters-0001", "message"]
     steps = pd.read_parquet(out / "steps.parquet")
     failed = steps[steps["sample_id"] == "letters-0001"]
     # the steps before the failure ('a' masked and committed, then 'z' masked) are kept
@@ -78,7 +95,8 @@ def test_compile_error_is_recorded_for_every_sample(tmp_path, letters):
     cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:RefuseEngine", *letters)
     out = run(cfg)
     assert set(outcomes(out).values()) == {"compile_error"}
-    assert "refuses every grammar" in json.loads((out / "run.json").read_text())["compile_error"]
+    meta = json.loads((out / "run.json").read_text())
+    assert "refuses every grammar" in meta["compile_error"] and meta["compile_error_kind"] == "refused"
 
 
 def test_malformed_grammar_is_a_compile_error(tmp_path):
@@ -96,18 +114,87 @@ def test_rerun_skips_finished_samples(tmp_path, letters):
     cfg = make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0")
     out = run(cfg)
     before = pd.read_parquet(out / "steps.parquet")
-    (out / "samples.parquet").stat()
-    cfg2 = make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0", "samples=null")
+    assert len(pd.read_parquet(out / "samples.parquet")) == 3
+    # samples=all selects the same three samples (the file has three lines): the same cell
+    cfg2 = make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0", "samples=all")
     out2 = run(cfg2)
     assert out2 == out
     after = pd.read_parquet(out / "steps.parquet")
-    assert len(after) == len(before)           # nothing re-run, nothing lost
-    assert len(json.loads((out / "run.json").read_text())["inits"]) == 1   # no second compile
+    pd.testing.assert_frame_equal(after, before)   # nothing re-run, nothing lost
+    meta = json.loads((out / "run.json").read_text())
+    assert len(meta["inits"]) == 1 and len(meta["sessions"]) == 1   # no second compile, no empty session
 
 
 def test_unknown_engine_option_names_valid_ones(tmp_path, letters):
     cfg = make_cfg(tmp_path, "engine=xgrammar", "+engine.grammar_fom=lark", *letters)
     with pytest.raises(ValueError, match="grammar_form"):
+        run(cfg)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# validation at start: each refusal comes before any work and names the key and the fix
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("override,match", [
+    ("samples=-1", r"samples=-1: at least 1 sample is needed \(samples=all"),
+    ("samples=0", r"samples=0: at least 1"),
+    ("samples=null", r"samples=None: write a whole number >= 1, or samples=all"),
+    ("samples=three", r"samples='three'"),
+    ("limits.sample_timeout_s=0", r"limits.sample_timeout_s=0.0: a limit must be a number > 0"),
+    ("limits.memory_mb=-100", r"limits.memory_mb=-100.0"),
+    ("limits.run_timeout_s=-1", r"limits.run_timeout_s"),
+    ("audit.per_sample=-2", r"audit.per_sample=-2"),
+    ("+sample=3", r"unknown config key\(s\) \['sample'\]"),
+    ("+limits.sample_timout_s=3", r"unknown config key\(s\) \['limits.sample_timout_s'\]"),
+    ("+dataset.split=train", r"dataset 'custom': unknown option\(s\) \['split'\]; valid: \['grammar', 'samples', 'start', 'ambiguous'\]"),
+    ("engine.lexer=contextual", r"lexer='contextual' is not allowed; valid: \['standard'\]"),
+    ("engine.max_states=many", r"max_states='many' should be of type int"),
+])
+def test_bad_values_are_refused_before_any_work(tmp_path, letters, override, match):
+    from gcdbench.datasets.base import DataError
+    from gcdbench.experiments.config import ConfigError
+
+    cfg = make_cfg(tmp_path, "engine=psc", *letters, override)
+    with pytest.raises((ConfigError, DataError, ValueError), match=match):
+        run(cfg)
+    assert not list(tmp_path.rglob("run.json"))   # nothing was started
+
+
+def test_samples_all_runs_every_sample(tmp_path, letters):
+    out = run(make_cfg(tmp_path, "engine=reference", *letters, "samples=all", "audit.per_sample=0"))
+    assert len(outcomes(out)) == 3
+
+
+def test_valiant_backend_value_is_checked_at_start(tmp_path, letters):
+    cfg = make_cfg(tmp_path, "engine=valiant", "engine.backend=gpu", *letters)
+    with pytest.raises(ValueError, match=r"backend='gpu' is not allowed; valid: \['cpu', 'cuda'\]"):
+        run(cfg)
+
+
+@pytest.mark.parametrize("which", ["grammar", "samples"])
+def test_non_utf8_file_names_the_file_and_the_byte_offset(tmp_path, letters, which):
+    from gcdbench.datasets.base import DataError
+
+    g = tmp_path / "latin1.lark"
+    g.write_bytes('start: WORD\nWORD: /[a-z]+/\n'.encode() if which == "samples" else
+                  'start: WORD\n// caf\xe9\nWORD: /[a-z]+/\n'.encode("latin-1"))
+    s = tmp_path / "latin1.txt"
+    s.write_bytes("abc\ncaf\xe9\n".encode("latin-1") if which == "samples" else b"abc\n")
+    cfg = make_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}")
+    bad = s if which == "samples" else g
+    offset = bad.read_bytes().index(b"\xe9")
+    with pytest.raises(DataError, match=rf"{bad} is not UTF-8: byte offset {offset} \(line 2\)"):
+        run(cfg)
+
+
+def test_empty_samples_file_is_refused(tmp_path):
+    from gcdbench.datasets.base import DataError
+
+    g = tmp_path / "g.lark"
+    g.write_text('start: "a"\n')
+    s = tmp_path / "empty.txt"
+    s.write_text("\n  \n")
+    cfg = make_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}")
+    with pytest.raises(DataError, match="has no non-empty line"):
         run(cfg)
 
 
@@ -125,6 +212,22 @@ def test_cli_unknown_engine_lists_choices(tmp_path):
 def test_cli_typo_in_key_fails_at_start(tmp_path):
     r = _cli("sampels=3", f"out_dir={tmp_path}")
     assert r.returncode != 0 and "sampels" in r.stderr
+
+
+def test_cli_plus_typo_is_one_error_line(tmp_path):
+    """Hydra suggests '+key=value' for an unknown key; the runner refuses the key nothing reads."""
+    r = _cli("+sample=3", f"out_dir={tmp_path}", "progress=false")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: unknown config key")
+
+
+def test_cli_works_outside_the_repository_root(tmp_path):
+    """``python -m gcdbench.experiments.run`` (what gcdbench-run runs) finds its configs from any folder."""
+    r = subprocess.run([sys.executable, "-m", "gcdbench.experiments.run", "engine=reference", "tokenizer=bytes",
+                        "samples=1", "audit.per_sample=0", "progress=false", f"out_dir={tmp_path / 'out'}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "reference on sample (bytes): pass 1/1" in r.stdout
 
 
 def test_cli_missing_data_names_file_and_download(tmp_path):
@@ -159,20 +262,24 @@ def test_audits_run_after_the_timed_loop_and_survive_an_interrupted_run(tmp_path
     import gcdbench.experiments.runner as runner_mod
 
     cfg = make_cfg(tmp_path, "engine=xgrammar", *letters, "audit.per_sample=3")
-    real_merge = runner_mod._merge
-    monkeypatch.setattr(runner_mod, "_audit_pending", lambda *a: None)
-    monkeypatch.setattr(runner_mod, "_merge", lambda *a: None)   # the run "dies" after its timed loop
-    out = run(cfg)
+
+    def die(*args):
+        raise KeyboardInterrupt   # the run "dies" after its timed loop, before auditing and merging
+
+    monkeypatch.setattr(runner_mod, "_audit_pending", die)
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg)
+    out = tmp_path / "custom_letters" / "bytes" / "xgrammar"
     pending = sorted(p.name for p in (out / "parts").glob("*.audit.npz"))
     assert pending == ["letters-0000.audit.npz", "letters-0001.audit.npz", "letters-0002.audit.npz"]
     monkeypatch.undo()
-    assert runner_mod._merge is real_merge
     out = run(cfg)
     assert not (out / "parts").exists()
     audit = pd.read_parquet(out / "audit.parquet")
     assert set(audit["sample_id"]) == {"letters-0000", "letters-0001", "letters-0002"} and audit["agree"].all()
+    meta = json.loads((out / "run.json").read_text())
     # the second run compiled nothing (no sample left to run) and still has every sample's steps
-    assert json.loads((out / "run.json").read_text())["inits"] == []
+    assert len(meta["inits"]) == 1 and [s["status"] for s in meta["sessions"]] == ["interrupted"]
     assert set(pd.read_parquet(out / "steps.parquet")["sample_id"]) == set(audit["sample_id"])
 
 
@@ -182,3 +289,27 @@ def test_engine_label_is_one_folder_name():
     label = engine_label("psc", {"cache_dir": "/tmp/x y/psc", "lexer": "standard"}, {"cache_dir": None,
                                                                                     "lexer": "standard"})
     assert "/" not in label and " " not in label and label.startswith("psc__cache_dir-")
+
+
+def test_report_marks_cells_that_mix_commits_or_ran_on_a_dirty_tree(tmp_path, letters, capsys):
+    """Per-row provenance: a cell whose rows come from two commits, or from a dirty tree, is marked in Table 1's
+    notes, the per-cell table and the summary line; a clean one-commit cell is not."""
+    from gcdbench.experiments.report import cell_summary, write_report
+
+    clean = run(make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0"))
+    mixed = run(make_cfg(tmp_path, "engine=reference", "+engine.label=mixed", *letters, "audit.per_sample=0"))
+    dirty = run(make_cfg(tmp_path, "engine=reference", "+engine.label=dirty", *letters, "audit.per_sample=0"))
+    for cell, commits, flags in ((clean, ["a" * 40] * 3, [False] * 3), (mixed, ["a" * 40, "b" * 40, "a" * 40], [False] * 3),
+                                 (dirty, ["a" * 40] * 3, [False, True, False])):
+        df = pd.read_parquet(cell / "samples.parquet")
+        df["git_commit"], df["git_dirty"] = commits, flags
+        df.to_parquet(cell / "samples.parquet", index=False)
+    write_report(tmp_path, tmp_path / "report", tokenizer="bytes")
+    cells = pd.read_csv(tmp_path / "report" / "cells.csv").set_index("config")
+    assert cells.loc["mixed", "provenance"] == "mixed commits (aaaaaaa, bbbbbbb)"
+    assert cells.loc["dirty", "provenance"] == "dirty tree"
+    assert pd.isna(cells.loc["reference", "provenance"])
+    t1 = (tmp_path / "report" / "table1.md").read_text()
+    assert "mixed × custom_letters: not from one clean commit: mixed commits" in t1
+    assert "dirty × custom_letters: not from one clean commit: dirty tree" in t1 and "reference × custom" not in t1
+    assert "WARNING: dirty tree" in cell_summary(dirty) and "WARNING" not in cell_summary(clean)

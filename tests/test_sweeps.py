@@ -40,17 +40,10 @@ def _assert_ok(out_dir: Path, expected: set[str]):
         assert pd.read_parquet(out_dir / folder / "steps.parquet")["oracle_allowed"].all()
 
 
-# Inside a loky worker the global start method is "loky"; multiprocessing's spawn hands it to the runner's engine
-# child, which cannot restore it ("cannot find context for 'loky'") and dies before compiling. The runner must set
-# a stdlib start method first (see the lead's note on experiments/runner.py); drop this marker once it does.
-_LOKY_FIX = "get_all_start_methods" in (REPO / "experiments" / "runner.py").read_text()
-
-
 @pytest.mark.slow
-@pytest.mark.xfail(not _LOKY_FIX, reason="runner.py does not yet reset loky's start method before spawning",
-                   strict=True)
 def test_joblib_launcher_sweep_and_report_merges_jobs(tmp_path):
-    """Two cells in parallel loky workers; each spawns its own engine child process."""
+    """Two cells in parallel loky workers; each starts its own engine worker process (a plain subprocess, so
+    loky's multiprocessing start method never reaches it)."""
     out = tmp_path / "runs"
     _multirun(out, "hydra/launcher=parallel", "engine=xgrammar,llguidance", "tokenizer=bytes", "audit.per_sample=1")
     _assert_ok(out, {"custom_tiny_sql/bytes/xgrammar", "custom_tiny_sql/bytes/llguidance"})

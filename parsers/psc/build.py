@@ -19,68 +19,72 @@ Pieces, in order:
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, GrammarSpec
+from gcdbench.parsers.base import CompileError, CompileTimeout, GrammarSpec
 from gcdbench.parsers.psc.lexer import ByteLexer
 
 END = "$END"
+log = logging.getLogger("gcdbench.psc")
+PROGRESS_EVERY_S = 2.0   # at most one progress record per this many seconds
+
+
+class Progress:
+    """Construction progress as ``gcdbench.psc`` log records (INFO), at most one every ``every_s`` seconds (the
+    runner's worker forwards them to the console), and the time budget: past ``deadline`` (monotonic seconds)
+    :meth:`tick` raises :class:`CompileTimeout` naming the phase."""
+
+    def __init__(self, deadline: float | None = None, budget_s: float | None = None, every_s: float | None = None):
+        self.deadline, self.budget_s = deadline, budget_s
+        self.every_s = PROGRESS_EVERY_S if every_s is None else every_s
+        self.last = time.monotonic()
+
+    def tick(self, phase: str, what=None) -> None:
+        """``what``: a callable giving the progress text (only built when it is logged)."""
+        now = time.monotonic()
+        if self.deadline is not None and now > self.deadline:
+            raise CompileTimeout(f"psc: construction exceeded its time budget of {self.budget_s:g} s (max_build_s) "
+                                 f"in the {phase} phase" + (f" ({what()})" if what else ""))
+        if what is not None and now - self.last >= self.every_s:
+            self.last = now
+            log.info(f"psc: {phase}: {what()}")
 
 
 # --------------------------------------------------------------------------------------------------
 # 1. Lark's LALR(1) tables
 # --------------------------------------------------------------------------------------------------
 def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float = 60.0):
-    """(IntParseTable, terminals, ignored names). Lark's analysis runs in a child process (a fresh
-    interpreter: the harness's worker is a daemonic process and may hold threads, so no fork/multiprocessing),
+    """(IntParseTable, terminals, ignored names). Lark's analysis runs in a child process (a fresh interpreter
+    under :class:`~gcdbench.parsers.limited.LimitedProcess`: the harness's worker may hold threads, so no fork),
     so a grammar whose LALR construction does not finish in ``timeout_s`` is refused instead of hanging."""
-    import pickle
-    import selectors
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-c", "from gcdbench.parsers.psc.build import _lalr_main; _lalr_main()"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    from gcdbench.parsers.limited import LimitedProcess, exit_description
+
+    log.info("psc: Lark's LALR(1) analysis")
+    proc = LimitedProcess([sys.executable, "-c", "from gcdbench.parsers.psc.build import _lalr_main; _lalr_main()"],
+                          channel=True, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout_s
     slr = None
-    res = None
-    buf = b""
     try:
-        proc.stdin.write(pickle.dumps((grammar.lark, grammar.start, max_rules)))
-        proc.stdin.close()
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        fd = proc.stdout.fileno()
-        while res is None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                raise CompileError(
-                    f"psc: Lark's LALR(1) analysis did not finish in {timeout_s:g} s (lalr_timeout_s); "
-                    + (slr or "the grammar is too large for PSC"))
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                raise CompileError(f"psc: Lark's LALR(1) analysis died (exit code {proc.wait(5)})")
-            buf += chunk
-            while len(buf) >= 8:
-                n = int.from_bytes(buf[:8], "little")
-                if len(buf) < 8 + n:
-                    break
-                msg = pickle.loads(buf[8: 8 + n])
-                buf = buf[8 + n:]
-                if msg[0] == "slr":
-                    slr = msg[1]
-                else:
-                    res = msg
-                    break
-        sel.close()
+        proc.send((grammar.lark, grammar.start, max_rules))
+        while True:
+            ev = proc.wait(max(0.0, deadline - time.monotonic()))
+            if ev.kind == "timeout":
+                raise CompileTimeout(f"psc: Lark's LALR(1) analysis did not finish in {timeout_s:g} s "
+                                     f"(lalr_timeout_s); " + (slr or "the grammar is too large for PSC"))
+            if ev.kind != "message":
+                raise CompileError(f"psc: Lark's LALR(1) analysis died ({exit_description(ev.value)})")
+            if ev.value[0] == "slr":
+                slr = ev.value[1]
+                continue
+            res = ev.value
+            break
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(5)
-        proc.stdout.close()
+        proc.close()
     if res[0] == "error":
         raise CompileError(res[1])
     _tag, plain, terms, ignore = res
@@ -88,23 +92,17 @@ def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float 
 
 
 def _lalr_main():
-    """Child side of :func:`lalr_tables`: read (text, start, max_rules) on stdin, write framed pickles."""
-    import pickle
-    import sys
+    """Child side of :func:`lalr_tables`: read (text, start, max_rules) from the channel, answer on it."""
+    from gcdbench.parsers.limited import Channel, die_with_parent
 
-    out = sys.stdout.buffer
-
-    def send(msg):
-        data = pickle.dumps(msg)
-        out.write(len(data).to_bytes(8, "little") + data)
-        out.flush()
-
-    text, start, max_rules = pickle.loads(sys.stdin.buffer.read())
+    die_with_parent()
+    chan = Channel.from_env()
+    text, start, max_rules = chan.recv()
     try:
-        res = _lalr_child_work(text, start, max_rules, send)
+        res = _lalr_child_work(text, start, max_rules, chan.send)
     except BaseException as err:   # report, never raise in the child
         res = ("error", f"psc: Lark LALR construction failed: {type(err).__name__}: {err}")
-    send(res)
+    chan.send(res)
 
 
 def _slr_conflicts(rules, start: str) -> str:
@@ -321,11 +319,11 @@ class _Classifier:
     exposed one. Simulations of common prefixes of w are shared through the sequence trie.
     """
 
-    def __init__(self, table, seqs: SeqTrie, term_names: list[str], deadline: float, max_states: int):
+    def __init__(self, table, seqs: SeqTrie, term_names: list[str], progress: Progress, max_states: int):
         from lark.parsers.lalr_analysis import Shift
 
         self.seqs = seqs
-        self.deadline = deadline
+        self.progress = progress
         self.max_states = max_states
         tix = {n: i for i, n in enumerate(term_names)}
         self.end_t = len(term_names)   # index used for $END
@@ -404,7 +402,8 @@ class _Classifier:
                 states.append(key)
                 todo.append(j)
                 if len(states) > self.max_states:
-                    raise CompileError(f"psc: stack classifier exceeds max_states={self.max_states}")
+                    raise CompileError(f"psc: the stack classifier exceeds max_states={self.max_states} states "
+                                       "(raise engine.max_states to try anyway)")
             return j
 
         def output(acc):
@@ -424,8 +423,7 @@ class _Classifier:
                 first[c, X] = intern(c, frozenset(wait))
                 first_out[c, X] = output(acc)
             cls["memo"] = memo
-            if time.monotonic() > self.deadline:
-                raise CompileError("psc: construction exceeded its time budget (max_build_s)")
+            self.progress.tick("stack classifier", lambda: f"lexer class {c + 1}/{len(classes)}, {len(states):,} states")
         trans: dict[int, tuple] = {}
         while todo:
             j = todo.pop()
@@ -461,8 +459,7 @@ class _Classifier:
                 else:
                     out[X] = edge
             trans[j] = (out, default)
-            if time.monotonic() > self.deadline:
-                raise CompileError("psc: construction exceeded its time budget (max_build_s)")
+            self.progress.tick("stack classifier", lambda: f"{len(states):,} states, {len(todo):,} to expand")
         return states, first, first_out, trans, outputs
 
     def _after_feed(self, cls, seq, a, fin, S, acc, wait, memo):

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, n_mask_words
-from gcdbench.parsers.psc.build import (END, SeqTrie, VocabTrie, _Classifier, lalr_tables, minimize_classifier,
-                                        realizable, table_from_plain, table_to_plain)
+from gcdbench.parsers.psc.build import (END, Progress, SeqTrie, VocabTrie, _Classifier, lalr_tables,
+                                        minimize_classifier, realizable, table_from_plain, table_to_plain)
 from gcdbench.parsers.psc.lexer import IGNORED, ByteLexer
 
 FORMAT = 5   # bump when the cached artifact changes
@@ -23,11 +23,14 @@ def _pack(ids: np.ndarray, n_words: int) -> np.ndarray:
 
 
 def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, max_states: int = 2_000_000,
-                   leading_ignore: bool = False, lalr_timeout_s: float = 60.0, minimize: bool = True) -> dict:
+                   leading_ignore: bool = False, lalr_timeout_s: float = 60.0, minimize: bool = True,
+                   max_lexer_states: int = 5000) -> dict:
+    """The compiled PSC artifact. Reports progress (``gcdbench.psc`` log records) and stays within its bounds:
+    ``max_build_s`` (CompileTimeout), ``max_lexer_states`` and ``max_states`` (CompileError)."""
     t0 = time.monotonic()
-    deadline = t0 + max_build_s
+    progress = Progress(t0 + max_build_s, max_build_s)
     table, terms, ignore = lalr_tables(grammar, timeout_s=min(lalr_timeout_s, max_build_s))
-    lexer = ByteLexer(terms, ignore, leading_ignore=leading_ignore)
+    lexer = ByteLexer(terms, ignore, leading_ignore=leading_ignore, max_states=max_lexer_states, progress=progress)
     names = lexer.names
     n_t = len(names)
     if n_t >= 4095:
@@ -108,11 +111,11 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
                     seq = seqs.parent[seq]
             classes.append(cls)
         qclass[q] = c
-        if time.monotonic() > deadline:
-            raise CompileError("psc: construction exceeded its time budget (max_build_s)")
+        progress.tick("realizable terminal sequences",
+                      lambda: f"lexer state {q + 1:,}/{lexer.n_states:,}, {len(seqs.parent):,} sequences")
     t_real = time.monotonic()
 
-    clf = _Classifier(table, seqs, names, deadline, max_states)
+    clf = _Classifier(table, seqs, names, progress, max_states)
     end_state = table.end_states[grammar.start]
     states, first, first_out, trans, outputs = clf.build(classes, end_state)
     t_clf = time.monotonic()
@@ -200,8 +203,10 @@ class PSCEngine(Engine):
     @classmethod
     def options(cls) -> dict:
         return {"cache_dir": None, "lexer": "standard", "leading_ignore": False, "lalr_timeout_s": 60.0,
-                "max_build_s": 600.0,
+                "max_build_s": 600.0, "max_lexer_states": 5000,
                 "max_states": 2_000_000, "use_cache": True}
+
+    option_choices = {"lexer": ("standard",)}
 
     def version(self) -> str:
         try:
@@ -233,7 +238,8 @@ class PSCEngine(Engine):
                     art = None
         if art is None:
             art = build_artifact(grammar, tokenizer, float(self.opts["max_build_s"]), int(self.opts["max_states"]),
-                                 bool(self.opts["leading_ignore"]), float(self.opts["lalr_timeout_s"]))
+                                 bool(self.opts["leading_ignore"]), float(self.opts["lalr_timeout_s"]),
+                                 max_lexer_states=int(self.opts["max_lexer_states"]))
             if path is not None:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,8 +31,9 @@ class ByteLexer:
     whole match the lexeme is, -1 none, ``IGNORED`` for an ignored terminal), and the one-step transducer
     ``step_state[s, c]`` / ``step_emit[s, c]`` (emitted terminal index, -1 none, ``IGNORED``)."""
 
-    def __init__(self, terminals, ignore, leading_ignore: bool = True, max_states: int = 200_000):
-        # terminals: list of (name, regex, is_literal, literal_len, priority, ignore_case)
+    def __init__(self, terminals, ignore, leading_ignore: bool = True, max_states: int = 200_000, progress=None):
+        # terminals: list of (name, regex, is_literal, literal_len, priority, ignore_case); progress: a
+        # build.Progress (log records, time budget) or None
         self.names = [t[0] for t in terminals]
         self.ignore = set(ignore)
         dfas = []
@@ -55,6 +56,9 @@ class ByteLexer:
         rows = []
         k = 0
         while k < len(states):
+            if progress is not None and k % 32 == 0:
+                progress.tick("lexer automaton", lambda: f"{k:,} of {len(states):,} states expanded "
+                                                         f"({len(terminals)} terminals)")
             cur = states[k]
             row = np.full(256, -1, dtype=np.int32)
             for c in range(256):
@@ -72,7 +76,11 @@ class ByteLexer:
                         j = index[key] = len(states)
                         states.append(key)
                         if len(states) > max_states:
-                            raise CompileError(f"psc: lexer automaton exceeds {max_states} states")
+                            raise CompileError(
+                                f"psc: the lexer automaton exceeds max_lexer_states={max_states} states "
+                                f"({len(terminals)} terminals); PSC walks the whole vocabulary once per lexer "
+                                "state, so the construction would take very long (raise "
+                                "engine.max_lexer_states to try anyway)")
                     row[c] = j
             rows.append(row)
             k += 1

@@ -212,6 +212,8 @@ class ValiantEngine(Engine):
     def options(cls) -> dict:
         return {"backend": "cpu", "threads": 1, "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True}
 
+    option_choices = {"backend": ("cpu", "cuda")}
+
     def version(self) -> str:
         return VERSION
 
