@@ -228,8 +228,8 @@ def _walk_forms(tables, forms, walks=60, steps=50, seed=0):
     return checked
 
 
-@pytest.mark.parametrize("name", ["tiny_sql", "calc", "json", "spider"])
-@pytest.mark.parametrize("inline_max", [0, 4, 10**6])
+@pytest.mark.parametrize("name,inline_max", [(n, k) for n in ("tiny_sql", "calc", "json") for k in (0, 4, 10**6)]
+                         + [("spider", 0), ("spider", 4), ("spider", 64)])
 def test_dpda_forms_agree_with_lr_driver(name, inline_max):
     """One-step, direct jumps, aggregated, packed (Python) and the numba kernel: the same stack after every
     terminal as the LR driver, on random walks over valid stacks (all terminals tried at each step)."""
@@ -333,6 +333,21 @@ def test_masks_equal_reference_under_profile(engines, bytes_tokenizer, name):
     n, diffs = _reference_walk(eng, bytes_tokenizer, _spec(name, CASES[name][0]), CASES[name][1])
     assert n > 50
     assert not diffs, diffs[:3]
+
+
+@pytest.mark.parametrize("name", ["calc", "json"])
+def test_multi_byte_tokens_equal_reference(name):
+    """Tokens of several terminals, cut inside lexemes and UTF-8 characters: jobs with long terminal sequences
+    and pending sets, against the reference under the declared profile."""
+    from test_valiant import multi_tokenizer
+
+    text, samples = CASES[name]
+    samples = [s for s in samples if s]
+    tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", "é\"".encode()[:1]])
+    eng = Pre3Engine(use_cache=False)
+    eng.compile(_spec(name, text), tok)
+    n, diffs = _reference_walk(eng, tok, _spec(name, text), samples, walks=3, steps=15)
+    assert n > 40 and not diffs, diffs[:3]
 
 
 def test_spider_bytes_masks_equal_reference_standard(engines, bytes_tokenizer):
