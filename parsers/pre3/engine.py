@@ -303,6 +303,8 @@ class Pre3Engine(Engine):
         return -1 if self._finished else int(self._shared.qclass[self._q])
 
     def fill_mask(self, out: np.ndarray) -> None:
+        if not out.flags.c_contiguous:
+            raise ValueError("pre3: the mask buffer must be a C-contiguous int32 array")
         out2 = out.reshape(1, -1)
         self._shared.masks(self._stack, np.array([self._L], dtype=np.int64), np.array([self._cls()], dtype=np.int32),
                            out2.view(np.uint32))

@@ -131,12 +131,14 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, dea
         seq_lists[i] = out
         max_len = max(max_len, len(out))
 
+    if any(t < 0 for x in seq_lists for t in x):
+        missing = sorted({lexer.names[i] for i in range(len(lexer.names)) if to_dpda[i] < 0})
+        raise CompileError(f"pre3: the lexer emits terminal(s) {missing} that the grammar's rules do not know")
     cls_ptr = np.zeros(len(cls_jobs) + 1, dtype=np.int64)
     cls_ptr[1:] = np.cumsum([k.size for k in cls_jobs])
     J = int(cls_ptr[-1])
     job_seq = np.empty(J, dtype=np.int32)
     job_pend = np.empty(J, dtype=np.int32)
-    counts = np.zeros(J * n_ch, dtype=np.int64)
     tok_parts = []
     order_keys = []
     for c, keys in enumerate(cls_jobs):
