@@ -305,6 +305,22 @@ def build_tables(cfg: CFG, what: str = "grammar", max_states: int = 200_000) -> 
 
 
 def conflict_message(what: str, conflicts: list[str], limit: int = 20) -> str:
-    shown = "; ".join(conflicts[:limit])
-    more = f" (and {len(conflicts) - limit} more)" if len(conflicts) > limit else ""
-    return f"not LALR(1): the {what} has {len(conflicts)} conflict(s): {shown}{more}"
+    """One line naming the conflicts: examples from different states, reduce/reduce ones first."""
+    import re
+
+    rr = [c for c in conflicts if c.startswith("reduce/reduce")]
+    sr = [c for c in conflicts if not c.startswith("reduce/reduce")]
+    shown, per_state = [], {}
+    for c in rr + sr:
+        m = re.search(r" in state (\d+)", c)
+        st = m.group(1) if m else ""
+        if per_state.get(st, 0) >= 2 and len(conflicts) > limit:
+            continue
+        per_state[st] = per_state.get(st, 0) + 1
+        shown.append(c)
+        if len(shown) == limit:
+            break
+    n_rr = len(rr)
+    more = f" (and {len(conflicts) - len(shown)} more)" if len(conflicts) > len(shown) else ""
+    return (f"not LALR(1): the {what} has {len(conflicts)} conflict(s) ({n_rr} reduce/reduce, {len(sr)} "
+            f"shift/reduce): " + "; ".join(shown) + more)
