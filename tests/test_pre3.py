@@ -408,6 +408,24 @@ def test_commit_refuses_what_the_mask_refuses(engines, bytes_tokenizer):
     assert not eng.commit(ord(" "))
 
 
+def test_dense_rows_equal_token_lists(bytes_tokenizer):
+    """Jobs with a precomputed mask row (dense_min=2: most jobs) give the masks of token lists (dense_min
+    above the vocabulary: none), with the work split over several chunks."""
+    tok = bytes_tokenizer
+    rows = Pre3Engine(use_cache=False, dense_min=2, chunk=64)
+    lists = Pre3Engine(use_cache=False, dense_min=10**9, chunk=64)
+    for e in (rows, lists):
+        e.compile(_spec("calc", CALC), tok)
+    assert rows.info()["dense_jobs"] > 0 and lists.info()["dense_jobs"] == 0
+    assert rows.info()["listed_tokens"] < lists.info()["listed_tokens"] == lists.info()["job_tokens"]
+    for text in CALC_SAMPLES[:3]:
+        rows.reset()
+        lists.reset()
+        for t in tok.encode(text):
+            assert _ids(rows, tok) == _ids(lists, tok)
+            assert rows.commit(t) and lists.commit(t)
+
+
 # -- batch: fork and fill_masks -----------------------------------------------------------------------------
 def _batch_equals_sequential(eng, tok, texts, rng_seed=0):
     seqs = [eng] + [eng.fork() for _ in texts[1:]]

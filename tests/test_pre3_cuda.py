@@ -29,9 +29,11 @@ SCRIPT = textwrap.dedent(r'''
     samples = [s for s in samples if s][:2]
     tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"[1, ", b"\" ", b"--"])
     spec = GrammarSpec(name, text)
-    cpu = Pre3Engine(use_cache=False)
+    # dense_min=8 and chunk=64: some jobs have mask rows, some token lists, over several chunks
+    cpu = Pre3Engine(use_cache=False, dense_min=8, chunk=64)
     cpu.compile(spec, tok)
-    gpu = Pre3Engine(use_cache=False, backend="cuda", cuda_threads=threads, cuda_block=block)
+    assert cpu.info()["dense_jobs"] > 0 and cpu.info()["listed_tokens"] > 0
+    gpu = Pre3Engine(use_cache=False, backend="cuda", cuda_threads=threads, cuda_block=block, dense_min=8, chunk=64)
     gpu.compile(spec, tok)
     W = (tok.vocab_size + 31) // 32
     steps = 0

@@ -3,8 +3,8 @@
 * ``flags_kernel``: one thread per (sequence, job) pair of the batch (grid-stride), each running the job's
   terminals on its own overlay of its sequence's stack (``kernels.job_ok``, the same Python code as the
   CPU's, compiled as a device function); the overlay lives in a per-thread row of a global scratch array.
-* ``scatter_kernel``: one thread per (pair, vocabulary chunk): the tokens of an allowed job set their bits
-  with ``atomic.or_`` (jobs of one sequence share mask words).
+* ``scatter_kernel``: one thread per (pair, vocabulary chunk): the tokens of an allowed job set their bits,
+  or its precomputed row (dense jobs) is OR-ed in, with ``atomic.or_`` (jobs of one sequence share words).
 
 The DPDA and job arrays are copied to the device once (at compile); per step only the stacks go up and the
 masks come back. Results are bit for bit those of the CPU backend (the same jobs decide the same tokens).
@@ -17,7 +17,7 @@ from numba import cuda
 
 from gcdbench.parsers.pre3.kernels import compile_for
 
-_peek, _feed, _job_ok = compile_for("cuda")
+_peek, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
 
 
 @cuda.jit(device=True)
@@ -68,7 +68,7 @@ def zero_kernel(out):
 
 
 @cuda.jit
-def scatter_kernel(cls_ptr, jt_ptr, jt_tok, n_ch, cls, offs, flags, out):
+def scatter_kernel(cls_ptr, jt_ptr, jt_tok, dense_id, dense_mask, n_ch, ch_words, cls, offs, flags, out):
     t = cuda.grid(1)
     stride = cuda.gridsize(1)
     B = cls.size
@@ -80,6 +80,13 @@ def scatter_kernel(cls_ptr, jt_ptr, jt_tok, n_ch, cls, offs, flags, out):
         if flags[i] == 1:
             b = _seq_of(offs, B, i)
             j = cls_ptr[cls[b]] + (i - offs[b])
+            d = dense_id[j]
+            if d >= 0:
+                w1 = min(k * ch_words + ch_words, out.shape[1])
+                for w in range(k * ch_words, w1):
+                    val = dense_mask[d, w]
+                    if val != 0:
+                        cuda.atomic.or_(out, (b, w), val)
             for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
                 v = jt_tok[x]
                 cuda.atomic.or_(out, (b, v >> 5), one << np.uint32(v & 31))
@@ -96,14 +103,14 @@ class CudaMasks:
         self.threads = max(self.block, (int(threads) + self.block - 1) // self.block * self.block)
         self.maxloc = shared.maxloc
         self.n_sym, self.guard, self.end_sym = shared.n_sym, shared.guard, shared.end_sym
-        (seq_ptr, seq_term, pend_ptr, pend_term, _end, cls_ptr, job_seq, job_pend, jt_ptr, jt_tok, n_ch,
-         _chw) = shared.job_arrays
+        (seq_ptr, seq_term, pend_ptr, pend_term, _end, cls_ptr, job_seq, job_pend, jt_ptr, jt_tok, dense_id,
+         dense_mask, n_ch, ch_words) = shared.job_arrays
         self.cls_ptr_host = np.asarray(cls_ptr, dtype=np.int64)
-        self.n_ch = int(n_ch)
+        self.n_ch, self.ch_words = int(n_ch), int(ch_words)
         self.d_dpda = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in shared.dpda_arrays)
         self.d_seq = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (seq_ptr, seq_term, pend_ptr, pend_term))
         self.d_jobs = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (cls_ptr, job_seq, job_pend))
-        self.d_tok = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (jt_ptr, jt_tok))
+        self.d_tok = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (jt_ptr, jt_tok, dense_id, dense_mask))
         self.scratch = cuda.device_array((self.threads, 2 * self.maxloc), dtype=np.int32)
 
     def masks(self, base: np.ndarray, lens: np.ndarray, cls: np.ndarray, out: np.ndarray) -> int:
@@ -124,7 +131,8 @@ class CudaMasks:
             flags_kernel[n // bl, bl](*self.d_dpda, self.n_sym, self.guard, *self.d_seq, self.end_sym, *self.d_jobs,
                                       d_base, d_lens, d_cls, d_offs, d_flags, self.scratch[:n], self.maxloc)
             m = min(self.threads, (total * self.n_ch + bl - 1) // bl * bl)
-            scatter_kernel[m // bl, bl](self.d_jobs[0], *self.d_tok, self.n_ch, d_cls, d_offs, d_flags, d_out)
+            scatter_kernel[m // bl, bl](self.d_jobs[0], *self.d_tok, self.n_ch, self.ch_words, d_cls, d_offs, d_flags,
+                                        d_out)
         d_out.copy_to_host(out)
         if not total:
             return 0

@@ -22,7 +22,7 @@ from gcdbench.parsers.pre3.front import build_jobs, byte_class_transducer
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
 from gcdbench.parsers.psc.lexer import IGNORED
 
-FORMAT = 1   # bump when the cached artifact changes
+FORMAT = 2   # bump when the cached artifact changes
 FRONT_ENDS = ("lexer", "chars", "auto")
 
 
@@ -42,7 +42,7 @@ def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
 
 def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inline_max: int = 4,
                    leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
-                   max_edges: int = 2_000_000) -> dict:
+                   max_edges: int = 2_000_000, dense_min: int = 512) -> dict:
     """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache)."""
     t0 = time.monotonic()
     deadline = t0 + max_build_s
@@ -87,7 +87,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
     if time.monotonic() > deadline:
         raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
     term_id = {n: i for i, n in enumerate(tables.cfg.terminals)}
-    jobs = build_jobs(lexer, term_id, tokenizer, chunk, deadline)
+    jobs = build_jobs(lexer, term_id, tokenizer, chunk, dense_min, deadline)
     t_jobs = time.monotonic()
     lex_to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int32)
     max_push = max(1, d2.stats["max_push"])
@@ -135,8 +135,8 @@ class _Shared:
         self.max_push = int(art["max_push"])
         self.maxloc = int((j["max_seq_len"] + 2) * (self.max_push + 1) + 4)
         self.job_arrays = (j["seq_ptr"], j["seq_term"], j["pend_ptr"], j["pend_term"], self.end_sym, j["cls_ptr"],
-                           j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], int(j["n_ch"]),
-                           int(j["chunk"]) // 32)
+                           j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], j["dense_id"], j["dense_mask"],
+                           int(j["n_ch"]), int(j["chunk"]) // 32)
         self.qclass = j["qclass"]
         self.step_state = art["step_state"].tolist()
         self.step_emit = art["step_emit"].tolist()
@@ -191,8 +191,8 @@ class Pre3Engine(Engine):
     @classmethod
     def options(cls) -> dict:
         return {"backend": "cpu", "threads": 1, "front_end": "auto", "inline_max": 4, "leading_ignore": False,
-                "chunk": 8192, "cuda_threads": 16384, "cuda_block": 128, "cache_dir": None, "use_cache": True,
-                "max_build_s": 600.0, "max_edges": 2_000_000}
+                "chunk": 8192, "dense_min": 512, "cuda_threads": 16384, "cuda_block": 128, "cache_dir": None,
+                "use_cache": True, "max_build_s": 600.0, "max_edges": 2_000_000}
 
     def version(self) -> str:
         try:
@@ -239,7 +239,7 @@ class Pre3Engine(Engine):
         if o["use_cache"]:
             root = Path(os.path.expanduser(o["cache_dir"] or "~/.cache/gcdbench/pre3"))
             path = root / (f"{grammar.key()}-{tokenizer.key()}-{o['front_end']}-li{int(bool(o['leading_ignore']))}"
-                           f"-k{int(o['inline_max'])}-c{int(o['chunk'])}-v{FORMAT}.pkl")
+                           f"-k{int(o['inline_max'])}-c{int(o['chunk'])}-d{int(o['dense_min'])}-v{FORMAT}.pkl")
             if path.exists():
                 try:
                     with open(path, "rb") as fh:
@@ -251,7 +251,8 @@ class Pre3Engine(Engine):
                     art = None
         if art is None:
             art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
-                                 int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]))
+                                 int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
+                                 int(o["dense_min"]))
             if path is not None:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)

@@ -77,22 +77,30 @@ def feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, pus
     return -2, bl, ll
 
 
-def job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-           n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, L, sj, pj, loc, loc2):
-    """1 if the job (terminal sequence ``sj``, pending set ``pj``: 0 anything, -1 EOS) is allowed on stack b,
-    0 if not, -2 if a run did not terminate (a construction bug, reported by the engine)."""
+def run_seq(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+            n_sym, guard, seq_ptr, seq_term, base, b, L, sj, loc):
+    """Run terminal sequence ``sj`` on stack b's overlay: (OK | REJECT | BROKEN, bl, ll)."""
     bl = L
     ll = 0
     for i in range(seq_ptr[sj], seq_ptr[sj + 1]):
         r, bl, ll = _feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
                           push_state, kind, arg, shift_to, n_sym, guard, base, b, bl, loc, ll, seq_term[i])
         if r != 0:
-            return -2 if r == -2 else 0
+            return (-2 if r == -2 else -1), bl, ll
+    return 0, bl, ll
+
+
+def tail_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+            n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bl, ll, pj, loc, loc2):
+    """After the sequence: 1 if pending set ``pj`` (0: anything may follow, -1: EOS, then ``$END`` must be
+    accepted) allows the job, else 0; -2 if a run did not terminate. ``loc`` is left as it was."""
     if pj == 0:
         return 1
     if pj < 0:
-        r, bl, ll = _feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
-                          push_state, kind, arg, shift_to, n_sym, guard, base, b, bl, loc, ll, end_sym)
+        for x in range(ll):
+            loc2[x] = loc[x]
+        r, _bl2, _ll2 = _feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
+                              push_state, kind, arg, shift_to, n_sym, guard, base, b, bl, loc2, ll, end_sym)
         if r == -2:
             return -2
         return 1 if r == 1 else 0
@@ -108,15 +116,30 @@ def job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, p
     return 0
 
 
+def job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+           n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, L, sj, pj, loc, loc2):
+    """1 if the job (terminal sequence ``sj``, pending set ``pj``: 0 anything, -1 EOS) is allowed on stack b,
+    0 if not, -2 if a run did not terminate (a construction bug, reported by the engine)."""
+    r, bl, ll = _run_seq(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
+                         push_state, kind, arg, shift_to, n_sym, guard, seq_ptr, seq_term, base, b, L, sj, loc)
+    if r != 0:
+        return -2 if r == -2 else 0
+    return _tail_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
+                    push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bl, ll,
+                    pj, loc, loc2)
+
+
 def compile_for(target: str) -> tuple:
-    """(peek, feed, job_ok) compiled for 'cpu' or 'cuda'."""
+    """(peek, feed, run_seq, tail_ok, job_ok) compiled for 'cpu' or 'cuda'."""
     pk = variant(peek, target)
     fd = variant(feed, target, _peek=pk)
-    jo = variant(job_ok, target, _feed=fd)
-    return pk, fd, jo
+    rs = variant(run_seq, target, _feed=fd)
+    tk = variant(tail_ok, target, _feed=fd)
+    jo = variant(job_ok, target, _run_seq=rs, _tail_ok=tk)
+    return pk, fd, rs, tk, jo
 
 
-peek_cpu, feed_cpu, job_ok_cpu = compile_for("cpu")
+peek_cpu, feed_cpu, run_seq_cpu, tail_ok_cpu, job_ok_cpu = compile_for("cpu")
 
 
 @numba.njit(cache=True)
@@ -142,11 +165,11 @@ def commit_terms(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_
 @numba.njit(parallel=True, cache=True)
 def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
               n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, cls_ptr, job_seq, job_pend, jt_ptr,
-              jt_tok, n_ch, ch_words, maxloc, n_parts, base, lens, cls, out):
+              jt_tok, dense_id, dense_mask, n_ch, ch_words, maxloc, n_parts, base, lens, cls, out):
     """Masks of B sequences (stacks ``base[b, :lens[b]]``, lexer classes ``cls[b]``, -1 = finished) into
     ``out[b]`` (uint32 words). Phase 1: every (sequence, job) pair, split over ``n_parts`` parallel parts;
-    phase 2: every (sequence, token chunk) sets the bits of its allowed jobs' tokens (chunks own disjoint
-    words, so no two threads write one word). Returns the number of BROKEN runs (0 when all is well)."""
+    phase 2: every (sequence, token chunk) sets the bits of its allowed jobs' tokens, or ORs their mask rows
+    (dense jobs), over the chunk's words (chunks own disjoint words, so no two threads write one word). Returns the number of BROKEN runs (0 when all is well)."""
     B = base.shape[0]
     offs = np.zeros(B + 1, dtype=np.int64)
     for b in range(B):
@@ -161,13 +184,28 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
         lo = total * p // parts
         hi = total * (p + 1) // parts
         b = 0
+        prev_b = -1
+        prev_s = -1
+        r = 0
+        bl = 0
+        ll = 0
         for i in range(lo, hi):
             while i >= offs[b + 1]:
                 b += 1
             j = cls_ptr[cls[b]] + (i - offs[b])
-            flags[i] = job_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state,
-                                  kind, arg, shift_to, n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym,
-                                  base, b, lens[b], job_seq[j], job_pend[j], loc, loc2)
+            sj = job_seq[j]
+            if b != prev_b or sj != prev_s:   # jobs of a class are sorted by sequence: run each one once
+                r, bl, ll = run_seq_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
+                                        push_state, kind, arg, shift_to, n_sym, guard, seq_ptr, seq_term, base, b,
+                                        lens[b], sj, loc)
+                prev_b = b
+                prev_s = sj
+            if r != 0:
+                flags[i] = -2 if r == -2 else 0
+            else:
+                flags[i] = tail_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
+                                       push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym,
+                                       base, b, bl, ll, job_pend[j], loc, loc2)
     W = out.shape[1]
     one = np.uint32(1)
     for t in prange(B * n_ch):
@@ -184,6 +222,11 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
         for jj in range(offs[b + 1] - offs[b]):
             if flags[offs[b] + jj] == 1:
                 j = j0 + jj
+                d = dense_id[j]
+                if d >= 0:
+                    for w in range(w0, w1):
+                        out[b, w] |= dense_mask[d, w]
+                    continue
                 for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
                     v = jt_tok[x]
                     out[b, v >> 5] |= one << np.uint32(v & 31)
