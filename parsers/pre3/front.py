@@ -171,7 +171,12 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
     if is_dense.any():
         rows = dense_id[slots[is_dense] // n_ch].astype(np.int64)
         t = toks_all[is_dense]
-        np.bitwise_or.at(dense_mask, (rows, t >> 5), (np.uint32(1) << (t & 31).astype(np.uint32)))
+        step = 64   # rows per pass: bits as bytes, then packed (a bounded temporary; ufunc.at is far slower)
+        for r0 in range(0, dense.size, step):
+            sel = (rows >= r0) & (rows < r0 + step)
+            bits = np.zeros((min(step, dense.size - r0), W * 32), dtype=np.uint8)
+            bits[rows[sel] - r0, t[sel]] = 1
+            dense_mask[r0: r0 + bits.shape[0]] = np.packbits(bits, axis=1, bitorder="little").view(np.uint32)
     slots, toks_all = slots[~is_dense], toks_all[~is_dense]
     order = np.argsort(slots, kind="stable")
     counts = np.bincount(slots, minlength=J * n_ch)
