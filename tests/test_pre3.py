@@ -160,7 +160,9 @@ def test_treebank_refused_in_seconds(data_root, bytes_tokenizer):
 
     grammar = load_treebank(data_root, n=2).grammar
     t0 = time.monotonic()
-    with pytest.raises(CompileError, match=r"not LALR\(1\): the grammar has \d+ conflict\(s\) \(\d+ reduce/reduce, \d+ shift/reduce\): reduce/reduce on \w+ in state \d+: <"):
+    msg = (r"not LALR\(1\): the grammar has \d+ conflict\(s\) \(\d+ reduce/reduce, \d+ shift/reduce\): "
+           r"reduce/reduce on \w+ in state \d+: <")
+    with pytest.raises(CompileError, match=msg):
         Pre3Engine(use_cache=False).compile(grammar, bytes_tokenizer)
     assert time.monotonic() - t0 < 60
 

@@ -233,7 +233,8 @@ def plot(path: str, out: str) -> list[str]:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     m = doc.get("machine", {})
-    fig.suptitle(f"{m.get('cpu', '')} ({m.get('cpu_count', '?')} cores), GPU {m.get('gpu')}, commit {str(doc.get('git_commit', ''))[:10]}",
+    fig.suptitle(f"{m.get('cpu', '')} ({m.get('cpu_count', '?')} cores), GPU {m.get('gpu')}, "
+                 f"commit {str(doc.get('git_commit', ''))[:10]}",
                  fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)

@@ -169,7 +169,8 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
     """Masks of B sequences (stacks ``base[b, :lens[b]]``, lexer classes ``cls[b]``, -1 = finished) into
     ``out[b]`` (uint32 words). Phase 1: every (sequence, job) pair, split over ``n_parts`` parallel parts;
     phase 2: every (sequence, token chunk) sets the bits of its allowed jobs' tokens, or ORs their mask rows
-    (dense jobs), over the chunk's words (chunks own disjoint words, so no two threads write one word). Returns the number of BROKEN runs (0 when all is well)."""
+    (dense jobs), over the chunk's words (chunks own disjoint words, so no two threads write one word).
+    Returns the number of BROKEN runs (0 when all is well)."""
     B = base.shape[0]
     offs = np.zeros(B + 1, dtype=np.int64)
     for b in range(B):
