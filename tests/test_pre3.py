@@ -560,7 +560,7 @@ def test_qwen3_masks_equal_reference_standard(qwen3_engines, qwen3_tokenizer, na
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["spider", "spider_spop"])
+@pytest.mark.parametrize("name", ["spider"])
 def test_qwen3_masks_equal_psc_and_batch(qwen3_engines, qwen3_tokenizer, name):
     """PSC reads text with the same lexer over the same LALR tables: every mask is the same; and a batch of
     forks gives the sequential masks."""
