@@ -162,9 +162,8 @@ class _Shared:
 
             from gcdbench.parsers.pre3.kernels import masks_cpu
 
-            n = numba.get_num_threads() if self.threads <= 0 else self.threads
-            if self.threads > 0:
-                numba.set_num_threads(self.threads)
+            n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
+            numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
             broken = masks_cpu(*self.dpda_arrays, self.n_sym, self.guard, *self.job_arrays,
                                self.maxloc, 8 * n, base, lens, cls, out_u32)
         if broken:
