@@ -66,7 +66,7 @@ def known_differences(engine: str, options: dict | None = None) -> dict:
         return {"longest_match_lexing": longest_match_lexing,
                 "trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence,
                 "dotless_i_case_fold": dotless_i_case_fold}
-    if engine == "psc":
+    if engine in ("psc", "pre3"):   # pre3: with its lexer front end (Profile(lexing="standard"))
         return {"longest_match_lexing": longest_match_lexing, "standard_lexer": standard_lexer}
     if engine == "glrmask":
         return {"longest_match_lexing": longest_match_lexing, "dotless_i_case_fold": dotless_i_case_fold}

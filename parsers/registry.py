@@ -10,6 +10,7 @@ ENGINES: dict[str, str] = {
     "llguidance": "gcdbench.parsers.llguidance_engine:LLGuidanceEngine",
     "valiant": "gcdbench.parsers.valiant.engine:ValiantEngine",
     "psc": "gcdbench.parsers.psc.engine:PSCEngine",
+    "pre3": "gcdbench.parsers.pre3.engine:Pre3Engine",
     "cfgzip": "gcdbench.parsers.cfgzip_engine:CFGzipEngine",
     "glrmask": "gcdbench.parsers.glrmask_engine:GLRMaskEngine",
     "reference": "gcdbench.parsers.reference:ReferenceEngine",

@@ -1,0 +1,392 @@
+"""Pre³ (seed 004) as the ``pre3`` engine: a DPDA with prefix-conditioned edges over LALR(1) tables.
+
+See ``parsers/pre3/README.md``. Construction (timed as init, cached on disk): LALR(1) tables (``lalr.py``),
+the front end (byte lexer or byte classes, ``front.py`` / ``charlevel.py``), the DPDA (``dpda.py``: one-step,
+direct jumps by edge merging, aggregation, packed arrays). A mask runs every job (group of tokens) of the
+current lexer class on its own overlay of the committed stack, in parallel (``kernels.py`` on the CPU,
+``cuda_kernels.py`` on a GPU); ``commit`` updates the stack on the host.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, allocate_mask
+from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
+from gcdbench.parsers.pre3.front import build_jobs, byte_class_transducer
+from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
+from gcdbench.parsers.psc.lexer import IGNORED
+
+FORMAT = 2   # bump when the cached artifact changes
+FRONT_ENDS = ("lexer", "chars", "auto")
+
+
+def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
+    """Conflicts of the character-level expansion, counted by kind and by the terminals whose lexemes are
+    involved (``NAME@3 -> ...`` is inside a NAME; ``IGN@k`` inside ignored text)."""
+    import re
+
+    out: dict[str, int] = {}
+    for c in conflicts:
+        kind = c.split(" ", 1)[0]
+        names = sorted(set(re.findall(r"<([^ @<^]+)[@^]?\S* ->", c)))
+        k = f"{kind}: {' vs '.join(names) or '?'}"
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inline_max: int = 4,
+                   leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
+                   max_edges: int = 2_000_000, dense_min: int = 512) -> dict:
+    """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache)."""
+    t0 = time.monotonic()
+    deadline = t0 + max_build_s
+    cfg, terms, ignore = lark_grammar(grammar)
+    tables = build_tables(cfg, "grammar")
+    if tables.conflicts:
+        raise CompileError(conflict_message("grammar", tables.conflicts))
+    t_lalr = time.monotonic()
+    char_level: dict = {}
+    used = "lexer"
+    if front_end in ("chars", "auto") and not leading_ignore:
+        from gcdbench.parsers.pre3.charlevel import char_grammar
+
+        ccfg, byte_class, n_dfa = char_grammar(cfg, terms, ignore)
+        ctables = build_tables(ccfg, "character-level expansion")
+        char_level = {"byte_classes": ccfg.n_t - 1, "automaton_states": n_dfa, "rules": len(ccfg.rules),
+                      "lalr_states": ctables.n_states, "conflicts": len(ctables.conflicts)}
+        if ctables.conflicts:
+            char_level["by_cause"] = summarize_char_conflicts(ctables.conflicts)
+            char_level["examples"] = ctables.conflicts[:5]
+            if front_end == "chars":
+                raise CompileError(conflict_message("character-level expansion", ctables.conflicts, 8)
+                                   + "; use front_end=lexer (or auto)")
+        else:
+            used = "chars"
+            tables = ctables
+            lexer = byte_class_transducer(byte_class, ccfg.terminals[:-1])
+    elif front_end == "chars":
+        raise CompileError("pre3: front_end=chars reads no leading ignored text; leading_ignore=true needs "
+                           "front_end=lexer")
+    if used == "lexer":
+        from gcdbench.parsers.psc.lexer import ByteLexer
+
+        lexer = ByteLexer(terms, ignore, leading_ignore=leading_ignore)
+    t_front = time.monotonic()
+    d0 = one_step(tables)
+    d0a = aggregate(d0)
+    d1 = direct_jumps(tables, inline_max, max_edges)
+    d2 = aggregate(d1)
+    packed = pack(d2)
+    t_dpda = time.monotonic()
+    if time.monotonic() > deadline:
+        raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
+    term_id = {n: i for i, n in enumerate(tables.cfg.terminals)}
+    jobs = build_jobs(lexer, term_id, tokenizer, chunk, dense_min, deadline)
+    t_jobs = time.monotonic()
+    lex_to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int32)
+    max_push = max(1, d2.stats["max_push"])
+    return {
+        "format": FORMAT,
+        "front_end": used,
+        "leading_ignore": leading_ignore,
+        "dpda": d2,
+        "packed": packed,
+        "jobs": jobs,
+        "step_state": np.asarray(lexer.step_state, dtype=np.int32),
+        "step_emit": np.asarray(lexer.step_emit, dtype=np.int32),
+        "winner": np.asarray(lexer.winner, dtype=np.int32),
+        "lex_to_dpda": lex_to_dpda,
+        "end_sym": tables.cfg.n_t - 1,
+        "start_state": tables.start_state,
+        "max_push": max_push,
+        "stats": {
+            "front_end": used,
+            "lalr_states": tables.n_states,
+            "terminals": tables.cfg.n_t - 1,
+            "rules": len(tables.cfg.rules) - 1,
+            "one_step": {"states": d0.stats["states"], "edges": d0.stats["edges"],
+                         "edges_aggregated": len(d0a.edges)},
+            "direct": {**d1.stats, "edges_aggregated": len(d2.edges), "inline_max": inline_max},
+            **jobs["stats"],
+            "char_level": char_level,
+            "seconds": {"lalr": round(t_lalr - t0, 3), "front_end": round(t_front - t_lalr, 3),
+                        "dpda": round(t_dpda - t_front, 3), "jobs": round(t_jobs - t_dpda, 3)},
+        },
+    }
+
+
+class _Shared:
+    """The compiled grammar every fork of an engine shares (read-only at run time)."""
+
+    def __init__(self, art: dict, tokenizer, opts: dict):
+        self.art = art
+        p = art["packed"]
+        j = art["jobs"]
+        self.dpda_arrays = p.arrays()
+        self.n_sym = int(p.n_sym)
+        self.guard = int(2 * p.n_states + 8)
+        self.end_sym = int(art["end_sym"])
+        self.max_push = int(art["max_push"])
+        self.maxloc = int((j["max_seq_len"] + 2) * (self.max_push + 1) + 4)
+        self.job_arrays = (j["seq_ptr"], j["seq_term"], j["pend_ptr"], j["pend_term"], self.end_sym, j["cls_ptr"],
+                           j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], j["dense_id"], j["dense_mask"],
+                           int(j["n_ch"]), int(j["chunk"]) // 32)
+        self.qclass = j["qclass"]
+        self.step_state = art["step_state"].tolist()
+        self.step_emit = art["step_emit"].tolist()
+        self.winner = art["winner"].tolist()
+        self.lex_to_dpda = art["lex_to_dpda"].tolist()
+        self.start_state = int(art["start_state"])
+        self.token_bytes = tokenizer.token_bytes
+        self.eos = tokenizer.eos_id
+        self.vocab = tokenizer.vocab_size
+        self.backend = opts["backend"]
+        self.threads = int(opts["threads"])
+        self.cuda = None
+        if self.backend == "cuda":
+            from gcdbench.parsers.pre3.cuda_kernels import CudaMasks
+
+            self.cuda = CudaMasks(self, threads=int(opts["cuda_threads"]), block=int(opts["cuda_block"]))
+
+    def masks(self, base: np.ndarray, lens: np.ndarray, cls: np.ndarray, out_u32: np.ndarray) -> None:
+        if self.cuda is not None:
+            broken = self.cuda.masks(base, lens, cls, out_u32)
+        else:
+            import numba
+
+            from gcdbench.parsers.pre3.kernels import masks_cpu
+
+            n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
+            numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
+            broken = masks_cpu(*self.dpda_arrays, self.n_sym, self.guard, *self.job_arrays,
+                               self.maxloc, 8 * n, base, lens, cls, out_u32)
+        if broken:
+            raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
+
+
+class Pre3Engine(Engine):
+    name = "pre3"
+    artifact_keys = {
+        "front end": ("front_end",),
+        "LALR states": ("lalr_states",),
+        "terminals": ("terminals",),
+        "one-step DPDA states": ("one_step", "states"),
+        "one-step edges": ("one_step", "edges"),
+        "one-step edges aggregated": ("one_step", "edges_aggregated"),
+        "DPDA states (direct jumps)": ("direct", "states"),
+        "edges (direct jumps)": ("direct", "edges"),
+        "edges aggregated": ("direct", "edges_aggregated"),
+        "lexer classes": ("lexer_classes",),
+        "jobs": ("jobs",),
+        "char-level conflicts": ("char_level", "conflicts"),
+    }
+
+    @classmethod
+    def options(cls) -> dict:
+        return {"backend": "cpu", "threads": 1, "front_end": "auto", "inline_max": 4, "leading_ignore": False,
+                "chunk": 8192, "dense_min": 512, "cuda_threads": 16384, "cuda_block": 128, "cache_dir": None,
+                "use_cache": True, "max_build_s": 600.0, "max_edges": 2_000_000}
+
+    def version(self) -> str:
+        try:
+            from importlib.metadata import version
+
+            return f"gcdbench-pre3/{FORMAT} (gcdbench {version('gcdbench')})"
+        except Exception:
+            return f"gcdbench-pre3/{FORMAT}"
+
+    @classmethod
+    def complexity(cls, ambiguous: bool = False) -> str:
+        # one DPDA run per job; a run of one terminal takes one edge, plus one per loop turn (bounded by the
+        # stack it pops): linear in the prefix at worst
+        return "O(n)"
+
+    def profile(self) -> Profile:
+        used = getattr(self, "_shared", None)
+        front = used.art["front_end"] if used is not None else self.opts["front_end"]
+        if front == "chars":
+            return Profile()
+        return Profile(lexing="standard", leading_ignore=bool(self.opts["leading_ignore"]))
+
+    def _check_options(self):
+        o = self.opts
+        if o["backend"] not in ("cpu", "cuda"):
+            raise ValueError(f"engine pre3: backend must be 'cpu' or 'cuda', not {o['backend']!r}")
+        if o["front_end"] not in FRONT_ENDS:
+            raise ValueError(f"engine pre3: front_end must be one of {FRONT_ENDS}, not {o['front_end']!r}")
+        import numba
+
+        if not 0 <= int(o["threads"]) <= numba.config.NUMBA_NUM_THREADS:
+            raise ValueError(f"engine pre3: threads must be 0 (all) or 1..{numba.config.NUMBA_NUM_THREADS} "
+                             f"(NUMBA_NUM_THREADS), not {o['threads']}")
+        if int(o["chunk"]) <= 0 or int(o["chunk"]) % 32:
+            raise ValueError(f"engine pre3: chunk must be a positive multiple of 32, not {o['chunk']}")
+
+    def compile(self, grammar: GrammarSpec, tokenizer) -> None:
+        self._check_options()
+        t0 = time.perf_counter()
+        o = self.opts
+        path = None
+        art = None
+        cache_hit = False
+        if o["use_cache"]:
+            root = Path(os.path.expanduser(o["cache_dir"] or "~/.cache/gcdbench/pre3"))
+            path = root / (f"{grammar.key()}-{tokenizer.key()}-{o['front_end']}-li{int(bool(o['leading_ignore']))}"
+                           f"-k{int(o['inline_max'])}-c{int(o['chunk'])}-d{int(o['dense_min'])}-v{FORMAT}.pkl")
+            if path.exists():
+                try:
+                    with open(path, "rb") as fh:
+                        art = pickle.load(fh)
+                    cache_hit = art.get("format") == FORMAT
+                except Exception:
+                    art = None
+                if not cache_hit:
+                    art = None
+        if art is None:
+            art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
+                                 int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
+                                 int(o["dense_min"]))
+            if path is not None:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(f".tmp{os.getpid()}")
+                    with open(tmp, "wb") as fh:
+                        pickle.dump(art, fh, protocol=5)
+                    os.replace(tmp, path)
+                except OSError:
+                    pass
+        self._shared = _Shared(art, tokenizer, o)
+        # warm-up: load (or compile) the jitted kernels now, so that init, not the first mask, pays for it
+        self.reset()
+        self.fill_mask(allocate_mask(tokenizer.vocab_size))
+        self.commit(tokenizer.eos_id)
+        self.reset()
+        self._info = {"cache_hit": cache_hit, "init_s": round(time.perf_counter() - t0, 3), "backend": o["backend"],
+                      **art["stats"]}
+
+    @property
+    def dpda(self):
+        """The readable DPDA (after direct jumps and aggregation)."""
+        return self._shared.art["dpda"]
+
+    @property
+    def packed(self):
+        return self._shared.art["packed"]
+
+    # -- per-sequence state ------------------------------------------------------------------------
+    def reset(self) -> None:
+        self._stack = np.zeros((1, 64), dtype=np.int32)
+        self._stack[0, 0] = self._shared.start_state
+        self._L = 1
+        self._q = 0
+        self._finished = False
+
+    def fork(self) -> "Pre3Engine":
+        other = type(self)(**self.opts)
+        other._shared = self._shared
+        other._info = dict(getattr(self, "_info", {}))
+        other.reset()
+        return other
+
+    @property
+    def stack(self) -> list[int]:
+        """The committed LR stack (bottom first)."""
+        return self._stack[0, : self._L].tolist()
+
+    def _cls(self) -> int:
+        return -1 if self._finished else int(self._shared.qclass[self._q])
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        if not out.flags.c_contiguous:
+            raise ValueError("pre3: the mask buffer must be a C-contiguous int32 array")
+        out2 = out.reshape(1, -1)
+        self._shared.masks(self._stack, np.array([self._L], dtype=np.int64), np.array([self._cls()], dtype=np.int32),
+                           out2.view(np.uint32))
+
+    def fill_masks(self, seqs: Sequence["Pre3Engine"], out: np.ndarray) -> None:
+        sh = self._shared
+        for s in seqs:
+            if getattr(s, "_shared", None) is not sh:
+                raise ValueError("pre3: fill_masks takes this engine and its forks only (one compiled grammar)")
+        B = len(seqs)
+        if out.shape[0] < B or not out.flags.c_contiguous:
+            raise ValueError(f"pre3: out must be a C-contiguous [>= {B}, words] int32 array")
+        maxL = max(s._L for s in seqs) if seqs else 1
+        base = np.zeros((B, maxL), dtype=np.int32)
+        lens = np.empty(B, dtype=np.int64)
+        cls = np.empty(B, dtype=np.int32)
+        for i, s in enumerate(seqs):
+            base[i, : s._L] = s._stack[0, : s._L]
+            lens[i] = s._L
+            cls[i] = s._cls()
+        sh.masks(base, lens, cls, out[:B].view(np.uint32))
+
+    def _run_terms(self, terms: list[int]) -> int:
+        from gcdbench.parsers.pre3.kernels import commit_terms
+
+        sh = self._shared
+        need = self._L + (len(terms) + 1) * (sh.max_push + 1) + 2
+        if need > self._stack.shape[1]:
+            grown = np.zeros((1, max(need, 2 * self._stack.shape[1])), dtype=np.int32)
+            grown[0, : self._L] = self._stack[0, : self._L]
+            self._stack = grown
+        loc = np.empty((len(terms) + 1) * (sh.max_push + 1) + 2, dtype=np.int32)
+        r, L = commit_terms(*sh.dpda_arrays, sh.n_sym, sh.guard, self._stack, self._L,
+                            np.asarray(terms, dtype=np.int32), loc)
+        if r == -2:
+            raise EngineError("pre3: a DPDA run did not terminate (a construction bug)")
+        if r == 0:
+            self._L = L
+        return r
+
+    def commit(self, token_id: int) -> bool:
+        sh = self._shared
+        if self._finished:
+            return False
+        if token_id == sh.eos:
+            q = self._q
+            w = sh.winner[q]
+            terms = []
+            if q != 0 and w != IGNORED:
+                if w < 0 or sh.lex_to_dpda[w] < 0:
+                    return False
+                terms.append(sh.lex_to_dpda[w])
+            if terms and self._run_terms(terms) != 0:
+                return False
+            if self._run_terms([sh.end_sym]) != 1:
+                return False
+            self._finished = True
+            return True
+        data = sh.token_bytes[token_id] if 0 <= token_id < sh.vocab else b""
+        if not data:
+            return False
+        q, ss, se = self._q, sh.step_state, sh.step_emit
+        terms = []
+        for c in data:
+            e = se[q][c]
+            q = ss[q][c]
+            if q < 0:
+                return False
+            if e >= 0:
+                t = sh.lex_to_dpda[e]
+                if t < 0:
+                    return False
+                terms.append(t)
+        if terms and self._run_terms(terms) != 0:
+            return False
+        self._q = q
+        return True
+
+    def info(self) -> dict:
+        return dict(getattr(self, "_info", {}))
+
+    def close(self) -> None:
+        sh = getattr(self, "_shared", None)
+        if sh is not None and sh.cuda is not None:
+            sh.cuda.close()

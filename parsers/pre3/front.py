@@ -1,0 +1,216 @@
+"""How tokens meet the DPDA: a byte lexer front end, precomputed per lexer state into *jobs*.
+
+The DPDA reads terminals; tokens are bytes. The front end is a deterministic byte transducer: PSC's
+maximal-munch lexer (``gcdbench.parsers.psc.lexer.ByteLexer``: Lark's standard lexer, all terminals compete,
+keywords reserved), or, for the character-level DPDA, the trivial one that emits each byte's class. Because
+it is deterministic, a token read from lexer state ``q`` yields one terminal sequence ``w`` and one
+unfinished lexeme whose possible terminals are ``N`` (PSC's realizable sequences, computed here with PSC's
+vocabulary trie code). Tokens with equal ``(w, N)`` from ``q`` form a *job*: one DPDA run decides them all.
+Lexer states with identical jobs share a *class*. EOS is one more job per class (the finished lexeme's
+terminal, then ``$END``).
+
+Arrays (all int32): ``cls_ptr`` (jobs of class c: ``cls_ptr[c] .. cls_ptr[c+1]``), ``job_seq``/``job_pend``
+(terminal sequence id; pending set id, 0 = anything may follow, -1 = EOS), ``seq_ptr``/``seq_term`` and
+``pend_ptr``/``pend_term`` (CSR lists of DPDA terminals), and the tokens of job j in vocabulary chunk k,
+``jt_tok[jt_ptr[j*n_ch+k] : jt_ptr[j*n_ch+k+1]]`` (chunks of ``chunk`` ids = whole mask words, so
+threads filling different chunks never write the same word). A *dense* job (more than ``dense_min`` tokens;
+on Spider/Qwen3 under 1 % of the jobs hold 95 % of the (job, token) pairs) has no list but a precomputed mask
+row ``dense_mask[dense_id[j]]``, OR-ed word by word.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from gcdbench.parsers.base import CompileError
+from gcdbench.parsers.psc.build import SeqTrie, VocabTrie, realizable
+from gcdbench.parsers.psc.lexer import IGNORED
+
+
+@dataclass
+class ByteTransducer:
+    """What the job builder needs of a lexer (PSC's ``ByteLexer`` has these attributes)."""
+
+    step_state: np.ndarray    # [n_states, 256] next state (-1: dead)
+    step_emit: np.ndarray     # [n_states, 256] emitted terminal index (-1: none, IGNORED: ignored)
+    winner: np.ndarray        # [n_states] terminal the lexeme so far is (-1 none, IGNORED)
+    pending: list             # per state: frozenset of terminal indices the lexeme may become, None: anything
+    names: list[str]          # terminal index -> name
+
+    @property
+    def n_states(self) -> int:
+        return int(self.winner.size)
+
+
+def byte_class_transducer(byte_class: np.ndarray, cls_names: list[str]) -> ByteTransducer:
+    """The character-level front end: one state, every byte emits its class (bytes of no class are dead)."""
+    ok = byte_class >= 0
+    step_state = np.where(ok, 0, -1).astype(np.int32)[None, :]
+    step_emit = np.where(ok, byte_class, -1).astype(np.int32)[None, :]
+    return ByteTransducer(step_state, step_emit, np.array([IGNORED], dtype=np.int32), [None], list(cls_names))
+
+
+def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, dense_min: int = 512,
+               deadline: float | None = None) -> dict:
+    """Jobs of every lexer class over the vocabulary (see module doc). ``term_id`` maps terminal names to
+    DPDA terminal ids; a job with more than ``dense_min`` tokens gets a precomputed mask row instead of a
+    token list."""
+    if chunk % 32:
+        raise ValueError("chunk must be a multiple of 32 (whole mask words)")
+    to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int64)
+    vocab = tokenizer.vocab_size
+    n_ch = (vocab + chunk - 1) // chunk
+    trie = VocabTrie(tokenizer.token_bytes)
+    tok_node = trie.token_node
+    tok_ids = np.flatnonzero(tok_node >= 0)
+    nodes = tok_node[tok_ids]
+    seqs = SeqTrie()
+    eos = tokenizer.eos_id
+
+    # pending sets -> ids (0 = anything may follow)
+    pend_index: dict = {None: 0}
+    pend_lists: list[list[int]] = [[]]
+    pend_of_state = np.zeros(lexer.n_states, dtype=np.int64)
+    for q, p in enumerate(lexer.pending):
+        if p is None:
+            continue
+        key = frozenset(int(to_dpda[a]) for a in p if to_dpda[a] >= 0)
+        if key not in pend_index:
+            pend_index[key] = len(pend_lists)
+            pend_lists.append(sorted(key))
+        pend_of_state[q] = pend_index[key]
+    n_pend = len(pend_lists)
+
+    class_key: dict[bytes, int] = {}
+    qclass = np.zeros(lexer.n_states, dtype=np.int32)
+    cls_jobs: list[np.ndarray] = []    # per class: job keys (seq * n_pend + pend, or -(seq+1) for EOS)
+    cls_tok_parts: list[tuple] = []
+    for q in range(lexer.n_states):
+        st, sq = realizable(lexer, trie, seqs, q)
+        est = st[nodes]
+        valid = est >= 0
+        job = np.full(tok_ids.size, -1, dtype=np.int64)
+        job[valid] = sq[nodes[valid]] * n_pend + pend_of_state[est[valid]]
+        w = int(lexer.winner[q])
+        if q == 0 or w == IGNORED:
+            eos_seq = 0
+        elif w >= 0:
+            eos_seq = int(seqs.intern_many(np.array([0]), np.array([w]))[0])
+        else:
+            eos_seq = -1
+        key = job.tobytes() + eos_seq.to_bytes(8, "little", signed=True)
+        c = class_key.get(key)
+        if c is None:
+            c = class_key[key] = len(cls_jobs)
+            keys, inv = np.unique(job[valid], return_inverse=True)
+            toks = tok_ids[valid]
+            if eos_seq >= 0:
+                keys = np.append(keys, -(eos_seq + 1))
+                inv = np.append(inv, keys.size - 1)
+                toks = np.append(toks, eos)
+            cls_jobs.append(keys)
+            cls_tok_parts.append((inv, toks))
+        qclass[q] = c
+        if deadline is not None and time.monotonic() > deadline:
+            raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
+
+    # terminal sequences actually used, as DPDA terminal lists
+    used: dict[int, int] = {}
+    for keys in cls_jobs:
+        for k in keys.tolist():
+            s = -k - 1 if k < 0 else k // n_pend
+            used.setdefault(s, len(used))
+    seq_lists = [None] * len(used)
+    parent, last = seqs.parent, seqs.last
+    max_len = 0
+    for s, i in used.items():
+        out = []
+        x = s
+        while x > 0:
+            out.append(int(to_dpda[last[x]]))
+            x = parent[x]
+        out.reverse()
+        seq_lists[i] = out
+        max_len = max(max_len, len(out))
+
+    if any(t < 0 for x in seq_lists for t in x):
+        missing = sorted({lexer.names[i] for i in range(len(lexer.names)) if to_dpda[i] < 0})
+        raise CompileError(f"pre3: the lexer emits terminal(s) {missing} that the grammar's rules do not know")
+    cls_ptr = np.zeros(len(cls_jobs) + 1, dtype=np.int64)
+    cls_ptr[1:] = np.cumsum([k.size for k in cls_jobs])
+    J = int(cls_ptr[-1])
+    job_seq = np.empty(J, dtype=np.int32)
+    job_pend = np.empty(J, dtype=np.int32)
+    tok_parts = []
+    order_keys = []
+    for c, keys in enumerate(cls_jobs):
+        j0 = int(cls_ptr[c])
+        for jj, k in enumerate(keys.tolist()):
+            if k < 0:
+                job_seq[j0 + jj] = used[-k - 1]
+                job_pend[j0 + jj] = -1
+            else:
+                job_seq[j0 + jj] = used[k // n_pend]
+                job_pend[j0 + jj] = k % n_pend
+        inv, toks = cls_tok_parts[c]
+        slot = (j0 + inv) * n_ch + toks // chunk
+        order_keys.append(slot)
+        tok_parts.append(toks)
+    slots = np.concatenate(order_keys) if order_keys else np.zeros(0, dtype=np.int64)
+    toks_all = np.concatenate(tok_parts) if tok_parts else np.zeros(0, dtype=np.int64)
+    # dense jobs (more than dense_min tokens: a few hundred jobs hold most (job, token) entries) get a mask row
+    size = np.bincount(slots // n_ch, minlength=J)
+    dense = np.flatnonzero(size > dense_min)
+    dense_id = np.full(J, -1, dtype=np.int32)
+    dense_id[dense] = np.arange(dense.size, dtype=np.int32)
+    W = (vocab + 31) // 32
+    dense_mask = np.zeros((dense.size, W), dtype=np.uint32)
+    is_dense = dense_id[slots // n_ch] >= 0
+    if is_dense.any():
+        rows = dense_id[slots[is_dense] // n_ch].astype(np.int64)
+        t = toks_all[is_dense]
+        step = 64   # rows per pass: bits as bytes, then packed (a bounded temporary; ufunc.at is far slower)
+        for r0 in range(0, dense.size, step):
+            sel = (rows >= r0) & (rows < r0 + step)
+            bits = np.zeros((min(step, dense.size - r0), W * 32), dtype=np.uint8)
+            bits[rows[sel] - r0, t[sel]] = 1
+            dense_mask[r0: r0 + bits.shape[0]] = np.packbits(bits, axis=1, bitorder="little").view(np.uint32)
+    slots, toks_all = slots[~is_dense], toks_all[~is_dense]
+    order = np.argsort(slots, kind="stable")
+    counts = np.bincount(slots, minlength=J * n_ch)
+    jt_ptr = np.zeros(J * n_ch + 1, dtype=np.int64)
+    jt_ptr[1:] = np.cumsum(counts)
+    if jt_ptr[-1] >= 2**31:
+        raise CompileError("pre3: more than 2^31 (job, token) entries")
+
+    def csr(lists):
+        ptr = np.zeros(len(lists) + 1, dtype=np.int32)
+        ptr[1:] = np.cumsum([len(x) for x in lists])
+        flat = np.array([v for x in lists for v in x], dtype=np.int32)
+        return ptr, flat
+
+    seq_ptr, seq_term = csr(seq_lists)
+    pend_ptr, pend_term = csr(pend_lists)
+    return {
+        "qclass": qclass,
+        "cls_ptr": cls_ptr.astype(np.int32),
+        "job_seq": job_seq,
+        "job_pend": job_pend,
+        "seq_ptr": seq_ptr,
+        "seq_term": seq_term,
+        "pend_ptr": pend_ptr,
+        "pend_term": pend_term,
+        "jt_ptr": jt_ptr.astype(np.int32),
+        "jt_tok": toks_all[order].astype(np.int32),
+        "dense_id": dense_id,
+        "dense_mask": dense_mask,
+        "n_ch": n_ch,
+        "chunk": chunk,
+        "max_seq_len": max_len,
+        "stats": {"lexer_states": lexer.n_states, "lexer_classes": len(cls_jobs), "jobs": J,
+                  "jobs_per_class_max": int(max((k.size for k in cls_jobs), default=0)),
+                  "terminal_sequences": len(used), "job_tokens": int(size.sum()),
+                  "dense_jobs": int(dense.size), "listed_tokens": int(jt_ptr[-1])},
+    }
