@@ -31,10 +31,11 @@ PROFILES = {
     "valiant": Profile(),
     "cfgzip": Profile(),
     "cfgzip_fixed": Profile(),
+    "pre3": Profile(lexing="standard"),   # front_end auto, before compile (it may pick bytes: then Profile())
 }
 COMPLEXITY = {   # engine -> (unambiguous grammar, highly ambiguous grammar)
     "xgrammar": ("?", "?"), "llguidance": ("O(n)", "O(n^3)"), "glrmask": ("O(n^3)", "O(n^3)"),
-    "psc": ("O(n)", "O(n)"), "valiant": ("O(n^3)", "O(n^3)"), "cfgzip": ("?", "?"),
+    "psc": ("O(n)", "O(n)"), "valiant": ("O(n^3)", "O(n^3)"), "cfgzip": ("?", "?"), "pre3": ("O(n)", "O(n)"),
 }
 
 
