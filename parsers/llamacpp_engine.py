@@ -11,8 +11,15 @@ bytes, plus EOS (which llama.cpp allows exactly when a grammar stack is empty, i
 Special and padding ids are never candidates, so they are never allowed. A commit first applies the sampler to
 that one token (llama.cpp aborts the process when it accepts a token its grammar refuses) and then accepts it.
 
-Known differences from the reference, in llama.cpp itself: a token whose text starts with a NUL byte is always
-refused (llama.cpp treats NUL as end of text); left-recursive grammars are refused at init (CompileError).
+Known differences from the reference, all in llama.cpp itself (``llama-grammar.cpp``, ``llama-vocab.cpp``):
+
+* a token whose text starts with a NUL byte is always refused (its UTF-8 decoder stops at NUL);
+* bytes F5-FF, which never occur in UTF-8, are read as lead bytes of a 4-byte character, so tokens with them are
+  allowed wherever any character may follow (inside a string literal);
+* llama.cpp marks text tokens that look like end-of-generation markers as EOG by their text (Qwen3's ``</s>``,
+  id 128247): such a token is allowed exactly where EOS is, and nowhere else (``info()["eog_text_tokens"]``);
+* left-recursive grammars are refused at init (CompileError, llama.cpp's reason); ambiguity multiplies its parse
+  stacks (no limit of its own: the runner's time and memory limits apply).
 """
 from __future__ import annotations
 
@@ -81,7 +88,7 @@ def write_vocab_gguf(tokenizer, path: str | os.PathLike, arch: str = "qwen3") ->
         else:
             tokens.append(f"[PAD{i}]")
             types.append(gguf.TokenType.UNUSED)
-    merges = _merges(tokenizer) if len(tokenizer.token_bytes) > 257 else []
+    merges = _merges(tokenizer)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     w = gguf.GGUFWriter(str(tmp), arch)
     w.add_name(f"gcdbench {tokenizer.name} vocabulary")
@@ -89,7 +96,9 @@ def write_vocab_gguf(tokenizer, path: str | os.PathLike, arch: str = "qwen3") ->
     w.add_tokenizer_pre("qwen2" if tokenizer.name.startswith("qwen") else "default")
     w.add_token_list(tokens)
     w.add_token_types(types)
-    w.add_token_merges(merges if merges else ["\u0120 \u0120"])   # GGUF needs a typed array: one harmless merge
+    # llama.cpp requires the merges key and GGUF stores no empty array: a vocabulary without merges (the
+    # byte-level test vocabulary) gets one merge whose result is no token (llama.cpp then keeps the two bytes)
+    w.add_token_merges(merges or [f"{b2u[0x20]} {b2u[0x20]}"])
     w.add_eos_token_id(tokenizer.eos_id)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -162,7 +171,8 @@ class LlamaCppEngine(Engine):
         params.vocab_only = True
         self.model = lc.llama_model_load_from_file(str(path).encode(), params)
         if not self.model:
-            raise CompileError(f"llama.cpp could not load the vocabulary {path}: {''.join(lib.log[-5:]).strip()}")
+            why = [line.strip() for line in lib.log if "error" in line.lower()] or lib.log[-3:]
+            raise CompileError(f"llama.cpp could not load the vocabulary {path}: {' '.join(why)}")
         self.vocab = lc.llama_model_get_vocab(self.model)
         self.source = lark_to_gbnf(grammar)
         del lib.log[:]
@@ -175,6 +185,8 @@ class LlamaCppEngine(Engine):
         self.vocab_size = tokenizer.vocab_size
         self._arrays(len(self.cand_ids))
         self.gguf_mb = round(path.stat().st_size / 2**20, 2)
+        self.eog_text = [int(i) for i in self.cand_ids
+                         if i != tokenizer.eos_id and lc.llama_vocab_is_eog(self.vocab, int(i))]
 
     def _arrays(self, n: int):
         lc = self.lc = _lib().lc
@@ -223,7 +235,7 @@ class LlamaCppEngine(Engine):
 
     def info(self) -> dict:
         return {"grammar_form": "gbnf", "grammar_chars": len(self.source), "gguf_mb": self.gguf_mb,
-                "gguf_cached": self.gguf_cached}
+                "gguf_cached": self.gguf_cached, "eog_text_tokens": self.eog_text}
 
     def close(self) -> None:
         if getattr(self, "sampler", None):

@@ -11,7 +11,6 @@ pytest.importorskip("kbnf", reason="kbnf is not installed (pip install kbnf==0.4
 
 from gcdbench.datasets.base import load_grammar  # noqa: E402
 from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids  # noqa: E402
-from gcdbench.parsers.convert_dialects import KBNF_ENDS, KBNFRules, _without, lark_to_kbnf  # noqa: E402
 from gcdbench.parsers.kbnf_engine import KbnfEngine  # noqa: E402
 from gcdbench.parsers.reference import ReferenceChecker  # noqa: E402
 from gcdbench.parsers.tokenizers import Tokenizer  # noqa: E402
@@ -44,27 +43,6 @@ def walk(engine, grammar, tok, samples) -> list[tuple]:
             assert engine.commit(t)
             prefix += tok.token_bytes[t]
     return out
-
-
-def test_rule_repetition_is_expanded():
-    d = KBNFRules()
-    assert d.rep("(x)", 0, None) == "(x)*"
-    assert d.rep("(x)", 2, 2) == "(x) (x)"
-    assert d.rep("(x)", 1, 3) == "(x) ((x) ((x))?)?"
-    assert d.rep("(x)", 2, None) == "(x) (x) (x)*"
-    assert _without([(0, 10), (0xFFF0, 0x10FFFF)], KBNF_ENDS) == [(0, 10), (0xFFF0, 0xFFFE), (0x10000, 0x10FFFE)]
-
-
-def test_converter_writes_one_regex_per_terminal_and_the_end_marker():
-    text = lark_to_kbnf(load_grammar("spider"))
-    assert text.startswith('start ::= r_start #"\\\\x{10FFFF}";')
-    name = next(line for line in text.splitlines() if line.startswith("t_NAME ::="))
-    assert name.count('#"') == 1 and name.endswith('*";')   # body then the ignored whitespace, one DFA
-    # negated classes leave out both end markers
-    string = next(line for line in text.splitlines() if line.startswith("t_STRING ::="))
-    assert "[^'\\\\x{FFFF}\\\\x{10FFFF}]" in string or "[^'\\\\x{10FFFF}\\\\x{FFFF}]" in string
-    with pytest.raises(ValueError):
-        lark_to_kbnf(load_grammar("spider"), end=0x41)
 
 
 @pytest.mark.parametrize("case", ["tiny_sql", "ambiguous", "words", "marker"])
