@@ -11,7 +11,10 @@ mask up from the remainder's DFA states and the acceptable terminal sequences (`
 Its language is not the reference's, by design: Lark's basic lexer (all terminals compete, longest match,
 keywords reserved; ignored text may also come first), and the mask is an approximation of that language:
 ``grammar_mask`` mode (SynCode's default) over-approximates (it looks two terminals ahead), ``grammar_strict``
-under-approximates. An all-blocking mask is returned as it is (SynCode's processor would then leave the logits
+under-approximates. Seen on Spider over Qwen3: after a terminal that could still go on (``SELECT``) it refuses a
+newline or carriage return while it allows a space or tab (its lookahead through the ignored terminal finds no
+entry: the mask store keys the next terminals by the parse table, where ignored terminals never occur), and it
+folds case ASCII-only in the mask store (``ſ``, ``ı``, ``K`` refused). An all-blocking mask is returned as it is (SynCode's processor would then leave the logits
 unmasked); a prefix its parser cannot parse is an EngineError (SynCode would fall back to unconstrained
 decoding). SynCode needs ``transformers``, ``torch``, ``regex``, ``interegular``, ``tqdm`` and ``fire``; its own
 pins (``transformers==4.53.2``) clash with the project's, so it is installed with ``--no-deps`` (README).
