@@ -85,7 +85,7 @@ class SynCodeEngine(Engine):
         return "O(n)"   # the whole prefix is decoded and re-lexed at every step (parser states are memoised)
 
     def profile(self) -> Profile:
-        return Profile(lexing="standard", leading_ignore=True)
+        return Profile(lexing="standard", leading_ignore=True, case_fold="ascii")   # the store folds ASCII only
 
     def _cache_dir(self) -> Path:
         if self.opts["cache_dir"]:
