@@ -61,6 +61,17 @@ def test_masks_equal_reference_at_every_step(case, bytes_tokenizer):
     assert walk(engine, GrammarSpec(case, text), bytes_tokenizer, samples) == []
 
 
+def test_options_reach_kbnf_config(bytes_tokenizer):
+    engine = KbnfEngine(cache_enabled=False, compression_min_terminals=3)
+    config = engine._config()
+    assert config.engine_config.cache_enabled is False and config.compression_config.min_terminals == 3
+    grammar = GrammarSpec("tiny_sql", (GRAMMARS / "tiny_sql.lark").read_text())
+    engine.compile(grammar, bytes_tokenizer)
+    assert walk(engine, grammar, bytes_tokenizer, (GRAMMARS / "tiny_sql.txt").read_text().splitlines()[:2]) == []
+    with pytest.raises(ValueError, match="unknown option"):
+        KbnfEngine(cache=True)
+
+
 def test_end_marker_prefix_token_after_a_sentence(bytes_tokenizer):
     """The byte f4 is allowed after a sentence only where the grammar itself allows it."""
     engine = KbnfEngine()
