@@ -17,7 +17,8 @@ entry: the mask store keys the next terminals by the parse table, where ignored 
 folds case ASCII-only in the mask store (``ſ``, ``ı``, ``K`` refused). An all-blocking mask is returned as it is (SynCode's processor would then leave the logits
 unmasked); a prefix its parser cannot parse is an EngineError (SynCode would fall back to unconstrained
 decoding). SynCode needs ``transformers``, ``torch``, ``regex``, ``interegular``, ``tqdm`` and ``fire``; its own
-pins (``transformers==4.53.2``) clash with the project's, so it is installed with ``--no-deps`` (README).
+pins (``transformers==4.53.2``) clash with the project's, so it is installed with ``--no-deps``, and its wheel's stray
+top-level ``tests`` package (which shadows the project's) is removed (README).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec
 
 if importlib.util.find_spec("syncode") is None or importlib.util.find_spec("fire") is None:
     raise ModuleNotFoundError(
-        "engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire (see README 'Other "
-        "engines')")
+        "engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire, then remove the "
+        "top-level 'tests' package it installs (see README 'Other engines')")
 
 
 def _import_syncode():
