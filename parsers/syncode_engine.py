@@ -117,6 +117,9 @@ class SynCodeEngine(Engine):
         try:
             self.gc = GrammarConstrainer(sgrammar, hf, ByteTokenizer(hf), use_cache=bool(self.opts["use_cache"]),
                                          parse_output_only=False, batch_size=1, parser=parser, mode=mode)
+        except RecursionError as err:   # seen on the induced TreeBank grammar (815 lines)
+            raise CompileError(f"syncode: Lark's {parser.upper()} table construction exceeded Python's recursion "
+                               f"limit on this grammar ({err})") from err
         except Exception as err:   # Lark's GrammarError (conflicts), interegular's errors on unsupported regexes
             raise CompileError(f"syncode refused the grammar ({parser}): {type(err).__name__}: {str(err)[:2000]}") from err
         self.store_build_s = None if self.store_cached else round(time.perf_counter() - t0, 3)
