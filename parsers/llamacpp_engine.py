@@ -61,9 +61,12 @@ def _merges(tokenizer) -> list[str]:
     return [m if isinstance(m, str) else " ".join(m) for m in merges]
 
 
+_GGUF_FORMAT = "v1"   # bump when write_vocab_gguf changes, so cached files are written again
+
+
 def gguf_path(tokenizer, cache_dir: str | os.PathLike | None = None) -> Path:
     cache = Path(cache_dir) if cache_dir else Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench"))
-    return cache / "gguf" / f"{tokenizer.name}-{tokenizer.key()}.vocab.gguf"
+    return cache / "gguf" / f"{tokenizer.name}-{tokenizer.key()}.{_GGUF_FORMAT}.vocab.gguf"
 
 
 def write_vocab_gguf(tokenizer, path: str | os.PathLike, arch: str = "qwen3") -> Path:
