@@ -33,7 +33,7 @@ from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec
 
 if importlib.util.find_spec("syncode") is None or importlib.util.find_spec("fire") is None:
     raise ModuleNotFoundError(
-        "engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire, then remove the "
+        "engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire termcolor, then remove the "
         "top-level 'tests' package it installs (see README 'Other engines')")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("syncode", reason="syncode is not installed: pip install --no-deps syncode==0.4.16 fire "
+pytest.importorskip("syncode", reason="syncode is not installed: pip install --no-deps syncode==0.4.16 fire termcolor "
                                       "(README 'Other engines')")
 
 from gcdbench.datasets.base import load_grammar  # noqa: E402
