@@ -151,6 +151,45 @@ def test_cuda_device_qwen3_masks_equal_cpu(gname, tmp_path):
     assert "device ok" in r.stdout
 
 
+DEFECT_SCRIPT = textwrap.dedent(r'''
+    import numpy as np
+    from gcdbench.parsers.base import GrammarSpec, allocate_mask
+    from gcdbench.parsers.tokenizers import Tokenizer
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+    # ten one-digit terminals; tokens of 1, 2 and 3 digits: the trie has 10 nodes at depth 1 and 100 at
+    # depth 2, all with children, so the second BFS level alone outgrows a 64-node guess
+    sp = GrammarSpec(name="digits", lark="start: d+\nd: " + " | ".join(f'"{i}"' for i in range(10)) + "\n")
+    toks = [bytes([i]) for i in range(256)] + [f"{i:02d}".encode() for i in range(100)] + \
+        [f"{i:03d}".encode() for i in range(1000)]
+    tok = Tokenizer(name="digits3", token_bytes=toks + [b""], eos_id=len(toks), special_ids={"<eos>": len(toks)})
+    cpu = ValiantEngine(cache=False)
+    cpu.compile(sp, tok)
+    gpu = ValiantEngine(cache=False, backend="cuda", workers=2, bfs_depth=2)
+    gpu.compile(sp, tok)
+    for step, t in enumerate([ord("1"), ord("2"), None]):
+        a, b = allocate_mask(tok.vocab_size), allocate_mask(tok.vocab_size)
+        cpu.fill_mask(a)
+        gpu.fill_mask(b)
+        assert np.array_equal(a, b), f"step {step}: cuda mask differs from the cpu mask"
+        if t is not None:
+            assert cpu.commit(t) and gpu.commit(t)
+    print("defect ok")
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 13: CudaSearch._mirror drops device-computed BFS tiers when the "
+                                       "BFS outgrows its first guess (fixed in the next commit)")
+def test_bfs_growing_past_its_first_guess_keeps_device_tiers(tmp_path):
+    """The defect of issue 13: a BFS level with more than 64 nodes at bfs_depth 2 must not lose the tiers the
+    device computed for the level before it (the CUDA mask must still equal the CPU mask)."""
+    script = tmp_path / "defect.py"
+    script.write_text(DEFECT_SCRIPT)
+    r = subprocess.run([sys.executable, str(script)], env=_env(True), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "defect ok" in r.stdout
+
+
 def _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator: bool):
     env = _env(simulator)
     script = tmp_path / "sim.py"
