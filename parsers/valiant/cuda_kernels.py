@@ -53,13 +53,23 @@ def _ctz_gpu(low):
 
 
 @cuda.jit(device=True)
-def _emit_gpu(flags, cnt, v, tid):
-    if tid == 0:
+def _emit_gpu(flags, cnt, v):
+    if cuda.threadIdx.x == 0:
         flags[v] = 1
 
 
+@cuda.jit(device=True)
+def _tid_gpu():
+    return cuda.threadIdx.x
+
+
+@cuda.jit(device=True)
+def _nth_gpu():
+    return cuda.blockDim.x
+
+
 DEVICE = for_cuda({"_or_word": _or_word_gpu, "_or_old": _or_old_gpu, "_sync": _sync_gpu, "_ctz": _ctz_gpu,
-                   "_emit": _emit_gpu})
+                   "_emit": _emit_gpu, "_tid": _tid_gpu, "_nth": _nth_gpu})
 chart_step_gpu = DEVICE["chart_step"]
 dfs_gpu = DEVICE["dfs"]
 
@@ -142,8 +152,7 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
             _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth,
                        G.n_left, G.WN, tid, nth)
             m, t_off, e_off = _node_chart(v, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
-            chart_step_gpu(mem, tiers, ps, m, T.node_term[v], t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G,
-                           tid, nth)
+            chart_step_gpu(mem, tiers, ps, m, T.node_term[v], t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
 
 
 @cuda.jit
@@ -178,15 +187,14 @@ def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all
         m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
         ci = level_ci[i]
         dfs_gpu(mem, tiers, ps, m + 1, u, e_off, ci, T.child_start[u + 1] - ci, scratch, stride, T, needed, flags, 0,
-                stack_node, stack_ci, e_offs, cur_all[w], seeds_all[w], G, tid, nth)
+                stack_node, stack_ci, e_offs, cur_all[w], seeds_all[w], G)
 
 
 @cuda.jit
 def step_kernel(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, gt, accept):
     """One chart step by one block (``kernels_common.chart_step``): for tests that compare it with the CPU's
     word for word."""
-    a = chart_step_gpu(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt), cuda.threadIdx.x,
-                       cuda.blockDim.x)
+    a = chart_step_gpu(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt))
     if cuda.threadIdx.x == 0:
         accept[0] = a
 

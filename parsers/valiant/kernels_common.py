@@ -7,18 +7,19 @@ which rebinds the few target primitives they call:
 =============  ==================================  ==========================================
 primitive      CPU (one thread does all the work)  CUDA (the threads of one block share it)
 =============  ==================================  ==========================================
+``_tid``       0                                   ``cuda.threadIdx.x``
+``_nth``       1                                   ``cuda.blockDim.x``
 ``_or_word``   ``arr[i] |= val``                   ``cuda.atomic.or_``
 ``_or_old``    the same, returning the old word    ``cuda.atomic.or_`` (returns the old word)
 ``_sync``      nothing                             ``cuda.syncthreads``
-``_ctz``       binary search                       ``cuda.ffs - 1``
+``_ctz``       binary search                       ``cuda.popc(low - 1)``
 ``_emit``      append to a list of viable nodes    set the node's flag (thread 0)
 =============  ==================================  ==========================================
 
-Every shared function takes ``tid, nth`` (this thread's index and the number of threads sharing the
-work: ``0, 1`` on the CPU, ``threadIdx.x, blockDim.x`` in a kernel): loops over independent words run
-``range(tid, N, nth)``; loops over irregular work items (rule pairs, chart entries) hand the items out
-round-robin with a ``skip`` countdown, so on the CPU (``nth == 1``) they are the plain loops. Kernels only
-compute indices and call these functions.
+The threads of a block share the work by ``tid = _tid()`` and ``nth = _nth()`` (constants 0 and 1 on the CPU,
+which the compiler folds away): loops over independent words run ``range(tid, N, nth)``; loops over irregular
+work items (rule pairs, chart entries) hand the items out round-robin with a ``skip`` countdown, which on the
+CPU is the plain loop. Kernels only compute indices and call these functions.
 
 The grammar travels as one record, :data:`Grammar` (a namedtuple of scalars and arrays); jitted entry points
 take it as a plain tuple (``grammar.dev``) and rebuild the record with ``Grammar(*gt)``: numba types a plain
@@ -48,7 +49,7 @@ Grammar = namedtuple("Grammar", [
 Trie = namedtuple("Trie", ["child_start", "child_ids", "node_term"])
 
 _cpu = numba.njit(cache=True, nogil=True)
-_cpu_inline = numba.njit(cache=True, nogil=True, inline="always")
+_cpu_inline = numba.njit(cache=True, nogil=True)   # small helpers: LLVM inlines them (no numba IR inlining: slow to compile)
 
 
 # -- target primitives, CPU bindings (cuda_kernels.py binds the CUDA ones) ----------------------------------
@@ -70,8 +71,18 @@ def _sync():
 
 
 @_cpu_inline
-def _emit(out, cnt, v, tid):
+def _emit(out, cnt, v):
     out[cnt] = v
+
+
+@_cpu_inline
+def _tid():
+    return 0
+
+
+@_cpu_inline
+def _nth():
+    return 1
 
 
 @_cpu_inline
@@ -116,7 +127,7 @@ def _or_track(cur, voff, d, val, rows, WN, v):
 
 
 @_cpu
-def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G, tid, nth):
+def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G):
     """Compute tier ``n`` for terminal ``t`` (tiers 0..n-1 at ``tier_offs``, ANC[0..n] at ``p_offs``) and write
     it at ``out_tier``, ANC[n+1] at ``out_p``, EXPECT[n+1] at ``out_e``. Returns 1 if t_0..t_n is a sentence.
     ``cur`` is scratch of ``PackedGrammar.scratch_words(n)`` words, ``seeds`` of ``WN`` words (both shared by
@@ -127,6 +138,7 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
     rules are visited, and each chart entry is touched once. Row n-e-1 is final when tier ``e`` is read
     (later ``e`` only write rows above it), so the threads read it while they OR into higher rows."""
     n_nt, n_left, WN, WT = G.n_nt, G.n_left, G.WN, G.WT
+    tid, nth = _tid(), _nth()
     W = (n + 1 + 63) // 64
     WL = (n_left + 63) // 64
     one = np.uint64(1)
@@ -185,14 +197,15 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
                                 if sb != 0 and d + 1 < W:
                                     _or_track(cur, voff, d + 1, val >> (np.uint64(64) - sb), rows, WN, v)
         _sync()
-    return step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G, tid, nth)
+    return step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G)
 
 
 @_cpu_inline
-def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G, tid, nth):
+def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
     """Second half of :func:`chart_step`, once the working tier ``cur`` is final: store the left-capable rows
     and the bits of the left nonterminals present, ANC[n+1] and EXPECT[n+1]; returns the accept flag."""
     n_left, WN, WT = G.n_left, G.WN, G.WT
+    tid, nth = _tid(), _nth()
     W = (n + 1 + 63) // 64
     WL = (n_left + 63) // 64
     one = np.uint64(1)
@@ -260,7 +273,7 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G, tid, nt
 
 @_cpu
 def dfs(mem, tier_offs, p_offs, n, u, e_off, first, step, scratch_off, stride, T, needed, viable, cnt,
-        stack_node, stack_ci, e_offs, cur, seeds, G, tid, nth):
+        stack_node, stack_ci, e_offs, cur, seeds, G):
     """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
     ANC in ``p_offs``) and EXPECT at ``e_off``; of ``u``'s own children only ``first, first + step, ...``
     (child indices) are taken. A child is viable iff its terminal is in its parent's EXPECT; only nodes flagged
@@ -270,6 +283,7 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, first, step, scratch_off, stride, T
     writes). Returns ``cnt`` plus the number of viable nodes found."""
     one = np.uint64(1)
     n_left, WN = G.n_left, G.WN
+    tid = _tid()
     d = 0
     stack_node[0] = u
     stack_ci[0] = first
@@ -284,15 +298,15 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, first, step, scratch_off, stride, T
         v = T.child_ids[ci]
         if not needed[v]:
             continue
-        a = T.node_term[v]
+        a = np.int64(T.node_term[v])
         if (mem[e_offs[d] + (a >> 6)] >> np.uint64(a & 63)) & one:
-            _emit(viable, cnt, v, tid)
+            _emit(viable, cnt, v)
             cnt += 1
             if T.child_start[v + 1] > T.child_start[v]:
                 m = n + d          # index of the new tier (terminal a)
                 t_off = scratch_off + d * stride
                 p_off = t_off + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64
-                chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G, tid, nth)
+                chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G)
                 if tid == 0:
                     tier_offs[m] = t_off
                     p_offs[m + 1] = p_off
@@ -329,7 +343,7 @@ def for_cuda(primitives: dict) -> dict:
 @_cpu
 def extend(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, gt):
     """:func:`chart_step` on the CPU (one thread)."""
-    return chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt), 0, 1)
+    return chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt))
 
 
 @_cpu
@@ -342,7 +356,7 @@ def tree_search(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, tt, need
     of these run concurrently."""
     viable_out[0] = 0
     return dfs(mem, tier_offs, p_offs, n, 0, base_e, root_first, root_step, scratch_off, stride, Trie(*tt), needed,
-               viable_out, 1, stack_node, stack_ci, e_offs, cur, seeds, Grammar(*gt), 0, 1)
+               viable_out, 1, stack_node, stack_ci, e_offs, cur, seeds, Grammar(*gt))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -358,7 +372,7 @@ def tree_search_par(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, dept
     for w in numba.prange(W):
         counts[w] = dfs(mem, tier_offs[w], p_offs[w], n, 0, base_e, T.child_start[0] + w, W,
                         scratch_off + w * stride * depth, stride, T, needed, viable_out[w], 0, stack_node[w],
-                        stack_ci[w], e_offs[w], cur[w], seeds[w], G, 0, 1)
+                        stack_ci[w], e_offs[w], cur[w], seeds[w], G)
     total = 1
     for w in range(W):
         total += counts[w]
