@@ -644,3 +644,19 @@ def test_threads_out_of_range_is_a_clear_error():
 
     with pytest.raises(ValueError, match="threads must be between 1 and"):
         _engine(spec("tiny_sql"), byte_level(), threads=numba.config.NUMBA_NUM_THREADS + 1)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_compile_computes_no_mask(backend, monkeypatch):
+    """Init is compile only (issue 11): compile builds the tables and computes no mask and no search (it used to
+    run a warm-up mask); the first mask is the first search. For the CUDA backend, the device search object is
+    made (here without a device: its constructor is replaced) and never searched from."""
+    from gcdbench.parsers.valiant import cuda_kernels
+
+    calls = []
+    monkeypatch.setattr(ValiantEngine, "fill_mask", lambda self, out: calls.append("fill_mask"))
+    monkeypatch.setattr(ValiantEngine, "search", lambda self, *a, **k: calls.append("search"))
+    monkeypatch.setattr(cuda_kernels.CudaSearch, "__init__", lambda self, *a, **k: calls.append("cuda init"))
+    monkeypatch.setattr(cuda_kernels.CudaSearch, "search", lambda self, *a, **k: calls.append("cuda search"))
+    e = _engine(spec("tiny_sql"), byte_level(), backend=backend)
+    assert calls == ([] if backend == "cpu" else ["cuda init"]) and e.store.used > 0

@@ -49,38 +49,40 @@ Grammar = namedtuple("Grammar", [
 Trie = namedtuple("Trie", ["child_start", "child_ids", "node_term"])
 
 _cpu = numba.njit(cache=True, nogil=True)
-_cpu_inline = numba.njit(cache=True, nogil=True)   # small helpers: LLVM inlines them (no numba IR inlining: slow to compile)
+_cpu_small = numba.njit(cache=True, nogil=True)   # tiny primitives: LLVM inlines them
+# numba IR inlining for the helpers of the step's inner loops (as fast as one function; each site adds compile time)
+_cpu_inline = numba.njit(cache=True, nogil=True, inline="always")
 
 
 # -- target primitives, CPU bindings (cuda_kernels.py binds the CUDA ones) ----------------------------------
-@_cpu_inline
+@_cpu_small
 def _or_word(arr, i, val):
     arr[i] |= val
 
 
-@_cpu_inline
+@_cpu_small
 def _or_old(arr, i, val):
     old = arr[i]
     arr[i] = old | val
     return old
 
 
-@_cpu_inline
+@_cpu_small
 def _sync():
     pass
 
 
-@_cpu_inline
+@_cpu_small
 def _emit(out, cnt, v):
     out[cnt] = v
 
 
-@_cpu_inline
+@_cpu_small
 def _tid():
     return 0
 
 
-@_cpu_inline
+@_cpu_small
 def _nth():
     return 1
 
