@@ -68,6 +68,8 @@ OUT=${OUT:-results/gpu/$SLUG}
 if [ -z "${DATA_ROOT:-}" ]; then
   if [ -d ../shared/data ]; then DATA_ROOT=../shared/data; else DATA_ROOT=.whl/data; fi
 fi
+[ -d "$DATA_ROOT" ] && DATA_ROOT=$(cd "$DATA_ROOT" && pwd)
+export GCDBENCH_DATA_ROOT=$DATA_ROOT        # the tests' data root (TreeBank's grammar is induced from the trees)
 mkdir -p "$OUT"
 echo "gpu_agenda: device '$DEVICE' -> $OUT (python: $PYTHON, data: $DATA_ROOT, phases: ${PHASES[*]})"
 
