@@ -7,6 +7,10 @@ from gcdbench.datasets.base import Dataset, Sample, pick
 from gcdbench.parsers.base import GrammarSpec
 
 DATASETS = ("spider", "spider_spop", "treebank", "sample", "sample_pos", "custom")
+#: the grammar suite beyond Table 1 (datasets/suite.py) and the sampled (off-gold) replays (datasets/sampled.py)
+SUITE_DATASETS = ("json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
+                  "ambiguous_right")
+SAMPLED_DATASETS = ("sampled",)
 
 
 def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
@@ -31,7 +35,15 @@ def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
         return load_sample_pos(n=n, seed=seed)
     if name == "custom":
         return load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
-    raise ValueError(f"unknown dataset {name!r}; valid: {list(DATASETS)}")
+    if name in SUITE_DATASETS:
+        from gcdbench.datasets.suite import load_suite_dataset
+
+        return load_suite_dataset(name, dcfg, n=n, seed=seed)
+    if name == "sampled":
+        from gcdbench.datasets.sampled import load_sampled
+
+        return load_sampled(dcfg, data_root, n=n, seed=seed)
+    raise ValueError(f"unknown dataset {name!r}; valid: {list(DATASETS + SUITE_DATASETS + SAMPLED_DATASETS)}")
 
 
 def load_custom(grammar_path, samples_path, start="start", n=None, seed=0) -> Dataset:
