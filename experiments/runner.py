@@ -253,7 +253,7 @@ def run(cfg) -> Path:
                     _write_part(parts, sample.id, Outcome.COMPILE_ERROR, compile_error, None, [], meta, 0.0)
                     progress.update(1)
                     continue
-            ids = tokenizer.encode(sample.text)
+            ids = sample.ids(tokenizer)
             audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed))
             child.start_sample(sample.id, ids, audit_at)
             timeout = min(float(limits.sample_timeout_s), max(1.0, run_deadline - time.monotonic()))
@@ -291,17 +291,18 @@ def run(cfg) -> Path:
 def _audit_pending(parts: Path, auditor, dataset, tokenizer) -> None:
     """Compare the masks saved during the run (``<sample>.audit.npz``) with the reference, once no engine is
     being timed; each part gets its audit rows. A run stopped before this point audits them when resumed."""
-    texts = {s.id: s.text for s in dataset.samples}
+    by_id = {s.id: s for s in dataset.samples}
     for npz in sorted(parts.glob("*.audit.npz")):
         sample_id = npz.name[: -len(".audit.npz")]
         part = parts / f"{sample_id}.json"
         rec = _load_json(part)
-        if rec is None or sample_id not in texts or auditor is None:
+        if rec is None or sample_id not in by_id or auditor is None:
             npz.unlink()
             continue
         with np.load(npz) as data:
             audited = {int(k): data[k] for k in data.files}
-        rec["audits"] = auditor.check(texts[sample_id], tokenizer.encode(texts[sample_id]), audited)
+        sample = by_id[sample_id]
+        rec["audits"] = auditor.check(sample.text, sample.ids(tokenizer), audited)
         tmp = parts / f".{sample_id}.tmp"
         tmp.write_text(json.dumps(rec))
         tmp.replace(part)
