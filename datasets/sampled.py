@@ -14,9 +14,9 @@ How a sequence is drawn (:func:`sample_sequence`), with ``rng = Random("<seed>:<
   grouped by the checker state they lead to, a group is chosen uniformly and a token uniformly in it. Grouping
   by state makes the draw follow the grammar's structure: the tens of thousands of tokens that merely extend a
   name lead to a handful of states, each keyword or bracket to its own;
-* from ``L`` tokens on (the bias toward ending): EOS as soon as it is allowed; otherwise one of the allowed tokens
-  whose bytes start the *shortest completion* of the prefix (a breadth-first search over printable bytes in the
-  checker's state graph), so every step shortens the way to a sentence and the sequence ends.
+* from ``L`` tokens on (the bias toward ending): EOS as soon as it is allowed; otherwise the longest token that
+  spells a prefix of a *short completion* of the prefix (:class:`Completer`), so every step shortens the way to
+  a sentence and the sequence ends.
 
 Masks come from ``ReferenceChecker(grammar, lexing)``. The default, ``longest_match``, is the reference run as a
 longest-match lexer reads the text: its sentences are sentences of the harness's (scannerless) language too, and
@@ -275,12 +275,12 @@ class Completer:
             if cost == float("inf"):
                 break
             pieces = [self.term_min(t) for t in seq]
-            texts = []
-            if self.separator is not None:
-                texts.append(head + b"".join(self.separator + p for p in pieces))
-            texts.append(head + b"".join(pieces))
+            texts = [head + b"".join(pieces)]
+            if self.separator is not None and pieces:   # a space between terminals, or before the first too
+                texts.insert(0, head + self.separator.join(pieces))
+                texts.append(head + self.separator + self.separator.join(pieces))
             for text in texts:
-                if rc.accepts(rc.advance(sid, text)):
+                if text and rc.accepts(rc.advance(sid, text)):
                     return text
         return shortest_completion(rc, sid, max_states)
 
@@ -386,9 +386,11 @@ def sample_sequence(checker, tokenizer, rng: random.Random, target: int, gold_vo
             if not completion:
                 raise SamplingError(f"no completion found (byte search capped at {params.max_search_states} states) after "
                                     f"{tokenizer.decode(ids)[-80:]!r}")
-            pool = vocab.prefixes_of(completion)
-            tok = pool[rng.randrange(len(pool))]
+            tok = vocab.prefixes_of(completion)[-1]   # the longest token that spells a prefix of it
             closing += 1
+            if closing > 4 * params.max_target + 64:
+                raise SamplingError(f"closing did not end within {closing - 1} tokens after "
+                                    f"{tokenizer.decode(ids)[-80:]!r}")
         else:
             if can_end and rng.random() < params.p_stop:
                 break
@@ -398,9 +400,10 @@ def sample_sequence(checker, tokenizer, rng: random.Random, target: int, gold_vo
                 seen = np.intersect1d(allowed, gold_vocab)
             if len(seen):
                 tok = int(seen[rng.randrange(len(seen))])
-            else:   # a next state uniformly, then a token that leads there
-                states = sorted(groups)
-                members = groups[states[rng.randrange(len(states))]]
+            else:   # a next state uniformly, then a token that leads there (groups ordered by their least token
+                # id, which does not depend on the order in which the checker numbered its states)
+                ordered = sorted(groups.values(), key=min)
+                members = ordered[rng.randrange(len(ordered))]
                 tok = members[rng.randrange(len(members))]
         sid = checker.advance(sid, tb[tok])
         if sid == DEAD:   # cannot happen for a token of the mask; a checker fault if it does
