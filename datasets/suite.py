@@ -9,8 +9,7 @@ Each loader returns a :class:`Dataset` whose grammar is a ``.lark`` file written
   file, original layout kept); pieces under ``min_tokens`` are dropped.
 * ``lark``: ``.lark`` files from :data:`LARK_SOURCES` plus the project's own grammars, cut at statement
   boundaries into chunks of whole statements (exact spans, comments and blank lines inside kept) of at most
-  ``max_tokens`` Qwen3 tokens. A chunk starts with a statement: the harness refuses ignored text (a comment)
-  first.
+  ``max_tokens`` Qwen3 tokens. A chunk starts at a statement (comment lines before it close the chunk before).
 * ``ambiguous_<family>``: generated sentences of growing length (10 to 200 terminals, each terminal one Qwen3
   token) for the grammars of :data:`AMBIGUOUS`.
 
@@ -37,7 +36,6 @@ JSON_SOURCES: tuple[tuple[str, str, str], ...] = (
     ("nbformat", "nbformat/v4/nbformat.v4.schema.json", "BSD-3-Clause"),
     ("nbformat", "nbformat/v3/nbformat.v3.schema.json", "BSD-3-Clause"),
     ("torch", "torch/_dynamo/graph_break_registry.json", "BSD-3-Clause"),
-    ("datasets", "datasets/utils/resources/languages.json", "Apache-2.0"),
     ("ipython", "IPython/utils/themes/pride.json", "BSD-3-Clause"),
 )
 
