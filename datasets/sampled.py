@@ -24,7 +24,7 @@ they avoid texts that only the scannerless reading accepts (``SELECT count`` + `
 which lexer-based engines refuse by design (a documented difference); ``scannerless`` samples those too. Every
 stored sequence is checked: each prefix is viable, and the whole text is a sentence under both readings.
 
-Command line (writes ``datasets/sampled/<source>.<tokenizer>.json``; about 0.1-0.3 s per token with Qwen3)::
+Command line (writes ``datasets/sampled/<source>.<tokenizer>.json``; each step walks the whole vocabulary)::
 
     python -m gcdbench.datasets.sampled --source spider --tokenizer qwen3 --n 30 --seed 0
 """

@@ -59,11 +59,16 @@ def run_dirs(roots) -> list[Path]:
 
 
 def collect_cells(roots) -> pd.DataFrame:
-    """``report.cell_stats`` of every cell under ``roots``, plus ``dataset_meta`` (from run.json)."""
+    """``report.cell_stats`` of every suite or sampled cell under ``roots`` and of the gold cells of the sampled
+    datasets' sources (other cells are skipped unread), plus ``dataset_meta`` (from run.json)."""
+    metas = [(d, json.loads((d / "run.json").read_text())) for d in run_dirs(roots)]
+    beyond_sets = {m.get("dataset", "") for _, m in metas if is_beyond(m.get("dataset", ""))}
+    wanted = beyond_sets | {ds[: -len(SAMPLED_SUFFIX)] for ds in beyond_sets if ds.endswith(SAMPLED_SUFFIX)}
     rows = []
-    for d in run_dirs(roots):
+    for d, meta in metas:
+        if meta.get("dataset") not in wanted:
+            continue
         row = cell_stats(d)
-        meta = json.loads((d / "run.json").read_text())
         row["dataset_meta"] = meta.get("dataset_meta") or {}
         row["status"] = _status(row)
         rows.append(row)
