@@ -21,8 +21,10 @@ How a sequence is drawn (:func:`sample_sequence`), with ``rng = Random("<seed>:<
 Masks come from ``ReferenceChecker(grammar, lexing)``. The default, ``longest_match``, is the reference run as a
 longest-match lexer reads the text: its sentences are sentences of the harness's (scannerless) language too, and
 they avoid texts that only the scannerless reading accepts (``SELECT count`` + ``FROM`` written ``countFROM``),
-which lexer-based engines refuse by design (a documented difference); ``scannerless`` samples those too. Every
-stored sequence is checked: each prefix is viable, and the whole text is a sentence under both readings.
+which lexer-based engines refuse by design (a documented difference); ``scannerless`` samples those too, and
+``standard`` only texts that Lark's standard lexer (PSC's: all terminals compete, keywords reserved) reads the
+same way. Every stored sequence is checked: each prefix is viable, and the whole text is a sentence, under the
+scannerless reading and the one it was drawn with.
 
 Command line (writes ``datasets/sampled/<source>.<tokenizer>.json``; each step walks the whole vocabulary)::
 
@@ -57,7 +59,7 @@ class SamplerParams:
     p_gold: float = 0.5          # probability of drawing among allowed tokens seen in the gold tokenizations
     p_stop: float = 0.05         # probability of ending early when the prefix is a sentence
     max_target: int = 64         # cap on the target length (tokens)
-    lexing: str = "longest_match"   # reference mode the masks come from: longest_match | scannerless
+    lexing: str = "longest_match"   # reference mode the masks come from: longest_match | standard | scannerless
     max_search_states: int = 20_000  # cap of the byte-level completion search (the fallback of Completer)
     max_attempts: int = 5        # a sequence whose completion search fails is drawn again with a new attempt
 
@@ -446,8 +448,10 @@ def generate(source: Dataset, tokenizer, n: int = 30, seed: int = 0, params: Sam
     """``n`` sequences for the grammar of ``source`` (its gold samples give the target lengths and the gold
     vocabulary), each checked with :func:`check_sequence`. Deterministic for a given seed."""
     params = params or SamplerParams()
-    if params.lexing not in ("longest_match", "scannerless"):
-        raise ValueError(f"lexing must be longest_match or scannerless, not {params.lexing!r}")
+    from gcdbench.parsers.reference import ReferenceChecker
+
+    if params.lexing not in ReferenceChecker.LEXING:
+        raise ValueError(f"lexing must be one of {ReferenceChecker.LEXING}, not {params.lexing!r}")
     if not source.samples:
         raise ValueError(f"dataset {source.name!r} has no samples to take target lengths from")
     checker = _checker(source.grammar, params.lexing)

@@ -48,7 +48,14 @@ def test_the_scannerless_mode_may_glue_what_lexers_split(bytes_tokenizer):
     for s in seqs:
         assert sampled.check_sequence(ds.grammar, bytes_tokenizer, s["ids"], ("scannerless",)) is None
     with pytest.raises(ValueError, match="lexing"):
-        sampled.generate(ds, bytes_tokenizer, 1, params=sampled.SamplerParams(lexing="standard"))
+        sampled.generate(ds, bytes_tokenizer, 1, params=sampled.SamplerParams(lexing="maximal"))
+
+
+def test_the_standard_mode_gives_sequences_a_standard_lexer_reads(bytes_tokenizer):
+    params = sampled.SamplerParams(max_target=16, lexing="standard")
+    ds, seqs = _generate("sample", bytes_tokenizer, n=2, params=params)
+    for s in seqs:
+        assert sampled.check_sequence(ds.grammar, bytes_tokenizer, s["ids"], ("scannerless", "standard")) is None
 
 
 @pytest.mark.parametrize("source,lexing", [("sample", "longest_match"), ("sample", "scannerless"),
@@ -152,7 +159,8 @@ def test_dataset_configs_name_their_source():
 
 @pytest.mark.parametrize("path", STORED, ids=[p.name for p in STORED])
 def test_stored_sequences_match_their_grammar_and_language(path):
-    """Every committed file: drawn from the current grammar, every sequence in the language under both readings."""
+    """Every committed file: drawn from the current grammar, every sequence in the language (scannerless and under
+    the reading it was drawn with)."""
     from conftest import _data_root
 
     from gcdbench.datasets.base import DataMissing
@@ -168,6 +176,7 @@ def test_stored_sequences_match_their_grammar_and_language(path):
     assert doc["tokenizer_key"] == tok.key()
     assert len(doc["sequences"]) == doc["n"]
     for s in doc["sequences"]:
-        assert sampled.check_sequence(source.grammar, tok, s["ids"]) is None, s["id"]
+        lexings = tuple(dict.fromkeys(("scannerless", doc["params"]["lexing"])))
+        assert sampled.check_sequence(source.grammar, tok, s["ids"], lexings) is None, s["id"]
     lengths = np.array([len(s["ids"]) for s in doc["sequences"]])
     assert lengths.min() >= 1
