@@ -157,6 +157,7 @@ def test_dataset_configs_name_their_source():
         assert (REPO / "conf" / "dataset" / f"{cfg.source}.yaml").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STORED, ids=[p.name for p in STORED])
 def test_stored_sequences_match_their_grammar_and_language(path):
     """Every committed file: drawn from the current grammar, every sequence in the language (scannerless and under
