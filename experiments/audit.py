@@ -137,42 +137,40 @@ def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.nd
 
 
 def fit_profile(grammar, tokenizer, observations) -> dict:
-    """Score profiles on observed masks: the language, each single-field change (``VARIANTS``), and the
-    combination of every change that alone raises the number of exactly agreeing steps. Returns
-    ``{"best": profile_str, "scores": [{profile, agree, steps, examples}], ...}``; ``examples`` are the first
-    residual differences (prefix, false allows, false blocks) of that profile."""
-    def score(profile):
-        aud = Auditor(grammar, tokenizer, profile)
-        agree, examples = 0, []
-        for prefix, got in observations:
-            row = aud.compare(prefix, got)
-            if row["agree_profile"]:
-                agree += 1
-            elif len(examples) < 3:
-                examples.append({"prefix": prefix.decode("utf-8", "replace")[-80:],
-                                 "false_allow": row["false_allow_examples_profile"],
-                                 "false_block": row["false_block_examples_profile"]})
-        return {"profile": profile_str(profile), "agree": agree, "steps": len(observations), "examples": examples}
+    """Search the profile that makes the most observed steps agree exactly: coordinate descent from the
+    language over the fields of ``VARIANTS`` (each field tried at every value with the others at the current
+    best, until nothing improves). Every candidate is executed by the reference, so the scores are exact.
+    Returns ``{"best": profile_str, "best_agree", "steps", "scores": [{profile, agree, steps, examples}]}``
+    with the first residual differences (prefix, false allows, false blocks) of each candidate tried."""
+    cache: dict = {}
 
-    base = score(Profile())
-    scores = [base]
-    helpful = {}
-    for field, values in VARIANTS.items():
-        best = None
-        for v in values:
-            s = score(dataclasses.replace(Profile(), **{field: v}))
-            scores.append(s)
-            if s["agree"] > base["agree"] and (best is None or s["agree"] > best[1]["agree"]):
-                best = (v, s)
-        if best:
-            helpful[field] = best[0]
-    final = base
-    if len(helpful) > 1:
-        final = score(Profile(**helpful))
-        scores.append(final)
-    elif helpful:
-        final = max(scores, key=lambda s: s["agree"])
-    return {"best": final["profile"], "best_agree": final["agree"], "steps": len(observations), "scores": scores}
+    def score(profile):
+        if profile not in cache:
+            aud = Auditor(grammar, tokenizer, profile)
+            agree, examples = 0, []
+            for prefix, got in observations:
+                row = aud.compare(prefix, got)
+                if row["agree_profile"]:
+                    agree += 1
+                elif len(examples) < 3:
+                    examples.append({"prefix": prefix.decode("utf-8", "replace")[-80:],
+                                     "false_allow": row["false_allow_examples_profile"],
+                                     "false_block": row["false_block_examples_profile"]})
+            cache[profile] = {"profile": profile_str(profile), "agree": agree, "steps": len(observations),
+                              "examples": examples}
+        return cache[profile]["agree"]
+
+    best = Profile()
+    improved = True
+    while improved and score(best) < len(observations):
+        improved = False
+        for field, values in VARIANTS.items():
+            for v in (getattr(Profile(), field),) + values:
+                cand = dataclasses.replace(best, **{field: v})
+                if score(cand) > score(best):
+                    best, improved = cand, True
+    return {"best": profile_str(best), "best_agree": score(best), "steps": len(observations),
+            "scores": list(cache.values())}
 
 
 def main(argv=None) -> None:
@@ -192,6 +190,8 @@ def main(argv=None) -> None:
     ap.add_argument("--opt", action="append", default=[], help="engine option k=v (JSON values), repeatable")
     ap.add_argument("--dataset", default="sample")
     ap.add_argument("--data-root", default="../shared/data")
+    ap.add_argument("--grammar", default=None, help="with --dataset custom: the .lark file")
+    ap.add_argument("--samples-file", default=None, help="with --dataset custom: one sample per line")
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--max-steps", type=int, default=40, help="audited steps per sample (evenly spaced)")
     ap.add_argument("--tokenizer", default="qwen3")
@@ -206,7 +206,8 @@ def main(argv=None) -> None:
         except json.JSONDecodeError:
             opts[k] = v
     tok = load_tokenizer(args.tokenizer)
-    ds = load_dataset({"name": args.dataset}, args.data_root, n=args.samples, seed=args.seed)
+    dcfg = {"name": args.dataset, "grammar": args.grammar, "samples": args.samples_file}
+    ds = load_dataset(dcfg, args.data_root, n=args.samples, seed=args.seed)
     engine = create_engine(args.engine, **opts)
     engine.compile(ds.grammar, tok)
     obs = []
