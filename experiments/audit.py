@@ -137,9 +137,10 @@ def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.nd
 
 
 def fit_profile(grammar, tokenizer, observations) -> dict:
-    """Search the profile that makes the most observed steps agree exactly: coordinate descent from the
-    language over the fields of ``VARIANTS`` (each field tried at every value with the others at the current
-    best, until nothing improves). Every candidate is executed by the reference, so the scores are exact.
+    """Search the profile that makes the most observed steps agree exactly (ties: fewest differing tokens):
+    coordinate descent from the language over the fields of ``VARIANTS`` (each field tried at every value
+    with the others at the current best, until nothing improves). Every candidate is executed by the
+    reference, so the scores are exact.
     Returns ``{"best": profile_str, "best_agree", "steps", "scores": [{profile, agree, steps, examples}]}``
     with the first residual differences (prefix, false allows, false blocks) of each candidate tried."""
     cache: dict = {}
@@ -147,9 +148,10 @@ def fit_profile(grammar, tokenizer, observations) -> dict:
     def score(profile):
         if profile not in cache:
             aud = Auditor(grammar, tokenizer, profile)
-            agree, examples = 0, []
+            agree, n_diff, examples = 0, 0, []
             for prefix, got in observations:
                 row = aud.compare(prefix, got)
+                n_diff += row["n_false_allow_profile"] + row["n_false_block_profile"]
                 if row["agree_profile"]:
                     agree += 1
                 elif len(examples) < 3:
@@ -157,19 +159,19 @@ def fit_profile(grammar, tokenizer, observations) -> dict:
                                      "false_allow": row["false_allow_examples_profile"],
                                      "false_block": row["false_block_examples_profile"]})
             cache[profile] = {"profile": profile_str(profile), "agree": agree, "steps": len(observations),
-                              "examples": examples}
-        return cache[profile]["agree"]
+                              "differing_tokens": n_diff, "examples": examples}
+        return cache[profile]["agree"], -cache[profile]["differing_tokens"]
 
     best = Profile()
     improved = True
-    while improved and score(best) < len(observations):
+    while improved and score(best)[0] < len(observations):
         improved = False
         for field, values in VARIANTS.items():
             for v in (getattr(Profile(), field),) + values:
                 cand = dataclasses.replace(best, **{field: v})
                 if score(cand) > score(best):
                     best, improved = cand, True
-    return {"best": profile_str(best), "best_agree": score(best), "steps": len(observations),
+    return {"best": profile_str(best), "best_agree": score(best)[0], "steps": len(observations),
             "scores": list(cache.values())}
 
 
