@@ -127,12 +127,64 @@ def _cp_at(index: int) -> int:
     return index if index < 0xD800 else index + 0x800
 
 
+class _SetCache:
+    """Results of the scans below, kept on disk per Python build (``$GCDBENCH_CACHE`` or ``~/.cache/gcdbench``,
+    ``python_re/<hash of sys.version and the Unicode version>.json``): they are facts about this Python's
+    ``re`` and tables, so a new process need not scan 1.1 million code points again (30-100 ms a scan)."""
+
+    def __init__(self):
+        import hashlib
+        import os
+        import sys
+        import unicodedata
+        from pathlib import Path
+
+        key = hashlib.sha256(f"{sys.version}|{unicodedata.unidata_version}|1".encode()).hexdigest()[:16]
+        root = Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench"))
+        self.path = root / "python_re" / f"{key}.json"
+        try:
+            import json
+
+            self.data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+
+    def get(self, key: str, compute):
+        got = self.data.get(key)
+        if got is None:
+            got = self.data[key] = compute()
+            self._save()
+        return got
+
+    def _save(self):
+        import json
+        import os
+        import tempfile
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.data, f)
+            os.replace(tmp, self.path)   # atomic: concurrent processes never see half a file
+        except OSError:
+            pass                         # read-only home: compute again next time
+
+
+@functools.lru_cache(maxsize=1)
+def _set_cache() -> _SetCache:
+    return _SetCache()
+
+
 @functools.lru_cache(maxsize=None)
 def re_set(pattern: str, flags: int) -> tuple:
     """The code points Python's ``re`` matches with the one-character ``pattern`` under ``flags``: exact,
     since it is ``re`` itself run over every code point (maximal runs of ``(?:pattern)+`` are the ranges)."""
-    rx = re.compile(f"(?:{pattern})+", _re_flags(flags))
-    return _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+    def scan():
+        rx = re.compile(f"(?:{pattern})+", _re_flags(flags))
+        return _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+
+    return tuple(map(tuple, _set_cache().get(f"set|{_re_flags(flags)}|{pattern}", scan)))
 
 
 def _re_flags(flags: int) -> int:
@@ -148,7 +200,8 @@ def _ascii_letter_folds(flags: int) -> dict[int, tuple]:
     """Python re's case-insensitive set of every ASCII letter, from one scan: ``[A-Za-z]`` under the same
     flags matches exactly the union of the letters' sets (re builds a class from its members' lowercase
     forms, as it does a literal), and each candidate is then attributed with ``re.fullmatch``."""
-    cands = [_cp_at(m.start()) for m in re.finditer("[A-Za-z]", _all_chars(), _re_flags(flags))]
+    cands = _set_cache().get(f"letters|{_re_flags(flags)}", lambda: [
+        _cp_at(m.start()) for m in re.finditer("[A-Za-z]", _all_chars(), _re_flags(flags))])
     out = {}
     for cp in list(range(0x41, 0x5B)) + list(range(0x61, 0x7B)):
         rx = re.compile(_esc(cp), _re_flags(flags))
@@ -516,8 +569,8 @@ def _merge_classes(trans: list[list[int]], n_classes: int) -> tuple[list[list[in
 @functools.lru_cache(maxsize=64)
 def _utf8_trie(starts: tuple, cls: tuple) -> list:
     """For each first byte, what follows in terms of classes: ``("c", class)`` (a whole character),
-    ``("u", class, bytes_left, lo2, hi2)`` (every completion is in that class), ``("r", children)`` (a row of
-    256 entries for the next byte), or None (no completion matches)."""
+    ``("u", class, bytes_left, lo2, hi2)`` (every completion is in that class), ``("r", lo2, children)`` (the
+    entries for the next bytes lo2, lo2+1, ...), or None (no completion matches)."""
     def classes(lo, hi):
         i = bisect.bisect_right(starts, lo) - 1
         j = bisect.bisect_right(starts, hi) - 1
@@ -535,10 +588,7 @@ def _utf8_trie(starts: tuple, cls: tuple) -> list:
             return None
         if len(cs) == 1:
             return ("u", cs.pop(), n - len(prefix), lo2, hi2)
-        row = [None] * 256
-        for b in range(lo2, hi2 + 1):
-            row[b] = entry(prefix + bytes([b]))
-        return ("r", tuple(row))
+        return ("r", lo2, tuple(entry(prefix + bytes([b])) for b in range(lo2, hi2 + 1)))
 
     first: list = [None] * 256
     for b in range(0x80):
@@ -609,8 +659,13 @@ class ByteDFA:
         key = (s, id(e))   # trie rows live as long as the cached trie
         got = memo.get(key)
         if got is None:
-            row = [self._expand(s, x, memo) for x in e[1]]
-            got = -1 if all(x < 0 for x in row) else self._helper(row)
+            part = [self._expand(s, x, memo) for x in e[2]]
+            if all(x < 0 for x in part):
+                got = -1
+            else:
+                row = [-1] * 256
+                row[e[1]:e[1] + len(part)] = part
+                got = self._helper(row)
             memo[key] = got
         return got
 

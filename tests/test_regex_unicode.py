@@ -76,7 +76,30 @@ def test_unicode_classes_are_not_ascii():
     assert all(kw.fullmatch(s) for s in ["in", "IN", "ın", "İn", "İN"])   # Python's re folds these
 
 
-def test_batched_ascii_letter_folds_equal_one_scan_per_letter():
+@pytest.fixture
+def fresh_scans(tmp_path, monkeypatch):
+    """No scan result from the on-disk cache: every set is computed by running re again."""
+    from gcdbench.parsers import regex_fsm
+
+    monkeypatch.setenv("GCDBENCH_CACHE", str(tmp_path))
+    for f in (regex_fsm._set_cache, regex_fsm.re_set, regex_fsm._ascii_letter_folds):
+        f.cache_clear()
+    yield tmp_path
+    for f in (regex_fsm._set_cache, regex_fsm.re_set, regex_fsm._ascii_letter_folds):
+        f.cache_clear()
+
+
+def test_scan_results_are_cached_on_disk_and_read_back(fresh_scans):
+    from gcdbench.parsers import regex_fsm
+
+    ws = re_set(r"\s", 0)
+    assert list((fresh_scans / "python_re").glob("*.json"))
+    regex_fsm.re_set.cache_clear()
+    regex_fsm._set_cache.cache_clear()
+    assert re_set(r"\s", 0) == ws and regex_fsm._set_cache().data   # read back from the file
+
+
+def test_batched_ascii_letter_folds_equal_one_scan_per_letter(fresh_scans):
     for flags in (re.IGNORECASE, re.IGNORECASE | re.ASCII):
         table = _ascii_letter_folds(flags)
         for cp in list(range(0x41, 0x5B)) + list(range(0x61, 0x7B)):
