@@ -246,8 +246,10 @@ def lark_to_xgrammar_bnf(spec: GrammarSpec) -> str:
 # Python regex with explicit classes (for engines that take regexes but read \s, \w, case folds otherwise)
 # --------------------------------------------------------------------------------------------------
 def _re_char(cp: int) -> str:
-    if 0x20 <= cp < 0x7F and chr(cp).isalnum():
-        return chr(cp)
+    """Printable ASCII as itself, backslash-escaped when special (not as ``\\xHH``: Lark decodes those escapes
+    inside ``/.../``, so ``\\x2e`` would become a bare ``.``); the rest as ``\\xHH``/``\\uHHHH``/``\\UHHHHHHHH``."""
+    if 0x20 <= cp < 0x7F:
+        return re.escape(chr(cp))
     return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}" if cp < 0x10000 else f"\\U{cp:08x}"
 
 

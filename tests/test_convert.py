@@ -90,3 +90,19 @@ def test_regex_with_explicit_classes_has_the_same_language(regex):
     alphabet = EXTRA + list("aZkKsS0129<>=!xabcd\n\u212a")
     for s in [rng.choice(alphabet) for _ in range(60)] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(2, 5))) for _ in range(300)] + ["select", "ſELECT", "xx", "xxx", "abcd"]:
         assert (re.fullmatch(out, s) is None) == (re.fullmatch(regex, s) is None), (regex, out, s)
+
+
+def test_explicit_classes_survive_larks_regex_literals():
+    """Written into a .lark file as /.../ and read back by Lark (which decodes \\xHH escapes itself), the
+    terminals keep their languages: an escaped '.' must not turn into the any-character dot."""
+    from gcdbench.parsers.grammar import load_ir
+
+    text = (TEST_GRAMMARS / "unicode_words.lark").read_text()
+    rewritten = re.sub(r"/((?:[^/\\\n]|\\.)+)/", lambda m: "/" + regex_with_explicit_classes("T", m.group(1)) + "/", text)
+    old, new = load_ir(GrammarSpec("o", text)), load_ir(GrammarSpec("n", rewritten))
+    rng = random.Random(7)
+    alphabet = list(" \t\x00\x1c\xa0\u3000.#!?4٣aé(İıK\n")
+    for name in ("WORD", "NUM", "NOTE", "END"):
+        for _ in range(400):
+            s = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4)))
+            assert (re.fullmatch(new.terminals[name].regex, s) is None) == (re.fullmatch(old.terminals[name].regex, s) is None), (name, s)
