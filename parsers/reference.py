@@ -151,7 +151,9 @@ class ReferenceChecker:
       at its start could go on matching the next byte (no backtracking, no priorities: two terminals
       matching the same longest text are both kept). ``lexing="standard"``: maximal munch over *all*
       terminals, whether the parser allows them there or not, and on a tie a string literal beats a regex
-      (keywords are reserved), as Lark's standard lexer does.
+      (keywords are reserved), as Lark's standard lexer does. ``lexing="dynamic"``: each terminal takes only
+      its *own* longest match (a piece of ``T`` ends only where ``T`` itself cannot go on), other terminals
+      may end elsewhere: Lark's ``lexer="dynamic"``.
     * ``trailing_ignore=False``: ignored text may not start at a terminal boundary where the parser expects
       no further terminal, i.e. after a sentence that no terminal can extend (``SELECT a FROM t;`` + ``\n``);
       ignored text after a sentence that could still go on (``SELECT a FROM t`` + `` ``) stays allowed.
@@ -160,7 +162,7 @@ class ReferenceChecker:
       ``\s \w \d`` (see :mod:`gcdbench.parsers.regex_fsm`).
     """
 
-    LEXING = ("scannerless", "longest_match", "standard")
+    LEXING = ("scannerless", "longest_match", "standard", "dynamic")
 
     def __init__(self, grammar: GrammarSpec, profile: Profile = Profile()):
         if not isinstance(profile, Profile):
@@ -171,6 +173,7 @@ class ReferenceChecker:
         self.profile = profile
         self.longest = profile.lexing != "scannerless"
         self.standard = profile.lexing == "standard"
+        self.rivals = profile.lexing != "dynamic"   # dynamic: each terminal's own longest match only
         self.ir = load_ir(grammar)
         self.dfas = {
             name: TerminalDFA(name, t.regex, t.ignore_case, profile.case_fold, profile.regex_classes)
@@ -218,7 +221,7 @@ class ReferenceChecker:
                     started.append((t, q2))
         for t, q2 in started:
             if t in allowed:
-                rivals = frozenset(x for x in started if x[0] != t) if self.longest else None
+                rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else frozenset()) if self.longest else None
                 out.add((chart, t, q2, rivals))
 
     def _may_end(self, term, q, rivals, byte) -> bool:

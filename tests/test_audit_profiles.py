@@ -46,6 +46,16 @@ def test_leading_ignore_is_larks_dynamic_complete_exactly():
     assert seen_leading
 
 
+def test_dynamic_lexing_is_each_terminals_own_longest_match():
+    g = GrammarSpec("kw", 'start: "a" NAME ("or"i NAME | "order"i "by"i NAME)*\nNAME: /[a-z]+/\n%ignore " "\n')
+    scan, dyn = ReferenceChecker(g), ReferenceChecker(g, Profile(lexing="dynamic"))
+    longest = ReferenceChecker(g, Profile(lexing="longest_match"))
+    # "or" + "d": OR's own longest match is "or", so dynamic allows the cut; ORDER is a rival for longest_match
+    assert scan.is_sentence(b"a x ord") and dyn.is_sentence(b"a x ord") and not longest.is_sentence(b"a x ord")
+    # NAME "xor" cut as "x" + "or": not NAME's own longest match
+    assert scan.is_sentence(b"a xor d") and not dyn.is_viable(b"a xor d")
+
+
 def test_case_fold_profiles_in_the_reference():
     g = GrammarSpec("kw", 'start: "in"i "kiss"i\n')
     text = {"python": "ın KİSS", "simple": "IN \u212aiſs", "ascii": "In KiSs"}
@@ -73,7 +83,8 @@ def test_profile_validation():
         ReferenceChecker(SQL, "longest_match")
 
 
-PROFILES = [Profile(), Profile(lexing="longest_match"), Profile(lexing="standard"), Profile(trailing_ignore=False),
+PROFILES = [Profile(), Profile(lexing="longest_match"), Profile(lexing="standard"), Profile(lexing="dynamic"),
+            Profile(trailing_ignore=False),
             Profile(leading_ignore=True), Profile(case_fold="unicode_simple"), Profile(case_fold="ascii"),
             Profile(regex_classes="ascii"),
             Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple")]
