@@ -113,7 +113,7 @@ class Auditor:
 # --------------------------------------------------------------------------------------------------
 # Which profile does an engine implement? (exact: each candidate is executed by the reference)
 # --------------------------------------------------------------------------------------------------
-VARIANTS = {"lexing": ("longest_match", "standard"), "trailing_ignore": (False,), "leading_ignore": (True,),
+VARIANTS = {"lexing": ("longest_match", "standard", "dynamic"), "trailing_ignore": (False,), "leading_ignore": (True,),
             "case_fold": ("unicode_simple", "ascii"), "regex_classes": ("ascii",)}
 
 
