@@ -98,8 +98,6 @@ class Auditor:
             got = mask_to_ids(np.asarray(audited[step], dtype=np.int32), self.tok.vocab_size)
             row = {"step": int(step), "prefix": prefix.decode("utf-8", "replace")[-200:]}
             row.update(self.compare(prefix, got))
-            # until runner.py and report.py read agree_profile: the successor of "agree modulo documented"
-            row["agree_modulo_documented"] = row["agree_profile"]
             rows.append(row)
         return rows
 
