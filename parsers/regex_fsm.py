@@ -44,6 +44,9 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError
 
+#: version of what the automata built here mean; part of the keys of compiled artifacts cached on disk
+#: (Valiant, PSC), so a change of regex semantics never reuses an artifact built under the old one
+SEMANTICS = "python-re-1"
 CASE_FOLDS = ("python_re", "unicode_simple", "ascii")
 REGEX_CLASSES = ("unicode", "ascii")
 MAX_NFA_STATES = 200_000
