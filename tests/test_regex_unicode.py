@@ -183,6 +183,18 @@ def test_simple_case_folding_derivation():
             assert len(f) == 1 and simple_case_fold(f) == f, hex(cp)
 
 
+def test_simple_folding_through_lower_is_exactly_the_status_s_entries():
+    """The characters the derivation maps through ``lower()`` are CaseFolding.txt 14.0's status-S entries."""
+    import unicodedata
+
+    if unicodedata.unidata_version != "14.0.0":
+        pytest.skip(f"the S list below is Unicode 14.0's; this Python has {unicodedata.unidata_version}")
+    s_entries = {0x1E9E, *range(0x1F88, 0x1F90), *range(0x1F98, 0x1FA0), *range(0x1FA8, 0x1FB0), 0x1FBC, 0x1FCC, 0x1FFC}
+    via_lower = {cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF and len(chr(cp).casefold()) > 1
+                 and len(chr(cp).lower()) == 1 and chr(cp).lower() != chr(cp)}
+    assert via_lower == s_entries
+
+
 def test_case_fold_profiles():
     words = ["in", "IN", "ın", "İN", "ſelect", "\u212aelvin"]
 
