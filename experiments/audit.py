@@ -137,8 +137,9 @@ def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.nd
 def fit_profile(grammar, tokenizer, observations) -> dict:
     """Search the profile that makes the most observed steps agree exactly (ties: fewest differing tokens):
     coordinate descent from the language over the fields of ``VARIANTS`` (each field tried at every value
-    with the others at the current best, until nothing improves). Every candidate is executed by the
-    reference, so the scores are exact.
+    with the others at the current best, until nothing improves), then every field that scores as well at
+    its default is dropped (the simplest explanation). Every candidate is executed by the reference, so the
+    scores are exact.
     Returns ``{"best": profile_str, "best_agree", "steps", "scores": [{profile, agree, steps, examples}]}``
     with the first residual differences (prefix, false allows, false blocks) of each candidate tried."""
     cache: dict = {}
@@ -169,6 +170,11 @@ def fit_profile(grammar, tokenizer, observations) -> dict:
                 cand = dataclasses.replace(best, **{field: v})
                 if score(cand) > score(best):
                     best, improved = cand, True
+    # then the simplest profile that scores as well: drop every field whose default does no worse
+    for field in VARIANTS:
+        simpler = dataclasses.replace(best, **{field: getattr(Profile(), field)})
+        if simpler != best and score(simpler) >= score(best):
+            best = simpler
     return {"best": profile_str(best), "best_agree": score(best)[0], "steps": len(observations),
             "scores": list(cache.values())}
 
