@@ -131,3 +131,21 @@ def test_audit_rows_and_legacy_call(bytes_tokenizer):
     assert rows[0]["agree"] and rows[0]["agree_profile"] and rows[-1]["false_block_examples"] == []
     assert not rows[1]["agree_profile"] and rows[1]["n_false_block_profile"] > 0 and rows[1]["false_block_examples_profile"]
     assert rows[1]["profile"] == "lexing=longest_match"
+
+
+@pytest.mark.parametrize("profile", [Profile(), Profile(lexing="longest_match", trailing_ignore=False),
+                                     Profile(case_fold="ascii")], ids=profile_str)
+def test_fit_profile_finds_the_profile_an_engine_implements(profile, bytes_tokenizer):
+    from gcdbench.experiments.audit import fit_profile
+
+    tok = bytes_tokenizer
+    g = GrammarSpec("sql", 'start: "select"i NAME "in"i NAME [";"]\nNAME: /\\w+/\n%ignore /\\s+/\n')
+    engine = ReferenceChecker(g, profile)
+    obs = []
+    for text in ["select ain t; ", "ſelect x İn y;", "select ab in c"]:
+        data = text.encode()
+        for k in range(len(data) + 1):
+            sid = engine.advance(engine.initial(), data[:k])
+            obs.append((data[:k], engine.full_mask_ids(sid, tok) if sid >= 0 else np.array([], dtype=np.int64)))
+    got = fit_profile(g, tok, obs)
+    assert got["best"] == profile_str(profile) and got["best_agree"] == len(obs)
