@@ -1,8 +1,9 @@
 """Tables from stored results only: every folder under the results root that has a ``run.json``.
 
 ``python -m experiments.report [--results results/runs] [--out results] [--also DIR ...]`` writes Table 1
-(seed 000's layout) as Markdown, CSV and LaTeX, a per-cell detail table, and ``README.md`` with both, and prints
-Table 1. Each ``--also`` folder (a run outside the Table 1 sweep, e.g. all 300 TreeBank samples) gets its own
+(seed 000's layout) as Markdown, CSV and LaTeX, a per-cell detail table (``cells.csv``), every disagreement of
+an engine with its declared profile (``disagreements.csv``, and a "Disagreements" section), and ``README.md``
+with them all, and prints Table 1. Each ``--also`` folder (a run outside the Table 1 sweep, e.g. all 300 TreeBank samples) gets its own
 section: its cells, and the mask-time tail at every prefix length (``prefix_tails_<name>.csv``, a figure).
 
 A damaged cell (a file that cannot be read) is skipped with one warning line naming the file; a folder with
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -359,18 +361,16 @@ def disagreements(run_dirs, keep=None) -> pd.DataFrame:
     runner audits every refused step, so a refusal the profile explains (its audit row agrees with the profile)
     is left out, and an unexplained one carries its audit row's examples. Audits stored before declared profiles
     give no audit rows (their refusals are listed without examples)."""
-    import re
-
     rows = []
     for d in run_dirs:
         try:
             meta = read_cell_file(d, "run.json")
+            ds = meta.get("dataset", "")
+            if keep is not None and not keep(ds):
+                continue
             audit = read_cell_file(d, "audit.parquet")
             samples = read_cell_file(d, "samples.parquet")
         except Unreadable:
-            continue
-        ds = meta.get("dataset", "")
-        if keep is not None and not keep(ds):
             continue
         prefixes = {} if audit is None else {(a["sample_id"], int(a["step"])): str(a["prefix"])
                                              for a in audit[["sample_id", "step", "prefix"]].to_dict("records")}
@@ -569,9 +569,14 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         "## Every cell", "",
         "Init = compile only. TTFM (time to first mask) = init plus the first mask of the untimed warm-up sample "
         "in the fresh worker (cold, at the empty prefix); the warm-up sample's other masks are not timed either. "
-        "Mask percentiles (p50, p99, p99.9, max) are over every timed mask of the cell. Audit = steps whose "
-        "full-vocabulary mask was compared with the reference checker; each agree column counts steps whose "
-        "masks are identical under that comparison (root README, \"The audit\"). Memory = peak resident set of "
+        "Mask percentiles (p50, p99, p99.9, max) are over every timed mask of the cell. Audit: `audit_steps` "
+        "steps had their full-vocabulary mask compared exactly with the reference checker's; "
+        "`audit_agree_language` of them agree with the harness's language, `audit_agree_profile` with the "
+        "engine's declared profile (`audit_profile`, executed exactly by the reference), "
+        "`audit_explained_by_profile` differ from the language but agree with the profile, and "
+        "`audit_false_allow_profile` / `audit_false_block_profile` have false allows / false blocks against the "
+        "profile (root README, \"Lexing differences: engine profiles\"); `audit_agree` appears only for cells "
+        "audited before declared profiles. Memory = peak resident set of "
         "the worker process (MB) while compiling and while running the samples (measured apart). Provenance "
         "names cells whose rows do not all come from one clean commit.", "",
         _markdown(det.drop(columns=["machine", "gpu"])), "",
