@@ -3,8 +3,10 @@
 ``python -m experiments.beyond --results results/suite --also results/runs --out results`` writes
 ``beyond.md`` (the section), ``beyond_cells.csv`` (one row per suite or sampled cell),
 ``beyond_growth.csv`` (per-sample mean mask time against sentence length, the ambiguity family),
-``beyond_disagreements.csv`` (every sample refused and every audited step that differs from the reference
-beyond the documented differences, with examples) and ``figures/ambiguity_growth.{png,pdf}``.
+``beyond_disagreements.csv`` (every refused sample and every audited step that differs from the engine's
+declared profile, with examples: :func:`experiments.report.disagreements`), ``beyond_profile_explained.csv``
+(per cell, the audited steps that differ from the harness's language but agree with the declared profile)
+and ``figures/ambiguity_growth.{png,pdf}``.
 ``experiments.report`` appends the same section to its README (:func:`beyond_section`).
 
 Cells are recognised by dataset name: the suite (:data:`gcdbench.datasets.suite.SUITE`) and every
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcdbench.experiments import report
 from gcdbench.experiments.report import _markdown, cell_stats, find_runs
 
 SUITE_ORDER = ["json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
@@ -122,8 +125,7 @@ def cells_table(cells: pd.DataFrame) -> pd.DataFrame:
                 "mean µs": _fmt_us(_get(c, "mask_mean_us")),
                 "p50/p99/max µs": "/".join(_fmt_us(_get(c, k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us")),
                 "pass": f"{int(_get(c, 'passed') or 0)}/{int(_get(c, 'samples') or 0)}",
-                "audit": (f"{int(_get(c, 'audit_agree') or 0)}/{audit_steps} exact, "
-                          f"{int(_get(c, 'audit_agree_documented') or 0)} documented") if audit_steps else "–",
+                "audit": _audit_entry(c),
                 "note": "; ".join(x for x in (c["status"], _outcome_note(c)) if x),
             })
             out.append(row)
@@ -156,100 +158,48 @@ def gold_vs_sampled(cells: pd.DataFrame) -> pd.DataFrame:
         def cell_audit(x):
             if x is None or not _get(x, "audit_steps"):
                 return "–"
-            return f"{int(_get(x, 'audit_agree_documented') or 0)}/{int(x['audit_steps'])}"
+            if _get(x, "audit_agree_profile") is None:
+                return "? (audit stored before declared profiles)"
+            return f"{int(x['audit_agree_profile'])}/{int(x['audit_steps'])}"
 
         rows.append({"source": source, "config": c["config"], "tokenizer": c["tokenizer"],
                      "gold pass": cell_pass(g), "sampled pass": cell_pass(c),
-                     "gold audit (modulo documented)": cell_audit(g),
-                     "sampled audit (modulo documented)": cell_audit(c)})
+                     "gold audit (declared profile)": cell_audit(g),
+                     "sampled audit (declared profile)": cell_audit(c)})
     return pd.DataFrame(rows, columns=["source", "config", "tokenizer", "gold pass", "sampled pass",
-                                       "gold audit (modulo documented)", "sampled audit (modulo documented)"])
+                                       "gold audit (declared profile)", "sampled audit (declared profile)"])
 
 
 # --------------------------------------------------------------------------------------------------------------
-# disagreements with the reference
+# disagreements with the declared profile
 # --------------------------------------------------------------------------------------------------------------
-def _pieces_context(meta: dict, sample_id: str, step: int, width: int = 60) -> tuple[str, str]:
-    """(prefix tail, token at ``step``) of a sampled sequence from its stored pieces; ('', '') when unknown."""
-    pieces = (meta.get("pieces") or {}).get(sample_id)
-    if not pieces or step is None:
-        return "", ""
-    prefix = "".join(pieces[:step])[-width:]
-    token = pieces[step] if step < len(pieces) else "<EOS>"
-    return prefix, token
-
-
 def disagreements(roots) -> pd.DataFrame:
-    """Every refused sample (rejected / no_eos) and every audited step that differs from the reference beyond
-    the documented differences, for suite and sampled cells. The runner audits each refused step, so a refusal
-    that a documented difference explains (the audit row says so) is left out; an unexplained refusal carries its
-    audit row's false allows and blocks."""
-    import re
-
-    rows = []
-    for d in run_dirs(roots):
-        meta = json.loads((d / "run.json").read_text())
-        ds = meta.get("dataset", "")
-        if not is_beyond(ds):
-            continue
-        dmeta = meta.get("dataset_meta") or {}
-        key = {"dataset": ds, "config": meta.get("config"), "tokenizer": meta.get("tokenizer")}
-        audit = pd.read_parquet(d / "audit.parquet") if (d / "audit.parquet").exists() else pd.DataFrame()
-        by_step = {(a["sample_id"], int(a["step"])): a for _, a in audit.iterrows()}
-        used = set()
-        sp = d / "samples.parquet"
-        for _, s in (pd.read_parquet(sp).iterrows() if sp.exists() else ()):
-            if s["outcome"] not in ("rejected", "no_eos"):
-                continue
-            m = re.search(r"step (\d+)", s["message"] or "")
-            step = int(m.group(1)) if m else (int(s["n_steps"]) - 1 if s["n_steps"] else None)
-            a = by_step.get((s["sample_id"], step))
-            if a is not None:
-                used.add((s["sample_id"], step))
-                if bool(a["agree_modulo_documented"]):
-                    continue
-            prefix, token = _pieces_context(dmeta, s["sample_id"], step)
-            if not prefix and a is not None:
-                prefix = str(a["prefix"])[-60:]
-            rows.append({**key, "kind": s["outcome"], "sample_id": s["sample_id"], "step": step, "prefix": prefix,
-                         "token": token, **_audit_cols(a), "message": (s["message"] or "")[:300]})
-        for (sid, step), a in by_step.items():
-            if (sid, step) in used or bool(a["agree_modulo_documented"]):
-                continue
-            rows.append({**key, "kind": "audit", "sample_id": sid, "step": step, "prefix": str(a["prefix"])[-60:],
-                         "token": "", **_audit_cols(a), "message": ""})
-    return pd.DataFrame(rows, columns=["dataset", "config", "tokenizer", "kind", "sample_id", "step", "prefix",
-                                       "token", "false_allow", "false_block", "causes", "message"])
+    """:func:`experiments.report.disagreements` of the suite and sampled cells under ``roots``: every refused
+    sample and every audited step that the engine's declared profile does not explain, with examples."""
+    return report.disagreements(run_dirs(roots), keep=is_beyond)
 
 
-def _audit_cols(a) -> dict:
-    if a is None:
-        return {"false_allow": "", "false_block": "", "causes": ""}
-    return {"false_allow": f"{int(a['n_false_allow'])}: " + ", ".join(a["false_allow_examples"]),
-            "false_block": f"{int(a['n_false_block'])}: " + ", ".join(a["false_block_examples"]),
-            "causes": a.get("documented_causes", "")}
+def profile_explained(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (and its declared profile): audited steps that differ from the harness's language but agree with
+    the profile, of all its audited steps (cells with at least one such step)."""
+    if "audit_explained_by_profile" not in cells:
+        return pd.DataFrame(columns=["dataset", "config", "tokenizer", "profile", "steps", "of"])
+    c = cells[cells["audit_explained_by_profile"].fillna(0) > 0]
+    return pd.DataFrame({"dataset": c["dataset"], "config": c["config"], "tokenizer": c["tokenizer"],
+                         "profile": c["audit_profile"], "steps": c["audit_explained_by_profile"].astype(int),
+                         "of": c["audit_steps"].astype(int)}).sort_values(["dataset", "config", "tokenizer"]
+                                                                          ).reset_index(drop=True)
 
 
-def documented_counts(roots) -> pd.DataFrame:
-    """Audited steps that differ only by documented causes, per cell and cause."""
-    rows = []
-    for d in run_dirs(roots):
-        ap = d / "audit.parquet"
-        if not ap.exists():
-            continue
-        a = pd.read_parquet(ap)
-        if not len(a) or not is_beyond(str(a["dataset"].iloc[0])):
-            continue
-        doc = a[(~a["agree"]) & a["agree_modulo_documented"]]
-        counts: dict[str, int] = {}
-        for causes in doc["documented_causes"]:
-            for part in filter(None, str(causes).split(", ")):
-                name = part.split(":")[0]
-                counts[name] = counts.get(name, 0) + 1
-        for cause, n in sorted(counts.items()):
-            rows.append({"dataset": a["dataset"].iloc[0], "config": a["config"].iloc[0],
-                         "tokenizer": a["tokenizer"].iloc[0], "cause": cause, "steps": n, "of": len(a)})
-    return pd.DataFrame(rows, columns=["dataset", "config", "tokenizer", "cause", "steps", "of"])
+def _audit_entry(c) -> str:
+    """The cells table's audit entry: steps agreeing exactly with the language, and with the declared profile."""
+    steps = int(_get(c, "audit_steps") or 0)
+    if not steps:
+        return "–"
+    if _get(c, "audit_agree_language") is None:
+        return f"{int(_get(c, 'audit_agree') or 0)}/{steps} exact (audit stored before declared profiles)"
+    return (f"{int(c['audit_agree_language'])}/{steps} language, {int(c['audit_agree_profile'])}/{steps} "
+            f"profile ({c['audit_profile']})")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -389,8 +339,8 @@ def beyond_section(roots, out: Path, tokenizer: str = "qwen3") -> list[str]:
         "the family of arXiv 2603.05540's Ω(t²)-per-token bound, `ambiguous_right` the same language written "
         "unambiguously). `<source>_sampled`: 30 off-gold token sequences per source drawn from the reference's "
         "masks (`datasets/sampled.py`), replayed by every engine. Audit = audited steps whose whole-vocabulary "
-        "mask equals the reference's exactly, and once documented differences are set aside. × = not run "
-        "(typed reason in the note).", "",
+        "mask equals exactly the reference's under the harness's language, and under the engine's declared "
+        "profile (named in brackets). × = not run (typed reason in the note).", "",
         _markdown(table), "",
     ]
     gvs = gold_vs_sampled(all_cells)   # gold cells of Table 1's sources may sit in another folder
@@ -398,7 +348,7 @@ def beyond_section(roots, out: Path, tokenizer: str = "qwen3") -> list[str]:
         gvs.to_csv(out / "beyond_gold_vs_sampled.csv", index=False)
         lines += ["### Gold against sampled (off-gold) sequences", "",
                   "Pass = sequences whose every token and the final EOS the engine allowed; audit = audited steps "
-                  "that agree with the reference once documented differences are set aside.", "",
+                  "that agree exactly with the reference under the engine's declared profile.", "",
                   _markdown(gvs), ""]
     g = growth(roots)
     if len(g):
@@ -420,38 +370,28 @@ def beyond_section(roots, out: Path, tokenizer: str = "qwen3") -> list[str]:
             _save(fig, out / "figures", "ambiguity_growth")
             lines += ["![ambiguity_growth](figures/ambiguity_growth.png) ([PDF](figures/ambiguity_growth.pdf))", ""]
     dis = disagreements(roots)
-    dis.to_csv(out / "beyond_disagreements.csv", index=False)
-    doc = documented_counts(roots)
-    lines += ["### Where engines disagree with the reference", "",
-              f"{len(dis)} refusals or audited steps not explained by a documented difference "
-              "(`beyond_disagreements.csv` lists them all). Refusals: the engine did not allow a token of the "
-              "sequence (or EOS at its end), which the reference allows (every sequence is in the language); the "
-              "runner audits each refused step, so refusals a documented difference explains are counted with the "
-              "documented differences below instead. Audit rows: the engine's mask differs from the reference's at "
-              "an audited step.", ""]
+    report.write_disagreements(dis, out / "beyond_disagreements.csv")
+    explained = profile_explained(cells)
+    explained.to_csv(out / "beyond_profile_explained.csv", index=False)
+    lines += ["### Where engines disagree with their declared profile", "",
+              f"{len(dis)} refusals or audited steps that the engine's declared profile does not explain "
+              "(`beyond_disagreements.csv` lists them all, with examples). Refusals: the engine did not allow a "
+              "token of the sequence (or EOS at its end), which the reference allows (every sequence is in the "
+              "language); the runner audits each refused step, so a refusal whose mask agrees with the declared "
+              "profile is counted with the differences the profile explains below instead. Audit rows: the "
+              "engine's mask differs from the declared profile's at an audited step.", ""]
     if len(dis):
         counts = dis.groupby(["dataset", "config", "kind"]).size().rename("n").reset_index()
         lines += [_markdown(counts), "", "Examples:", ""]
-        for _, r in dis.groupby(["dataset", "config", "kind"]).head(2).head(MAX_EXAMPLES).iterrows():
-            if r["kind"] == "audit":
-                lines.append(f"- {r['config']} × {r['dataset']}, `{r['sample_id']}` step {r['step']}: after "
-                             f"`{_md_code(r['prefix'])}`, false allows {_md_code(r['false_allow'])}; false blocks "
-                             f"{_md_code(r['false_block'])}")
-            else:
-                lines.append(f"- {r['config']} × {r['dataset']}, `{r['sample_id']}` step {r['step']} ({r['kind']}): "
-                             f"after `{_md_code(r['prefix'])}` the engine refused `{_md_code(r['token'] or '?')}`"
-                             + (f"; its mask there: false allows {_md_code(r['false_allow'])}, false blocks "
-                                f"{_md_code(r['false_block'])}" if r["false_block"] else ""))
+        for r in dis.groupby(["dataset", "config", "kind"]).head(2).head(MAX_EXAMPLES).to_dict("records"):
+            lines.append(f"- {r['config']} × {r['dataset']}, " + report.disagreement_line(r)[2:])
         lines.append("")
-    if len(doc):
-        lines += ["Audited steps that differ only by a documented difference (root README):", "",
-                  _markdown(doc), ""]
+    if len(explained):
+        lines += ["Differences from the harness's language that the declared profile explains (audited steps "
+                  "whose mask differs from the language's and equals the profile's; README, \"Lexing differences: "
+                  "engine profiles\"):", "", _markdown(explained), ""]
     (out / "beyond.md").write_text("\n".join(lines) + "\n")
     return lines
-
-
-def _md_code(s) -> str:
-    return str(s).replace("`", "ˋ").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace("|", "\\|")
 
 
 def main(argv=None):

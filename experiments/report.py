@@ -1,8 +1,9 @@
 """Tables from stored results only: every folder under the results root that has a ``run.json``.
 
 ``python -m experiments.report [--results results/runs] [--out results] [--also DIR ...]`` writes Table 1
-(seed 000's layout) as Markdown, CSV and LaTeX, a per-cell detail table, and ``README.md`` with both, and prints
-Table 1. Each ``--also`` folder (a run outside the Table 1 sweep, e.g. all 300 TreeBank samples) gets its own
+(seed 000's layout) as Markdown, CSV and LaTeX, a per-cell detail table (``cells.csv``), every disagreement of
+an engine with its declared profile (``disagreements.csv``, and a "Disagreements" section), and ``README.md``
+with them all, and prints Table 1. Each ``--also`` folder (a run outside the Table 1 sweep, e.g. all 300 TreeBank samples) gets its own
 section: its cells, and the mask-time tail at every prefix length (``prefix_tails_<name>.csv``, a figure).
 
 A damaged cell (a file that cannot be read) is skipped with one warning line naming the file; a folder with
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +24,11 @@ import pandas as pd
 from gcdbench.parsers.base import Outcome
 
 DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
+PROFILE_AUDIT_COLUMNS = ("profile", "agree_language", "agree_profile", "n_false_allow_profile",
+                         "n_false_block_profile", "false_allow_examples_profile", "false_block_examples_profile")
+# the audit columns of the per-cell table (``audit_agree`` only where a cell has no ``audit_agree_language``)
+AUDIT_DETAIL_COLUMNS = ["audit_steps", "audit_profile", "audit_agree", "audit_agree_language", "audit_agree_profile",
+                        "audit_explained_by_profile", "audit_false_allow_profile", "audit_false_block_profile"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -143,15 +150,32 @@ def cell_stats(run_dir: Path) -> dict:
                    mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
                    mask_max_us=float(us.max()))
     if audit is not None and len(audit):
-        row["audit_steps"] = int(len(audit))
-        for col in audit.columns:   # agree, agree_modulo_documented / agree_language, agree_profile ...
-            if col.startswith("agree") and audit[col].dtype == bool:
-                name = {"agree": "audit_agree", "agree_modulo_documented": "audit_agree_documented"}.get(
-                    col, f"audit_{col}")
-                row[name] = int(audit[col].sum())
-        row["audit_false_allow"] = int((audit["n_false_allow"] > 0).sum())
-        row["audit_false_block"] = int((audit["n_false_block"] > 0).sum())
+        row.update(audit_counts(audit))
     return row
+
+
+def audit_counts(audit: pd.DataFrame) -> dict:
+    """Counts of a cell's audited steps: ``audit_agree`` (exact agreement as the audit stored it, every format);
+    and, for audits that carry the engine's declared profile, ``audit_profile``, agreement with the harness's
+    language and with that profile, the steps that differ from the language but agree with the profile
+    (explained by it), and the steps with false allows / false blocks against the language and the profile."""
+    row = {"audit_steps": int(len(audit)), "audit_agree": int(audit["agree"].astype(bool).sum()),
+           "audit_false_allow": int((audit["n_false_allow"] > 0).sum()),
+           "audit_false_block": int((audit["n_false_block"] > 0).sum())}
+    if not has_profile_columns(audit):
+        return row   # stored before declared profiles: re-run the cell for the profile columns
+    lang, prof = audit["agree_language"].astype(bool), audit["agree_profile"].astype(bool)
+    row.update(audit_profile="; ".join(sorted(set(audit["profile"].astype(str)))),
+               audit_agree_language=int(lang.sum()), audit_agree_profile=int(prof.sum()),
+               audit_explained_by_profile=int((~lang & prof).sum()),
+               audit_false_allow_profile=int((audit["n_false_allow_profile"] > 0).sum()),
+               audit_false_block_profile=int((audit["n_false_block_profile"] > 0).sum()))
+    return row
+
+
+def has_profile_columns(audit: pd.DataFrame) -> bool:
+    """Whether an ``audit.parquet`` carries the declared-profile comparison (cells audited before it do not)."""
+    return all(c in audit.columns for c in PROFILE_AUDIT_COLUMNS)
 
 
 def _audit_depth(meta: dict):
@@ -247,12 +271,15 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
 def details(cells: pd.DataFrame) -> pd.DataFrame:
     """Every cell: outcomes, init and TTFM, mask-time percentiles (p99.9 included), audit agreement, peak memory
     per phase, provenance."""
-    audit_cols = [c for c in cells.columns if c.startswith("audit_agree")]
+    audit_cols = list(AUDIT_DETAIL_COLUMNS)
+    lang = cells["audit_agree_language"] if "audit_agree_language" in cells else pd.Series(np.nan, cells.index)
+    if "audit_agree" not in cells or not (cells["audit_agree"].notna() & lang.isna()).any():
+        audit_cols.remove("audit_agree")   # no cell audited before profiles: it equals audit_agree_language
     cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "init_cache_hit",
             "ttfm_s", "mask_n", "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_p999_us", "mask_max_us",
-            "audit_steps", *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "provenance", "machine", "gpu"]
+            *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "provenance", "machine", "gpu"]
     d = cells.reindex(columns=cols)
-    for col in ("samples", "passed", "mask_n", "audit_steps", *audit_cols):
+    for col in ("samples", "passed", "mask_n", *(c for c in audit_cols if c != "audit_profile")):
         d[col] = d[col].astype("Int64")
     return d.sort_values(["dataset", "tokenizer", "config"]).reset_index(drop=True)
 
@@ -289,16 +316,207 @@ def artifacts(root: Path) -> dict[str, pd.DataFrame]:
             .reset_index(drop=True) for eng, r in sorted(rows.items())}
 
 
+def audit_agreement(c: dict) -> str:
+    """"N/M steps agree exactly with the harness's language, K/M with the declared profile (<profile>)" for a
+    cell's ``cell_stats`` (an audit stored before declared profiles says so); "" when the cell has no audit."""
+    steps = _get(c, "audit_steps")
+    if not steps:
+        return ""
+    steps = int(steps)
+    if _get(c, "audit_agree_language") is None:
+        return (f"{int(_get(c, 'audit_agree') or 0)}/{steps} steps agree exactly with the reference (audit stored "
+                "before declared profiles; re-run the cell for the comparison with its profile)")
+    return (f"{int(c['audit_agree_language'])}/{steps} steps agree exactly with the harness's language, "
+            f"{int(c['audit_agree_profile'])}/{steps} with the declared profile ({c['audit_profile']})")
+
+
 def _audit_text(c: dict) -> str:
-    if c.get("audit_steps"):
-        keys = sorted((k for k in c if k.startswith("audit_agree") and c.get(k) is not None), key=len)
-        parts = [f"{c[k]} {k.removeprefix('audit_').replace('_', ' ')}" for k in keys]
-        return f"audit of {c['audit_steps']} steps: " + ", ".join(parts)
+    if _get(c, "audit_steps"):
+        return "audit: " + audit_agreement(c)
     if c.get("audit_error"):
         return f"not audited: {c['audit_error'].splitlines()[0][:200]}"
     if c.get("audit_per_sample") == 0:
         return "not audited (audit.per_sample=0)"
     return "not audited"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# disagreements with the declared profile
+# --------------------------------------------------------------------------------------------------------------
+DISAGREEMENT_COLUMNS = ["dataset", "config", "tokenizer", "kind", "sample_id", "step", "prefix", "token",
+                        "n_false_allow", "false_allow", "n_false_block", "false_block", "message", "profile", "path"]
+REFUSALS = (Outcome.REJECTED.value, Outcome.NO_EOS.value)
+MAX_LISTED = 10   # disagreements listed per cell in the report (all go to the CSV)
+SHOWN_EXAMPLES = 3   # false allows / blocks shown per listed step
+
+
+def disagreements(run_dirs, keep=None) -> pd.DataFrame:
+    """Every audited step whose mask differs from the engine's declared profile, and every refused sample
+    (``rejected`` / ``no_eos``) whose refused step is not shown to agree with that profile, of the cells in
+    ``run_dirs`` (``keep(dataset)`` picks cells by dataset; damaged files are skipped, ``collect`` warns).
+
+    One row each (``DISAGREEMENT_COLUMNS``): ``kind`` is ``audit`` or the refusal's outcome; ``n_false_allow``,
+    ``n_false_block`` count the tokens against the profile and ``false_allow``, ``false_block`` list the audit's
+    examples (token bytes as Python writes them; None and [] for a refusal without a profile audit row). The
+    runner audits every refused step, so a refusal the profile explains (its audit row agrees with the profile)
+    is left out, and an unexplained one carries its audit row's examples. Audits stored before declared profiles
+    give no audit rows (their refusals are listed without examples)."""
+    rows = []
+    for d in run_dirs:
+        try:
+            meta = read_cell_file(d, "run.json")
+            ds = meta.get("dataset", "")
+            if keep is not None and not keep(ds):
+                continue
+            audit = read_cell_file(d, "audit.parquet")
+            samples = read_cell_file(d, "samples.parquet")
+        except Unreadable:
+            continue
+        prefixes = {} if audit is None else {(a["sample_id"], int(a["step"])): str(a["prefix"])
+                                             for a in audit[["sample_id", "step", "prefix"]].to_dict("records")}
+        audit = audit if audit is not None and has_profile_columns(audit) else None
+        key = {"dataset": ds, "config": meta.get("config"), "tokenizer": meta.get("tokenizer")}
+        pieces = (meta.get("dataset_meta") or {}).get("pieces") or {}
+        by_step = {} if audit is None else {(a["sample_id"], int(a["step"])): a for a in audit.to_dict("records")}
+        profile = "" if audit is None or not len(audit) else "; ".join(sorted(set(audit["profile"].astype(str))))
+        used = set()
+        refused = samples[samples["outcome"].isin(REFUSALS)] if samples is not None else ()
+        for s in (refused.to_dict("records") if len(refused) else ()):
+            message = s.get("message") if isinstance(s.get("message"), str) else ""
+            m = re.search(r"step (\d+)", message)
+            n_steps = s.get("n_steps")
+            step = int(m.group(1)) if m else (int(n_steps) - 1 if pd.notna(n_steps) and n_steps else None)
+            a = by_step.get((s["sample_id"], step))
+            if a is not None:
+                used.add((s["sample_id"], step))
+                if bool(a["agree_profile"]):
+                    continue   # the declared profile explains the refusal
+            prefix, token = _pieces_context(pieces, s["sample_id"], step)
+            rows.append({**key, "kind": s["outcome"], "sample_id": s["sample_id"], "step": step,
+                         "prefix": prefix or prefixes.get((s["sample_id"], step), ""), "token": token,
+                         **_profile_diff(a), "message": message[:300], "profile": profile,
+                         "path": str(d)})
+        for (sid, step), a in by_step.items():
+            if (sid, step) in used or bool(a["agree_profile"]):
+                continue
+            rows.append({**key, "kind": "audit", "sample_id": sid, "step": step, "prefix": str(a["prefix"]),
+                         "token": "", **_profile_diff(a), "message": "", "profile": profile, "path": str(d)})
+    return pd.DataFrame(rows, columns=DISAGREEMENT_COLUMNS)
+
+
+def _pieces_context(pieces: dict, sample_id: str, step) -> tuple[str, str]:
+    """(prefix, token at ``step``) of a sampled sequence from its stored pieces; ('', '') when unknown."""
+    p = pieces.get(sample_id)
+    if not p or step is None:
+        return "", ""
+    return "".join(p[:step])[-200:], (p[step] if step < len(p) else "<EOS>")
+
+
+def _profile_diff(a) -> dict:
+    """An audit row's false allows and false blocks against the declared profile: counts and examples."""
+    if a is None:
+        return {"n_false_allow": None, "false_allow": [], "n_false_block": None, "false_block": []}
+    return {"n_false_allow": int(a["n_false_allow_profile"]), "false_allow": list(a["false_allow_examples_profile"]),
+            "n_false_block": int(a["n_false_block_profile"]), "false_block": list(a["false_block_examples_profile"])}
+
+
+def write_disagreements(dis: pd.DataFrame, path: Path) -> None:
+    """:func:`disagreements` as CSV, each list of examples as a JSON array."""
+    dis.assign(**{c: dis[c].map(lambda v: json.dumps(list(v), ensure_ascii=False))
+                  for c in ("false_allow", "false_block")}).to_csv(path, index=False)
+
+
+def md_code(s) -> str:
+    """``s`` made safe inside Markdown inline code in a table or list (no backticks, pipes or raw newlines)."""
+    return str(s).replace("`", "ˋ").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace("|", "\\|")
+
+
+def _examples(n, examples, k: int = SHOWN_EXAMPLES) -> str:
+    """"count (`a`, `b`, `c` …)": the count and the first ``k`` examples, each in inline code."""
+    ex = list(examples)[:k]
+    more = " …" if n > len(ex) else ""
+    return f"{n}" + (" (" + ", ".join(f"`{md_code(e)}`" for e in ex) + more + ")" if ex else "")
+
+
+def disagreement_line(r: dict, width: int = 60) -> str:
+    """One Markdown list item for a row of :func:`disagreements`."""
+    head = f"`{md_code(r['sample_id'])}` step {r['step']}"
+    prefix = r["prefix"] if isinstance(r["prefix"], str) else ""
+    tail = f"after `…{md_code(prefix[-width:])}`" if prefix else ("at the start" if r["step"] == 0 else "")
+    fa, fb = (_examples(int(r[f"n_{k}"]), r[k]) if pd.notna(r[f"n_{k}"]) else None
+              for k in ("false_allow", "false_block"))
+    if r["kind"] == "audit":
+        return f"- {head}: {tail + ', ' if tail else ''}false allows {fa}; false blocks {fb}"
+    what = f"refused `{md_code(r['token'])}`" if r["token"] else f"refused: {md_code(r['message'])}"
+    diff = (f"; its mask there: false allows {fa}, false blocks {fb}" if fa is not None else
+            "; not audited against the declared profile")
+    return f"- {head} ({r['kind']}): {tail + ' ' if tail else ''}the engine {what}{diff}"
+
+
+def disagreement_section(cells: pd.DataFrame, dis: pd.DataFrame, csv_name: str = "disagreements.csv",
+                         limit: int = MAX_LISTED) -> list[str]:
+    """README lines of the "Disagreements" section: per cell, agreement with the language and with the declared
+    profile, the differences the profile explains, and every disagreement with it (``limit`` listed per cell,
+    all in ``csv_name``)."""
+    lines = ["## Disagreements", "",
+             "Per cell: audited steps whose whole-vocabulary mask equals the reference's under the harness's "
+             "language and under the engine's declared profile (`Engine.profile()`, executed exactly by the "
+             "reference); *explained* = steps that differ from the language but agree with the profile; "
+             "*disagree* = audited steps that differ from the profile; *refusals* = samples whose oracle token (or "
+             "final EOS) the engine refused where its audit row does not agree with the profile. Each disagreement "
+             f"is listed below with examples (at most {limit} per cell; all in `{csv_name}`). Examples are token "
+             "bytes as Python writes them; `<EOS>` is the end-of-sequence token.", ""]
+    refusal = dis[dis["kind"] != "audit"].groupby("path").size() if len(dis) else pd.Series(dtype=int)
+    roots = "root" in cells and cells["root"].nunique() > 1   # cells of several folders: say which
+    summary = []
+    for _, c in cells.sort_values(["dataset", "tokenizer", "config"]).iterrows():
+        c = c.to_dict()
+        audited = _get(c, "audit_steps")
+        profiled = audited and _get(c, "audit_agree_language") is not None
+        if profiled:
+            note = ""
+        elif audited:
+            note = "audit stored before declared profiles (re-run the cell)"
+        elif _get(c, "compile_error") and not _get(c, "mask_n"):
+            note = "not run (compile error)"
+        else:
+            note = _audit_text(c)
+        summary.append({
+            "config": c["config"], "dataset": c["dataset"], "tokenizer": c["tokenizer"],
+            **({"results": c["root"]} if roots else {}),
+            "declared profile": c.get("audit_profile") if profiled else "",
+            "audited": int(audited or 0),
+            "agree (language)": int(c["audit_agree_language"]) if profiled else None,
+            "agree (profile)": int(c["audit_agree_profile"]) if profiled else None,
+            "explained": int(c["audit_explained_by_profile"]) if profiled else None,
+            "disagree": int(audited) - int(c["audit_agree_profile"]) if profiled else None,
+            "refusals": int(refusal.get(c["path"], 0)),
+            "note": note,
+        })
+    table = pd.DataFrame(summary)
+    for col in ("agree (language)", "agree (profile)", "explained", "disagree"):
+        table[col] = table[col].astype("Int64")
+    lines += [_markdown(table), ""]
+    for path, rows in (dis.groupby("path", sort=False) if len(dis) else ()):
+        c = cells[cells["path"] == path]
+        c = c.iloc[0].to_dict() if len(c) else {}
+        r0 = rows.iloc[0]
+        agreement = audit_agreement(c)
+        explained = _get(c, "audit_explained_by_profile")
+        lines.append(f"**{r0['config']} × {r0['dataset']} ({r0['tokenizer']})**"
+                     + (f" in `{c['root']}`" if roots and c else "")
+                     + (f": {agreement}" if agreement else "")
+                     + (f"; {int(explained)} of the differences from the language are the declared profile's"
+                        if explained is not None else "")
+                     + f". Listed: {len(rows)}.")
+        lines.append("")
+        lines += [disagreement_line(r) for r in rows.head(limit).to_dict("records")]
+        if len(rows) > limit:
+            lines.append(f"- … and {len(rows) - limit} more (`{csv_name}`)")
+        lines.append("")
+    if not len(dis):
+        lines += ["No audited step differs from its engine's declared profile, and no refusal is unexplained.", ""]
+    return lines
 
 
 def cell_summary(run_dir: Path) -> str:
@@ -330,6 +548,13 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
     (out / "table1.md").write_text(md_t1 + "\n")
     det = details(cells)
     det.to_csv(out / "cells.csv", index=False)
+    from gcdbench.experiments.beyond import is_beyond   # suite and sampled cells: listed in their own section
+
+    main_cells = pd.concat([cells.assign(root=str(results)), *(collect(Path(a)).assign(root=str(a)) for a in also)],
+                           ignore_index=True)
+    main_cells = main_cells[~main_cells["dataset"].map(is_beyond)]
+    dis = disagreements([Path(p) for p in main_cells["path"]])
+    write_disagreements(dis, out / "disagreements.csv")
     machines = sorted({str(m) for m in cells["machine"].dropna()})
     readme = [
         "# Results", "",
@@ -344,12 +569,18 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         "## Every cell", "",
         "Init = compile only. TTFM (time to first mask) = init plus the first mask of the untimed warm-up sample "
         "in the fresh worker (cold, at the empty prefix); the warm-up sample's other masks are not timed either. "
-        "Mask percentiles (p50, p99, p99.9, max) are over every timed mask of the cell. Audit = steps whose "
-        "full-vocabulary mask was compared with the reference checker; each agree column counts steps whose "
-        "masks are identical under that comparison (root README, \"The audit\"). Memory = peak resident set of "
+        "Mask percentiles (p50, p99, p99.9, max) are over every timed mask of the cell. Audit: `audit_steps` "
+        "steps had their full-vocabulary mask compared exactly with the reference checker's; "
+        "`audit_agree_language` of them agree with the harness's language, `audit_agree_profile` with the "
+        "engine's declared profile (`audit_profile`, executed exactly by the reference), "
+        "`audit_explained_by_profile` differ from the language but agree with the profile, and "
+        "`audit_false_allow_profile` / `audit_false_block_profile` have false allows / false blocks against the "
+        "profile (root README, \"Lexing differences: engine profiles\"); `audit_agree` appears only for cells "
+        "audited before declared profiles. Memory = peak resident set of "
         "the worker process (MB) while compiling and while running the samples (measured apart). Provenance "
         "names cells whose rows do not all come from one clean commit.", "",
         _markdown(det.drop(columns=["machine", "gpu"])), "",
+        *disagreement_section(main_cells, dis),
         *(["## Not reported", "", *[f"- {m}" for m in cells.attrs.get("skipped", [])], ""]
           if cells.attrs.get("skipped") else []),
         "## Engine artifacts", "",
