@@ -543,7 +543,7 @@ def test_qwen3_masks_equal_reference_standard(qwen3_engines, qwen3_tokenizer, na
     checker's under Lark's standard lexing (the engine's declared profile)."""
     eng, tok = qwen3_engines[name], qwen3_tokenizer
     assert eng.profile() == Profile(lexing="standard")
-    ref = ReferenceChecker(_sql(name), lexing="standard")
+    ref = ReferenceChecker(_sql(name), Profile(lexing="standard"))
     steps = 0
     for q in _spider_queries(name, 2):
         eng.reset()

@@ -22,28 +22,24 @@ import numpy as np
 
 from gcdbench.parsers.base import CompileError
 from gcdbench.parsers.pre3.lalr import CFG, END
-from gcdbench.parsers.psc.lexer import _canon_pending
 from gcdbench.parsers.reference import TerminalDFA
 
 
 def _byte_dfa(name: str, regex: str, icase: bool, max_states: int):
-    """(transition rows [n, 256] with -1 for none, accepting flags); state 0 is the start."""
+    """(transition rows [n, 256] with -1 for none, accepting flags); state 0 is the start. The reference's own
+    minimal byte automaton (regex_fsm), renumbered breadth first from its start."""
     dfa = TerminalDFA(name, regex, icase)
     if dfa.start is None:
         return np.full((0, 256), -1, dtype=np.int32), []
-    ascii_only = all(ord(ch) < 0x80 for ch in dfa.char.explicit)
     index = {dfa.start: 0}
     states = [dfa.start]
     rows = []
     k = 0
     while k < len(states):
         row = np.full(256, -1, dtype=np.int32)
-        for b in range(256):
-            t = dfa.step(states[k], b)
-            if t is None:
+        for b, t in enumerate(dfa.rows[states[k]]):
+            if t < 0:
                 continue
-            if t[1] and ascii_only:
-                t = (t[0], _canon_pending(t[1]))
             j = index.get(t)
             if j is None:
                 j = index[t] = len(states)
