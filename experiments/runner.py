@@ -41,7 +41,7 @@ from omegaconf import OmegaConf
 from gcdbench.experiments.worker import (BATCH_ROW_FIELDS, BATCH_STEP_FIELDS, DETERMINISTIC_COMPILE_FAILURES,
                                          ROW_FIELDS, SlotJournal, StepLog)
 from gcdbench.parsers.base import CompileError, Outcome
-from gcdbench.parsers.limited import LimitedProcess, exit_description
+from gcdbench.parsers.limited import Event, LimitedProcess, exit_description
 
 STEP_COLUMNS = [
     "engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
@@ -606,7 +606,11 @@ class _Worker:
                 now = time.monotonic()
                 if done != seen:
                     seen, last_change = done, now
-                if now - last_change > sample_timeout_s or now >= hard_end:
+                if now - last_change > sample_timeout_s:
+                    ev = Event("timeout", "stall")
+                    break
+                if now >= hard_end:
+                    ev = Event("timeout", "run")
                     break
         in_flight: dict = {}
         if not (ev.kind == "message" and ev.value[0] == "batch_done"):
@@ -920,7 +924,9 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
             if not (ev.kind == "message" and ev.value[0] == "batch_done"):
                 kind, msg = {
                     "timeout": (Outcome.TIMEOUT, f"no batch step finished within {limits.sample_timeout_s:g} s "
-                                                 "(limits.sample_timeout_s), or the worker outlived the run time limit"),
+                                                 "(limits.sample_timeout_s)" if ev.value != "run" else
+                                f"the worker was still running {limits.sample_timeout_s:g} s after the run time limit "
+                                f"of {limits.run_timeout_s:g} s (limits.run_timeout_s)"),
                     "oom": (Outcome.OOM, f"resident memory above {limits.memory_mb:g} MB (limits.memory_mb)"),
                     "exit": (Outcome.CRASH, f"worker died ({exit_description(ev.value)})"),
                 }.get(ev.kind, (Outcome.CRASH, f"unexpected message from the worker: {ev.value!r:.200}"))
