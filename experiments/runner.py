@@ -896,14 +896,20 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
 
     try:
         while pending:
-            if failure is None and worker is None and time.monotonic() < run_deadline:
+            # the time is up: the samples not started are skipped (a worker started in time runs one batch, of at
+            # least 1 s, as single mode runs one sample)
+            if failure is None and time.monotonic() >= run_deadline and (worker is None or run_no):
+                for s in pending:
+                    cell.write_part(session, s.id, Outcome.SKIPPED, f"run time limit of {limits.run_timeout_s:g} "
+                                    "s reached (limits.run_timeout_s)", None, 0.0)
+                    progress.update(1)
+                break
+            if failure is None and worker is None:
                 worker, failure = _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids,
                                                 version, progress, batch)
-            if failure is not None or time.monotonic() >= run_deadline:
-                why = (failure["message"], Outcome.COMPILE_ERROR) if failure is not None else \
-                    (f"run time limit of {limits.run_timeout_s:g} s reached (limits.run_timeout_s)", Outcome.SKIPPED)
+            if failure is not None:
                 for s in pending:
-                    cell.write_part(session, s.id, why[1], why[0], None, 0.0)
+                    cell.write_part(session, s.id, Outcome.COMPILE_ERROR, failure["message"], None, 0.0)
                     progress.update(1)
                 break
             work = [(s.id, ids[s.id], audit_steps_for(s.id, len(ids[s.id]), int(cfg.audit.per_sample), int(cfg.seed)))
@@ -922,14 +928,19 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
             session.setdefault("batch_runs", []).append({"run": run_no, "batch_steps": len(steps),
                                                          "ended": ev.kind if ev.kind != "message" else ev.value[0]})
             if not (ev.kind == "message" and ev.value[0] == "batch_done"):
-                kind, msg = {
-                    "timeout": (Outcome.TIMEOUT, f"no batch step finished within {limits.sample_timeout_s:g} s "
-                                                 "(limits.sample_timeout_s)" if ev.value != "run" else
-                                f"the worker was still running {limits.sample_timeout_s:g} s after the run time limit "
-                                f"of {limits.run_timeout_s:g} s (limits.run_timeout_s)"),
-                    "oom": (Outcome.OOM, f"resident memory above {limits.memory_mb:g} MB (limits.memory_mb)"),
-                    "exit": (Outcome.CRASH, f"worker died ({exit_description(ev.value)})"),
-                }.get(ev.kind, (Outcome.CRASH, f"unexpected message from the worker: {ev.value!r:.200}"))
+                if ev.kind == "timeout" and ev.value == "run":
+                    kind, msg = Outcome.TIMEOUT, (f"the worker was still running {limits.sample_timeout_s:g} s after "
+                                                  f"the run time limit of {limits.run_timeout_s:g} s "
+                                                  "(limits.run_timeout_s)")
+                elif ev.kind == "timeout":
+                    kind, msg = Outcome.TIMEOUT, (f"no batch step finished within {limits.sample_timeout_s:g} s "
+                                                  "(limits.sample_timeout_s)")
+                elif ev.kind == "oom":
+                    kind, msg = Outcome.OOM, f"resident memory above {limits.memory_mb:g} MB (limits.memory_mb)"
+                elif ev.kind == "exit":
+                    kind, msg = Outcome.CRASH, f"worker died ({exit_description(ev.value)})"
+                else:
+                    kind, msg = Outcome.CRASH, f"unexpected message from the worker: {ev.value!r:.200}"
                 flight = {work[k][0]: rows for k, rows in in_flight.items() if work[k][0] not in reported}
                 for sid, rows in flight.items():
                     cell.write_part(session, sid, kind,
