@@ -30,6 +30,7 @@ class Limits:
 @dataclass
 class Audit:
     per_sample: int = 7                # steps per sample whose full mask is compared with the reference (0: none)
+    samples: Any = None                # audit the first N samples of the cell only; null: every sample
 
 
 @dataclass
@@ -108,6 +109,9 @@ def validate(cfg) -> int | None:
             raise ConfigError(f"limits.{key}={value!r}: a limit must be a number > 0")
     if not isinstance(cfg.audit.per_sample, int) or cfg.audit.per_sample < 0:
         raise ConfigError(f"audit.per_sample={cfg.audit.per_sample!r}: write a whole number >= 0 (0: no audit)")
+    k = cfg.audit.samples
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ConfigError(f"audit.samples={k!r}: write a whole number >= 0 of audited samples, or null for every sample")
     size, threads = cfg.batch.size, cfg.batch.threads
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ConfigError(f"batch.size={size!r}: write a whole number >= 1 for batch mode (0: single mode)")

@@ -369,7 +369,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
     for root in also:
         readme += further_runs(Path(root), out)
     if batch_roots:
-        readme += batch_section(batch_roots, out)
+        readme += batch_section(batch_roots, out, cells)
     (out / "README.md").write_text("\n".join(readme) + "\n")
     _add_figures(results, out)
     return md_t1
@@ -526,8 +526,10 @@ def batch_table(bcells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def batch_section(roots, out: Path) -> list[str]:
-    """README lines of the batch section (table, ``batch.csv``, figure) for the batch-mode cells under ``roots``."""
+def batch_section(roots, out: Path, single: pd.DataFrame | None = None) -> list[str]:
+    """README lines of the batch section (table, ``batch.csv``, figure) for the batch-mode cells under ``roots``.
+    An engine whose single-mode cell (``single``, e.g. Table 1's) on a dataset of the batch runs is a compile
+    error, and that has no batch cell there, is listed with that reason."""
     from gcdbench.experiments.figures import _save, fig_batch
 
     bcells = collect_batch(roots)
@@ -548,6 +550,14 @@ def batch_section(roots, out: Path) -> list[str]:
         "equals the sequence's own `fill_mask`. Machines: " + "; ".join(machines) + ".", "",
         _markdown(batch_table(bcells), parse_numbers=False), "",
         "Every cell's numbers: `batch.csv`.", ""]
+    if single is not None and not single.empty and "compile_error" in single:
+        have = set(zip(bcells["engine"], bcells["dataset"]))
+        refused = single[single["dataset"].isin(set(bcells["dataset"])) & single["compile_error"].notna()]
+        notes = sorted({(c["config"], c["dataset"], str(c["compile_error"]).splitlines()[0][:200])
+                        for _, c in refused.iterrows() if (c["engine"], c["dataset"]) not in have})
+        if notes:
+            lines += ["Not run in batch mode (the engine does not compile the grammar in single mode):", "",
+                      *[f"- {cfg} × {ds}: {why}" for cfg, ds, why in notes], ""]
     figs = out / "figures"
     figs.mkdir(parents=True, exist_ok=True)
     for tok in sorted(set(bcells["tokenizer"])):

@@ -653,6 +653,14 @@ def _compile_failure(ev, worker: _Worker, limits) -> dict:
     return {"message": f"unexpected message from the worker while compiling: {ev.value!r:.200}", "kind": "crash"}
 
 
+def audited_samples(sample_ids: list[str], n) -> set[str]:
+    """The samples whose steps are audited: all (``n`` None), or the first ``n`` in the cell's order
+    (``audit.samples``; the order is already a seeded choice). Batch sweeps audit a few sequences per cell, since
+    the reference's full-vocabulary walk costs more than the masks it checks; the first ones run even in a cell
+    cut short by its time limit."""
+    return set(sample_ids if n is None else sample_ids[: int(n)])
+
+
 def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) -> list[int]:
     if per_sample <= 0:
         return []
@@ -731,7 +739,8 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join(["python", *sys.argv]),
         "git_commit": g["commit"], "git_dirty": g["dirty"], "machine": machine_info(), "versions": package_versions(),
         "engine_version": version, "limits": OmegaConf.to_container(limits, resolve=True),
-        "audit_per_sample": int(cfg.audit.per_sample), "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
+        "audit_per_sample": int(cfg.audit.per_sample), "audit_samples": cfg.audit.samples,
+        "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
     }
     failure = None
     if reuse:   # a deterministic refusal of this grammar by this engine version: not compiled again
@@ -747,10 +756,11 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                          + (f" (batch {batch_size})" if batch_size else ""), cfg.progress)
     warm_ids = tokenizer.encode(dataset.samples[0].text) if cfg.warmup else None
     run_deadline = time.monotonic() + float(limits.run_timeout_s)
+    audited = audited_samples([s.id for s in dataset.samples], cfg.audit.samples)
     if batch_size:
         try:
             _run_batch(cfg, session, cell, dataset, tokenizer, engine_name, opts, todo, failure, warm_ids, version,
-                       progress, run_deadline)
+                       progress, run_deadline, audited)
         finally:
             progress.close()
         session["status"] = "finished"
@@ -778,7 +788,8 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                     progress.update(1)
                     continue
             ids = tokenizer.encode(sample.text)
-            audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed))
+            audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed)) \
+                if sample.id in audited else []
             left = run_deadline - time.monotonic()
             timeout = min(float(limits.sample_timeout_s), max(1.0, left))
             which = "limits.sample_timeout_s" if timeout == float(limits.sample_timeout_s) else "limits.run_timeout_s"
@@ -866,7 +877,7 @@ def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, war
 
 
 def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, todo, failure, warm_ids, version,
-               progress, run_deadline) -> None:
+               progress, run_deadline, audited: set[str]) -> None:
     """Batch mode of :func:`_run_cell`: the samples ``todo`` run ``batch.size`` at a time in lock-step in one
     worker (``worker.run_batch``); each sequence's outcome is written as a part the moment it ends.
 
@@ -912,8 +923,8 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
                     cell.write_part(session, s.id, Outcome.COMPILE_ERROR, failure["message"], None, 0.0)
                     progress.update(1)
                 break
-            work = [(s.id, ids[s.id], audit_steps_for(s.id, len(ids[s.id]), int(cfg.audit.per_sample), int(cfg.seed)))
-                    for s in pending]
+            work = [(s.id, ids[s.id], audit_steps_for(s.id, len(ids[s.id]), int(cfg.audit.per_sample), int(cfg.seed))
+                     if s.id in audited else []) for s in pending]
             reported: set[str] = set()
 
             def on_seq(res, reported=reported):

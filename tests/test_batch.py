@@ -304,7 +304,10 @@ def test_report_has_a_batch_section_and_keeps_batch_cells_out_of_table1(tmp_path
     from gcdbench.experiments.report import write_report
 
     for B in (1, 2, 4):
-        run(make_cfg(tmp_path / "runs", "engine=psc", *letters, f"batch.size={B}", "audit.per_sample=1"))
+        out = run(make_cfg(tmp_path / "runs", "engine=psc", *letters, f"batch.size={B}", "audit.per_sample=2",
+                           "audit.samples=2"))
+        audit = pd.read_parquet(out / "audit.parquet")   # the first two samples only
+        assert set(audit["sample_id"]) == {"letters-0000", "letters-0001"} and audit["agree_single_mode"].all()
     run(make_cfg(tmp_path / "runs", "engine=reference", *letters, "audit.per_sample=0"))
     t1 = write_report(tmp_path / "runs", tmp_path / "report", tokenizer="bytes")
     assert "reference" in t1 and "psc" not in t1
