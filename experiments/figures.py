@@ -569,7 +569,7 @@ def figures(steps: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Figure]:
     if cells.empty:
         return out
     cells = cells[~is_batch(cells)]   # batch-mode cells: their own figure (fig_batch)
-    if "run_dir" in steps:
+    if "run_dir" in steps and "path" in cells:
         steps = steps[steps["run_dir"].isin(set(cells["path"]))]
     tokenizers = sorted(set(cells["tokenizer"]))
     for tok in tokenizers:
