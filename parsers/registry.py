@@ -14,6 +14,9 @@ ENGINES: dict[str, str] = {
     "cfgzip": "gcdbench.parsers.cfgzip_engine:CFGzipEngine",
     "glrmask": "gcdbench.parsers.glrmask_engine:GLRMaskEngine",
     "reference": "gcdbench.parsers.reference:ReferenceEngine",
+    "kbnf": "gcdbench.parsers.kbnf_engine:KbnfEngine",
+    "llamacpp": "gcdbench.parsers.llamacpp_engine:LlamaCppEngine",
+    "syncode": "gcdbench.parsers.syncode_engine:SynCodeEngine",
 }
 
 

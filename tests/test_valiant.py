@@ -618,35 +618,6 @@ def test_edge_grammars_equal_reference(name):
                 break
 
 
-@pytest.mark.parametrize("name", ["ambiguous", "tiny_sql", "nullable"])
-def test_rule_by_rule_step_equals_sparse_step(name):
-    """chart.extend_rules (shared helpers, the CUDA kernel's loop order) == chart.extend, word for word."""
-    from gcdbench.parsers.valiant.chart import extend_rules
-
-    cnf = to_cnf(load_ir(spec(name)))
-    g = PackedGrammar.from_cnf(cnf)
-    rng = random.Random(4)
-    for trial in range(5):
-        st = ChartStore(g)
-        node = 0
-        for step in range(70):          # past 64 terminals: multi-word rows
-            exp = st.expected(node)
-            if not exp:
-                break
-            t = rng.choice(exp)
-            n = st.depth[node]
-            tiers, ps = st.path(node)
-            off = st._alloc(g.node_words(n))
-            acc = extend_rules(st.mem, tiers, ps, n, t, off, off + g.tier_words(n), off + g.tier_words(n) + g.WN,
-                               np.zeros(g.scratch_words(n), np.uint64), np.zeros(g.WN, np.uint64),
-                               g.n_nt, g.n_left, g.WN, g.WT, g.start, g.rule_lstart, g.rule_parent, g.rule_right,
-                               g.term_nts, g.first, g.first_term)
-            node = st.child(node, t)
-            a = st.mem[off:off + g.node_words(n)]
-            b = st.mem[st.tier_off[node]:st.tier_off[node] + g.node_words(n)]
-            assert np.array_equal(a, b) and bool(acc) == st.accept[node], (trial, step)
-
-
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 def test_threads_give_the_same_masks(name):
     """The CPU backend split over threads (numba prange over the root's subtrees) gives every mask bit for
@@ -673,3 +644,19 @@ def test_threads_out_of_range_is_a_clear_error():
 
     with pytest.raises(ValueError, match="threads must be between 1 and"):
         _engine(spec("tiny_sql"), byte_level(), threads=numba.config.NUMBA_NUM_THREADS + 1)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_compile_computes_no_mask(backend, monkeypatch):
+    """Init is compile only (issue 11): compile builds the tables and computes no mask and no search (it used to
+    run a warm-up mask); the first mask is the first search. For the CUDA backend, the device search object is
+    made (here without a device: its constructor is replaced) and never searched from."""
+    from gcdbench.parsers.valiant import cuda_kernels
+
+    calls = []
+    monkeypatch.setattr(ValiantEngine, "fill_mask", lambda self, out: calls.append("fill_mask"))
+    monkeypatch.setattr(ValiantEngine, "search", lambda self, *a, **k: calls.append("search"))
+    monkeypatch.setattr(cuda_kernels.CudaSearch, "__init__", lambda self, *a, **k: calls.append("cuda init"))
+    monkeypatch.setattr(cuda_kernels.CudaSearch, "search", lambda self, *a, **k: calls.append("cuda search"))
+    e = _engine(spec("tiny_sql"), byte_level(), backend=backend)
+    assert calls == ([] if backend == "cpu" else ["cuda init"]) and e.store.used > 0

@@ -1,81 +1,24 @@
-"""Engine ``valiant``, CUDA backend: the kernels run in numba's CUDA simulator (a subprocess, because
-``NUMBA_ENABLE_CUDASIM`` must be set before numba.cuda starts) and must agree bit for bit with the CPU
-backend: the chart step (tier, ANC, EXPECT words), the viable nodes of the tree search, and the masks.
-Inputs are tiny: the simulator runs every GPU thread as a Python thread.
+"""Engine ``valiant``, CUDA backend: the kernels run in numba's CUDA simulator and must agree bit for bit with
+the CPU backend: the chart step (tier, ANC, EXPECT words), the viable nodes of the tree search, the masks.
 
-Tests marked ``gpu`` run the same checks on a real device (``pytest -m gpu``); without one they skip."""
+Each check is a case of ``tests/valiant_cuda_cases.py`` run in a child process (``NUMBA_ENABLE_CUDASIM`` must be
+set before numba.cuda starts). Small grammars run on the stock simulator (one Python thread per CUDA thread);
+Qwen3-size inputs run with ``--fast`` (tests/cudasim_fast.py: the same simulator with a barrier in place of its
+polling loop, 10-50x faster). Tests marked ``gpu`` run the same cases on a real device (``pytest -m gpu``);
+without one they skip, saying so."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
-
-SCRIPT = textwrap.dedent(r'''
-    import random, sys
-    sys.path.insert(0, sys.argv[1])
-    import numpy as np
-    from numba import cuda
-    from test_valiant import spec, multi_tokenizer, SAMPLES, _ids
-    from gcdbench.parsers.valiant.engine import ValiantEngine, ChartStore
-    from gcdbench.parsers.valiant.chart import words
-    from gcdbench.parsers.valiant.cuda_kernels import bfs_level_kernel, CudaSearch
-
-    name, workers, bfs = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    tok = multi_tokenizer(SAMPLES[name][:2], extra=[b"');", b"))", b"((a", b"a+b)", b"(a b"])
-    cpu = ValiantEngine(cache=False)
-    cpu.compile(spec(name), tok)
-    gpu = ValiantEngine(cache=False, backend="cuda", workers=workers, bfs_depth=bfs)
-    gpu.compile(spec(name), tok)
-
-    # 1. one chart step: bfs_level_kernel (one block) == chart.extend, word for word
-    g = cpu.comp.grammar
-    cs = CudaSearch(cpu.comp, workers=1, bfs_depth=0)
-    rng = random.Random(0)
-    st = ChartStore(g)
-    node = 0
-    for step in range(6):
-        exp = st.expected(node)
-        if not exp:
-            break
-        t = rng.choice(exp)
-        n = st.depth[node]
-        tiers, ps = st.path(node, extra=1)
-        cs._mirror(st, g.node_words(n) + 8)
-        off = st.used
-        outs = np.array([[off, off + g.tier_words(n), off + g.tier_words(n) + g.WN]], dtype=np.int64)
-        bfs_level_kernel[1, 4](cs.dmem, cuda.to_device(np.array([t], np.int32)), cuda.to_device(np.array([n], np.int64)),
-                               cuda.to_device(tiers[None, :]), cuda.to_device(ps[None, :]), cuda.to_device(outs),
-                               cuda.device_array((1, g.n_nt * words(n + 1)), np.uint64),
-                               cuda.device_array((1, g.WN), np.uint64), *cs.gargs)
-        dev = cs.dmem[off:off + g.node_words(n)].copy_to_host()
-        node = st.child(node, t)
-        host = st.mem[st.tier_off[node]:st.tier_off[node] + g.node_words(n)]
-        assert st.tier_off[node] == off and np.array_equal(dev, host), (step, dev, host)
-        cs.synced = 0   # the host arena now holds this node: resync
-    print("step ok")
-
-    # 2. tree search and masks along the samples
-    for text in SAMPLES[name][:2]:
-        cpu.reset(); gpu.reset()
-        for t in tok.encode(text):
-            for bc, bg in zip(cpu._bases(), gpu._bases()):
-                a = set(cpu.search(bc).tolist())
-                b = set(gpu.backend.search(gpu.store, bg).tolist())
-                nd = cpu.needed(*cpu._bases()[bc])
-                assert set(cpu.search(bc, nd).tolist()) == set(gpu.backend.search(gpu.store, bg, nd).tolist())
-                assert a == b, (text, sorted(a ^ b))
-            assert _ids(cpu, tok.vocab_size) == _ids(gpu, tok.vocab_size), (text, t)
-            assert cpu.commit(t) and gpu.commit(t)
-        assert _ids(cpu, tok.vocab_size) == _ids(gpu, tok.vocab_size), text
-    print("search ok")
-''')
+CASES = HERE / "valiant_cuda_cases.py"
 
 
 def _env(simulator: bool) -> dict:
@@ -94,68 +37,117 @@ def _gpu_present() -> bool:
     return r.stdout.strip().endswith("True")
 
 
+def _case(*args, simulator: bool = True, timeout: int = 600) -> str:
+    """Run one case; returns what it printed after '<case> ok'."""
+    r = subprocess.run([sys.executable, str(CASES), *map(str, args)], env=_env(simulator), capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith(f"{args[0]} ok")]
+    assert line, r.stdout[-3000:]
+    return line[-1].split(" ok ", 1)[1]
+
+
+def _need_gpu():
+    if not _gpu_present():
+        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
+
+
+# -- small grammars, stock simulator ----------------------------------------------------------------------------
+@pytest.mark.parametrize("grammar,steps,trials,fast", [("ambiguous", 70, 1, True), ("tiny_sql", 12, 2, False),
+                                                       ("nullable", 12, 2, False)])
+def test_step_kernel_equals_cpu_step(grammar, steps, trials, fast):
+    """The shared chart step on the device (one block of 4 threads) writes the same words as on the CPU; the
+    ambiguous walk passes 64 terminals (rows of two words; on the faster scheduler, the stock one takes 30 s)."""
+    out = _case("step", "--grammar", grammar, "--steps", steps, "--trials", trials, "--threads", 4,
+                *(["--fast"] if fast else []))
+    assert int(out.split()[0]) >= steps
+
+
 KERNEL_CASES = [("ambiguous", 3, 1), ("tiny_sql", 3, 1), ("ambiguous", 1, 0), ("nullable", 2, 2)]
 
 
-@pytest.mark.parametrize("name,workers,bfs_depth", KERNEL_CASES)
-def test_cuda_simulator_equals_cpu(name, workers, bfs_depth, tmp_path):
-    _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator=True)
+@pytest.mark.parametrize("grammar,workers,bfs_depth", KERNEL_CASES)
+def test_cuda_simulator_equals_cpu(grammar, workers, bfs_depth):
+    """Searches (all nodes and the needed ones) and masks along samples, BFS levels then DFS, 4 threads a block."""
+    _case("search", "--grammar", grammar, "--workers", workers, "--bfs-depth", bfs_depth, "--threads", 4)
+
+
+def test_fast_scheduler_gives_the_same_results():
+    """The faster simulator scheduler used for Qwen3-size inputs runs the same search case to the same end."""
+    _case("search", "--grammar", "tiny_sql", "--workers", 3, "--bfs-depth", 2, "--threads", 4, "--fast")
+    _case("search", "--grammar", "tiny_sql", "--workers", 2, "--bfs-depth", 1, "--threads", 1, "--fast")
+
+
+def test_bfs_growing_past_its_first_guess_keeps_device_tiers():
+    """Issue 13's defect: the BFS builds more than 64 charts (110 at the second level of the digits grammar),
+    which made the old host loop reallocate a zeroed device arena mid-search and lose the first level's tiers
+    (its CUDA mask had 111 tokens where the CPU's has 1111). Now the arena is sized before a search starts."""
+    stats = json.loads(_case("grow", "--workers", 2, "--threads", 2, "--fast"))
+    assert stats["bfs_nodes_max"] > 64
+
+
+def test_launches_and_copies_per_mask():
+    """Device-resident search: per search at most bfs_depth + 1 launches, one job copy and at most one arena copy
+    to the device, one flags copy back; commits touch the device not at all; each committed word is copied once."""
+    out = json.loads(_case("counts", "--bfs-depth", 2, "--workers", 3, "--threads", 2, "--fast"))
+    assert out["max_launches_per_mask"] <= 3 * out["searches"] and out["d2h"] == out["searches"]
+
+
+# -- Qwen3-size inputs, fast scheduler --------------------------------------------------------------------------
+SPIDER_Q = "SELECT T1.name, count(*) FROM singer AS T1 JOIN concert AS T2 ON T1.id = T2.sid WHERE T2.year > 2014"
+QWEN3_CASES = [
+    # dataset, tokens committed first, masks compared, workers, bfs_depth, threads
+    ("spider", 0, 8, 4, 2, 4),
+    ("spider", 8, 6, 8, 6, 2),       # a deep BFS (up to depth 6: the most charts a real Spider step gives, ~50)
+    ("spider_spop", 0, 8, 4, 2, 4),
+    ("treebank", 20, 5, 4, 2, 4),    # prefixes of 20-25 tags: the TreeBank grammar's 3,155 rules
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset,skip,steps,workers,bfs_depth,threads", QWEN3_CASES)
+def test_qwen3_simulator_equals_cpu(dataset, skip, steps, workers, bfs_depth, threads, request):
+    """Real grammars with the Qwen3 vocabulary (151,936 tokens): every CUDA mask equals the CPU mask. (The SQL
+    grammars ship with the project; TreeBank's is induced from the downloaded trees.)"""
+    out = json.loads(_case("qwen3", "--dataset", dataset, "--skip", skip, "--steps", steps, "--workers", workers,
+                           "--bfs-depth", bfs_depth, "--threads", threads, "--text", SPIDER_Q,
+                           "--data-root", _root(dataset, request), "--fast"))
+    assert out["masks"] >= steps and out["searches"] >= 1
+
+
+def _root(dataset: str, request) -> str:
+    """The data root; only TreeBank needs the downloaded data (the fixture skips, saying so, without it)."""
+    return str(request.getfixturevalue("data_root")) if dataset == "treebank" else "."
+
+
+# -- the same on a real GPU (pytest -m gpu) ---------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("grammar,workers,bfs_depth", KERNEL_CASES + [("tiny_sql", 132, 2)])
+def test_cuda_device_equals_cpu(grammar, workers, bfs_depth):
+    """Searches and masks along samples on a real GPU (128 threads a block) equal the CPU backend's."""
+    _need_gpu()
+    _case("search", "--grammar", grammar, "--workers", workers, "--bfs-depth", bfs_depth, "--threads", 128,
+          simulator=False)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name,workers,bfs_depth", KERNEL_CASES + [("tiny_sql", 132, 2)])
-def test_cuda_device_equals_cpu(name, workers, bfs_depth, tmp_path):
-    """The same checks on a real GPU: chart words, viable nodes and masks bit for bit equal to the CPU backend."""
-    if not _gpu_present():
-        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
-    _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator=False)
+@pytest.mark.parametrize("grammar", ["ambiguous", "tiny_sql"])
+def test_cuda_device_step_equals_cpu(grammar):
+    _need_gpu()
+    _case("step", "--grammar", grammar, "--steps", 70, "--trials", 3, "--threads", 128, simulator=False)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("gname", ["spider", "spider_spop"])
-def test_cuda_device_qwen3_masks_equal_cpu(gname, tmp_path):
-    """Real grammar, Qwen3 vocabulary, on a real GPU: every mask of a few queries equals the CPU backend's."""
-    if not _gpu_present():
-        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
-    script = tmp_path / "dev.py"
-    script.write_text(textwrap.dedent('''
-        import sys
-        import numpy as np
-        from gcdbench.datasets.base import load_grammar
-        from gcdbench.parsers.base import allocate_mask
-        from gcdbench.parsers.tokenizers import load_tokenizer
-        from gcdbench.parsers.valiant.engine import ValiantEngine
-        sp, tok = load_grammar(sys.argv[1]), load_tokenizer("qwen3")
-        cpu, gpu = ValiantEngine(cache=False), ValiantEngine(cache=False, backend="cuda", workers=64)
-        cpu.compile(sp, tok); gpu.compile(sp, tok)
-        queries = ["SELECT count(*) FROM singer WHERE age > 20 AND name != 'Joe'",
-                   "SELECT T1.name, avg(T2.age) FROM a AS T1 JOIN b AS T2 ON T1.id = T2.id GROUP BY T1.name"]
-        steps = 0
-        for q in queries:
-            if sys.argv[1] == "spider_spop":
-                from gcdbench.datasets.spider import to_spop
-                q = to_spop(q)
-            cpu.reset(); gpu.reset()
-            for t in tok.encode(q) + [None]:
-                a, b = allocate_mask(tok.vocab_size), allocate_mask(tok.vocab_size)
-                cpu.fill_mask(a); gpu.fill_mask(b)
-                assert np.array_equal(a, b), (q, steps)
-                steps += 1
-                if t is None:
-                    break
-                assert cpu.commit(t) and gpu.commit(t)
-        print("device ok", steps)
-    '''))
-    r = subprocess.run([sys.executable, str(script), gname], env=_env(False), capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "device ok" in r.stdout
+def test_cuda_device_defect_and_counts():
+    _need_gpu()
+    assert json.loads(_case("grow", "--workers", 32, "--threads", 128, simulator=False))["bfs_nodes_max"] > 64
+    _case("counts", "--bfs-depth", 2, "--workers", 32, "--threads", 128, simulator=False)
 
 
-def _run_kernel_script(name, workers, bfs_depth, tmp_path, simulator: bool):
-    env = _env(simulator)
-    script = tmp_path / "sim.py"
-    script.write_text(SCRIPT)
-    r = subprocess.run([sys.executable, str(script), str(HERE), name, str(workers), str(bfs_depth)], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "step ok" in r.stdout and "search ok" in r.stdout
+@pytest.mark.gpu
+@pytest.mark.parametrize("dataset,skip,steps", [("spider", 0, 30), ("spider_spop", 0, 30), ("treebank", 0, 40)])
+def test_cuda_device_qwen3_masks_equal_cpu(dataset, skip, steps, request):
+    """Real grammars, Qwen3 vocabulary, on a real GPU: every mask of a prefix equals the CPU backend's."""
+    _need_gpu()
+    _case("qwen3", "--dataset", dataset, "--skip", skip, "--steps", steps, "--workers", 64, "--bfs-depth", 2,
+          "--threads", 128, "--text", SPIDER_Q, "--data-root", _root(dataset, request), simulator=False, timeout=900)

@@ -25,16 +25,18 @@ Packed layout: a tier ``n`` is ``n_left`` blocks of ``W(n) = ceil((n+1)/64)`` ui
 followed by ``WL`` words marking the left nonterminals present in it (the step visits only those);
 ``ANC`` is ``WN`` words over nonterminals, ``EXPECT`` ``WT`` words over terminals. Everything lives in one
 ``uint64`` arena; a chart node is (offset of its tier, of its ANC, of its EXPECT).
+
+The step itself (numba, CPU and CUDA from one source) is ``kernels_common.chart_step``; ``extend`` is its CPU
+entry point. This module holds the packed grammar and the readable chart.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from .cnf import CNF
-from .kernels_common import any_word_cpu, bit_cpu, shift_or_rows_cpu
+from .kernels_common import Grammar, extend  # noqa: F401  (extend: the CPU step, re-exported)
 
 U64 = np.uint64
 
@@ -117,6 +119,17 @@ class PackedGrammar:
             azx[inv.ravel(), right] = True
         self.azx = pack_rows(azx) if ukey.size else np.zeros((0, WN), U64)
 
+    def record(self) -> Grammar:
+        """The arrays the chart step reads, as one record (``kernels_common.Grammar``)."""
+        return Grammar(self.n_nt, self.n_left, self.WN, self.WT, self.start, self.term_nts, self.first,
+                       self.first_term, self.rb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
+                       self.azx)
+
+    @property
+    def dev(self) -> tuple:
+        """:meth:`record` as a plain tuple: what the jitted entry points take (numba's fast dispatch path)."""
+        return tuple(self.record())
+
     def scratch_words(self, n: int) -> int:
         """Scratch of a step on tier ``n``: the working tier (all nonterminals) and its row-major copy."""
         return self.n_nt * words(n + 1) + (n + 1) * self.WN
@@ -140,246 +153,6 @@ class PackedGrammar:
     def tier_words(self, n: int) -> int:
         """Words of tier ``n``: ``n_left`` row blocks, then the bitset of left nonterminals present in it."""
         return self.n_left * words(n + 1) + self.WL
-
-
-# --------------------------------------------------------------------------------------------------
-# numba kernels (CPU); the same loops, phase by phase, are the CUDA kernels in cuda_kernels.py
-# --------------------------------------------------------------------------------------------------
-@numba.njit(cache=True, nogil=True, inline="always")
-def ctz(low):
-    """Index of the single set bit of ``low`` (a power of two), by binary search."""
-    b = 0
-    if low & np.uint64(0xFFFFFFFF) == 0:
-        b += 32
-        low >>= np.uint64(32)
-    if low & np.uint64(0xFFFF) == 0:
-        b += 16
-        low >>= np.uint64(16)
-    if low & np.uint64(0xFF) == 0:
-        b += 8
-        low >>= np.uint64(8)
-    if low & np.uint64(0xF) == 0:
-        b += 4
-        low >>= np.uint64(4)
-    if low & np.uint64(0x3) == 0:
-        b += 2
-        low >>= np.uint64(2)
-    if low & np.uint64(0x1) == 0:
-        b += 1
-    return b
-
-
-@numba.njit(cache=True, nogil=True)
-def extend_rules(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
-                 n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first, first_term):
-    """Rule-by-rule form of :func:`extend`, same output word for word: the loops the CUDA kernel spreads over
-    threads, built from the helpers it shares with it (kernels_common.py). ``cur``: n_nt * W(n) words."""
-    W = (n + 1 + 63) // 64
-    WL = (n_left + 63) // 64
-    one = np.uint64(1)
-    for i in range(n_nt * W):
-        cur[i] = 0
-    # row 0: V -> t_n
-    for wi in range(WN):
-        bits = term_nts[t, wi]
-        while bits:
-            low = bits & (~bits + one)
-            b = ctz(low)
-            v = wi * 64 + b
-            cur[v * W] |= one
-            bits ^= low
-    # rows 1..n, one older tier at a time; rule by rule (the CUDA kernel spreads this loop over threads)
-    for e in range(n - 1, -1, -1):
-        k = n - e - 1
-        We = (e + 1 + 63) // 64
-        base = tier_offs[e]
-        for a in range(n_left):
-            aoff = base + a * We
-            if not any_word_cpu(mem, aoff, We):
-                continue
-            for r in range(rule_lstart[a], rule_lstart[a + 1]):
-                if bit_cpu(cur, rule_right[r] * W, k):
-                    shift_or_rows_cpu(cur, rule_parent[r] * W, W, mem, aoff, We, n - e)
-    # store the left-capable rows
-    for i in range(n_left * W):
-        mem[out_tier + i] = cur[i]
-    for i in range(WL):
-        mem[out_tier + n_left * W + i] = 0
-    for a in range(n_left):
-        for w in range(W):
-            if cur[a * W + w] != 0:
-                mem[out_tier + n_left * W + (a >> 6)] |= one << np.uint64(a & 63)
-                break
-    accept = 0
-    if start >= 0:
-        if (cur[start * W + (n >> 6)] >> np.uint64(n & 63)) & one:
-            accept = 1
-    # ANC[n+1]: right children of parents in ANC[i] whose left child is cell (i, n+1)
-    for i in range(WN):
-        seeds[i] = 0
-    for a in range(n_left):
-        aoff = a * W
-        for w in range(W):
-            bits = cur[aoff + w]
-            while bits:
-                low = bits & (~bits + one)
-                b = ctz(low)
-                bits ^= low
-                row = w * 64 + b
-                i = n - row
-                poff = p_offs[i]
-                for r in range(rule_lstart[a], rule_lstart[a + 1]):
-                    z = rule_parent[r]
-                    if (mem[poff + (z >> 6)] >> np.uint64(z & 63)) & one:
-                        xr = rule_right[r]
-                        seeds[xr >> 6] |= one << np.uint64(xr & 63)
-    for i in range(WN):
-        mem[out_p + i] = 0
-    for i in range(WT):
-        mem[out_e + i] = 0
-    for wi in range(WN):
-        bits = seeds[wi]
-        while bits:
-            low = bits & (~bits + one)
-            b = ctz(low)
-            bits ^= low
-            xn = wi * 64 + b
-            for j in range(WN):
-                mem[out_p + j] |= first[xn, j]
-            for j in range(WT):
-                mem[out_e + j] |= first_term[xn, j]
-    return accept
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _or_track(cur, voff, d, val, rows, WN, v):
-    """cur[voff + d] |= val, recording each new (row, v) entry in the row-major copy ``rows``."""
-    one = np.uint64(1)
-    add = val & ~cur[voff + d]
-    if add:
-        cur[voff + d] |= add
-        vb = one << np.uint64(v & 63)
-        vw = v >> 6
-        while add:
-            low = add & (~add + one)
-            add ^= low
-            row = d * 64 + ctz(low)
-            rows[row * WN + vw] |= vb
-
-
-@numba.njit(cache=True, nogil=True)
-def extend(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
-           n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first, first_term,
-           rb, ab_id, ab_start, ab_parent, za, az_id, azx):
-    """Compute tier ``n`` for terminal ``t`` (tiers 0..n-1 at ``tier_offs``, ANC[0..n] at ``p_offs``) and
-    write it at ``out_tier``, ANC[n+1] at ``out_p``, EXPECT[n+1] at ``out_e``. Returns 1 if t_0..t_n is a
-    sentence. ``cur`` is scratch of ``scratch_words(n)`` words, ``seeds`` of WN words.
-
-    Sparse form of :func:`extend_rules`: the working tier is kept both by nonterminal (row bits, for the
-    shifted ORs) and by row (nonterminal bits), so for an older tier ``e`` only the pairs (A present in
-    tier e) x (B present in row n-e-1) that are rules are visited, and each chart entry is touched once."""
-    W = (n + 1 + 63) // 64
-    WL = (n_left + 63) // 64
-    one = np.uint64(1)
-    rows = cur[n_nt * W:]
-    for i in range(n_nt * W + (n + 1) * WN):
-        cur[i] = 0
-    for wi in range(WN):
-        bits = term_nts[t, wi]
-        rows[wi] = bits
-        while bits:
-            low = bits & (~bits + one)
-            bits ^= low
-            v = wi * 64 + ctz(low)
-            cur[v * W] |= one
-    for e in range(n - 1, -1, -1):
-        k = n - e - 1
-        rk = k * WN
-        shift = n - e
-        We = (e + 1 + 63) // 64
-        sw = shift >> 6
-        sb = np.uint64(shift & 63)
-        base = tier_offs[e]
-        pres = base + n_left * We
-        for aw in range(WL):
-            abits = mem[pres + aw]
-            while abits:
-                alow = abits & (~abits + one)
-                abits ^= alow
-                a = aw * 64 + ctz(alow)
-                aoff = base + a * We
-                for j in range(WN):
-                    cand = rb[a, j] & rows[rk + j]
-                    while cand:
-                        low = cand & (~cand + one)
-                        cand ^= low
-                        b_nt = j * 64 + ctz(low)
-                        pid = ab_id[a, b_nt]
-                        for q in range(ab_start[pid], ab_start[pid + 1]):
-                            v = ab_parent[q]
-                            voff = v * W
-                            for w in range(We):
-                                val = mem[aoff + w]
-                                if val == 0:
-                                    continue
-                                d = w + sw
-                                if d < W:
-                                    _or_track(cur, voff, d, val << sb, rows, WN, v)
-                                if sb != 0 and d + 1 < W:
-                                    _or_track(cur, voff, d + 1, val >> (np.uint64(64) - sb), rows, WN, v)
-    for i in range(n_left * W):
-        mem[out_tier + i] = cur[i]
-    for i in range(WL):
-        mem[out_tier + n_left * W + i] = 0
-    for a in range(n_left):
-        for w in range(W):
-            if cur[a * W + w] != 0:
-                mem[out_tier + n_left * W + (a >> 6)] |= one << np.uint64(a & 63)
-                break
-    accept = 0
-    if start >= 0:
-        if (cur[start * W + (n >> 6)] >> np.uint64(n & 63)) & one:
-            accept = 1
-    # ANC[n+1]: for each entry (A, row) of the new tier, parents Z of A in ANC[n-row] give right children X
-    for i in range(WN):
-        seeds[i] = 0
-    for a in range(n_left):
-        aoff = a * W
-        for w in range(W):
-            bits = cur[aoff + w]
-            while bits:
-                low = bits & (~bits + one)
-                bits ^= low
-                row = w * 64 + ctz(low)
-                poff = p_offs[n - row]
-                for j in range(WN):
-                    cand = za[a, j] & mem[poff + j]
-                    while cand:
-                        zl = cand & (~cand + one)
-                        cand ^= zl
-                        pid = az_id[a, j * 64 + ctz(zl)]
-                        for jj in range(WN):
-                            seeds[jj] |= azx[pid, jj]
-    for i in range(WN):
-        mem[out_p + i] = 0
-    for i in range(WT):
-        mem[out_e + i] = 0
-    for wi in range(WN):
-        bits = seeds[wi]
-        while bits:
-            low = bits & (~bits + one)
-            bits ^= low
-            xn = wi * 64 + ctz(low)
-            for j in range(WN):
-                mem[out_p + j] |= first[xn, j]
-            for j in range(WT):
-                mem[out_e + j] |= first_term[xn, j]
-    return accept
-
-
-def grammar_args(g: PackedGrammar) -> tuple:
-    return (g.n_nt, g.n_left, g.WN, g.WT, g.start, g.rule_lstart, g.rule_parent, g.rule_right,
-            g.term_nts, g.first, g.first_term, g.rb, g.ab_id, g.ab_start, g.ab_parent, g.za, g.az_id, g.azx)
 
 
 # --------------------------------------------------------------------------------------------------

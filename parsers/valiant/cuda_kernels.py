@@ -1,18 +1,23 @@
-"""CUDA backend (numba.cuda): the chart step and the terminal tree search as kernels.
+"""CUDA backend (numba.cuda): the terminal tree search on the device, with the chart arena resident there.
 
-* One thread block per worker; inside a block the CNF binary rules are spread over the threads (rules are
-  sorted by left child, so neighbouring threads read the same left-child rows), each thread ORs whole
-  packed row words (all rows of a cell at once) with ``atomic.or_``; ``syncthreads`` separates the tiers
-  ``e`` (the right child's row must be final before it is read).
-* Tree search: the trie is walked breadth-first to ``bfs_depth`` (one block per node of a level, each
-  computing that node's chart into a BFS arena), then each worker block takes frontier nodes and walks
-  their subtrees depth-first with its own stack of tiers (every thread of the block runs the same control
-  flow on the same data, so they reach each ``syncthreads`` together).
+Device logic comes from ``kernels_common.py`` (the chart step and the DFS, the same Python code the CPU backend
+runs), compiled here as device functions with the CUDA primitives bound (atomic ORs, ``syncthreads``);
+the kernels below only pick work items and compute offsets.
+
+* One thread block per worker; the threads of a block share each chart step (rule pairs and chart entries
+  handed out round-robin, ``atomic.or_`` on packed words, ``syncthreads`` between the phases of a step).
+* A search from a base chart: ``bfs_depth`` launches of :func:`bfs_level_kernel` (level ``L``: the blocks
+  share the trie nodes at depth ``L`` whose parent is viable; each viable node with children gets its chart
+  in its own BFS slot), then one launch of :func:`dfs_kernel` (the blocks share the children of the last
+  level's viable nodes and walk each one's subtree depth-first with their own stack of tiers).
+* Host side (:class:`CudaSearch`): the device arena mirrors the host's append-only chart arena; a search
+  copies the words committed since the last one (at most one copy), then one job buffer (base path, needed
+  flags, zeroed viable flags), launches the kernels, and copies the viable flags back. Everything the
+  kernels write (BFS slots, DFS stacks) lies past the committed words, and the arena's size is fixed before
+  the first launch of a search, so no device-computed tier is ever lost to a reallocation.
 
 Results are bit-for-bit those of the CPU backend (same tiers, same viable nodes). With
-``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in numba's simulator (slow; tests keep inputs tiny).
-The row-level helpers (kernels_common.py) are the same Python code as the CPU's ``extend_rules``, compiled
-as device functions; only the word-OR differs (plain ``|=`` on the CPU, ``atomic.or_`` on the device).
+``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in numba's simulator (slow; for tests).
 """
 from __future__ import annotations
 
@@ -20,294 +25,333 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .kernels_common import any_word, bit, shift_or_rows, variant
+from .kernels_common import Grammar, Trie, for_cuda
 
 MAXD = 256      # deepest trie path a worker can walk (per-thread stack size)
-THREADS = 128
+THREADS = 128   # threads per block on a GPU
 
 
-# -- helpers shared with the CPU step (kernels_common.py), compiled here as device functions -------------
+# -- CUDA bindings of the primitives the shared device logic calls (kernels_common.py) ---------------------
+@cuda.jit(device=True)
 def _or_word_gpu(arr, i, val):
     cuda.atomic.or_(arr, i, val)
 
 
-or_word_gpu = cuda.jit(device=True)(_or_word_gpu)
-bit_gpu = variant(bit, "cuda")
-any_word_gpu = variant(any_word, "cuda")
-shift_or_rows_gpu = variant(shift_or_rows, "cuda", _or_word=or_word_gpu)
+@cuda.jit(device=True)
+def _or_old_gpu(arr, i, val):
+    return cuda.atomic.or_(arr, i, val)
 
 
 @cuda.jit(device=True)
-def block_extend(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
-                 n_nt, n_left, WN, WT, start, rule_left, rule_parent, rule_right, term_nts, first, first_term):
-    """One incremental Valiant step by the whole block (see chart.extend for the algorithm). Returns accept."""
+def _sync_gpu():
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def _ctz_gpu(low):
+    return cuda.popc(low - np.uint64(1))      # low is a power of two
+
+
+@cuda.jit(device=True)
+def _emit_gpu(flags, cnt, v):
+    if cuda.threadIdx.x == 0:
+        flags[v] = 1
+
+
+@cuda.jit(device=True)
+def _tid_gpu():
+    return cuda.threadIdx.x
+
+
+@cuda.jit(device=True)
+def _nth_gpu():
+    return cuda.blockDim.x
+
+
+DEVICE = for_cuda({"_or_word": _or_word_gpu, "_or_old": _or_old_gpu, "_sync": _sync_gpu, "_ctz": _ctz_gpu,
+                   "_emit": _emit_gpu, "_tid": _tid_gpu, "_nth": _nth_gpu})
+chart_step_gpu = DEVICE["chart_step"]
+dfs_gpu = DEVICE["dfs"]
+
+
+@cuda.jit(device=True)
+def _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN):
+    """(tier index m, tier offset, EXPECT offset) of trie node ``u``'s chart: the base's for the root, else
+    its BFS slot's (``u`` at depth 1..bfs_depth, viable, with children)."""
+    if u == 0:
+        return n - 1, -1, base_e
+    m = n + node_depth[u] - 1
+    t_off = bfs_base + bfs_slot[u] * stride
+    return m, t_off, t_off + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64 + WN
+
+
+@cuda.jit(device=True)
+def _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth, n_left, WN,
+               tid, nth):
+    """This block's tier and ANC tables for the chart of node ``u``: the base path plus ``u``'s BFS ancestors."""
+    for i in range(tid, base_t.size, nth):
+        tiers[i] = base_t[i]
+    for i in range(tid, base_p.size, nth):
+        ps[i] = base_p[i]
+    cuda.syncthreads()
+    if tid == 0:
+        x = u
+        while x != 0:
+            m, t_off, e_off = _node_chart(x, n, 0, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+            tiers[m] = t_off
+            ps[m + 1] = e_off - WN
+            x = node_parent[x]
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True)
+def _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth, n_left,
+          WN, child_ids, node_term):
+    """Work item ``i`` of a level list (a child position): returns (child v, its parent u) if u's chart exists
+    (u is the root or a viable BFS node), v is needed and v's terminal is in u's EXPECT; else (-1, -1)."""
+    ci = level_ci[i]
+    v = child_ids[ci]
+    u = node_parent[v]
+    if u != 0 and flags[u] == 0:
+        return -1, -1
+    if not needed[v]:
+        return -1, -1
+    m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+    a = node_term[v]
+    if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
+        return v, u
+    return -1, -1
+
+
+@cuda.jit
+def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all, level_ci, lo, hi, n, base_e,
+                     bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt):
+    """One BFS level: the children at positions ``level_ci[lo:hi]`` (one trie depth) whose parent is viable are
+    checked against the parent's EXPECT; viable ones are flagged, and those with children get their chart
+    (one more tier) in their BFS slot. Viable items go round-robin to the blocks."""
+    G = Grammar(*gt)
+    T = Trie(*tt)
+    w = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nth = cuda.blockDim.x
-    one = np.uint64(1)
-    W = (n + 1 + 63) // 64
-    R = rule_parent.size
-    for i in range(tid, n_nt * W, nth):
-        cur[i] = 0
-    for i in range(tid, WN, nth):
-        seeds[i] = 0
-    cuda.syncthreads()
-    for v in range(tid, n_nt, nth):
-        if bit_gpu(term_nts[t], 0, v):
-            cur[v * W] = one
-    cuda.syncthreads()
-    for e in range(n - 1, -1, -1):
-        k = n - e - 1
-        We = (e + 1 + 63) // 64
-        base = tier_offs[e]
-        for r in range(tid, R, nth):
-            a = rule_left[r]
-            b = rule_right[r]
-            if (cur[b * W + (k >> 6)] >> np.uint64(k & 63)) & one:
-                aoff = base + a * We
-                if any_word_gpu(mem, aoff, We):
-                    shift_or_rows_gpu(cur, rule_parent[r] * W, W, mem, aoff, We, n - e)
-        cuda.syncthreads()
-    for i in range(tid, n_left * W, nth):
-        mem[out_tier + i] = cur[i]
-    WL = (n_left + 63) // 64
-    for i in range(tid, WL, nth):
-        mem[out_tier + n_left * W + i] = 0
-    cuda.syncthreads()
-    for a in range(tid, n_left, nth):
-        if any_word_gpu(cur, a * W, W):
-            or_word_gpu(mem, out_tier + n_left * W + (a >> 6), one << np.uint64(a & 63))
-    # seeds of ANC[n+1]
-    for r in range(tid, R, nth):
-        a = rule_left[r]
-        z = rule_parent[r]
-        for row in range(n + 1):
-            if (cur[a * W + (row >> 6)] >> np.uint64(row & 63)) & one:
-                if bit_gpu(mem, p_offs[n - row], z):
-                    x = rule_right[r]
-                    or_word_gpu(seeds, x >> 6, one << np.uint64(x & 63))
-    cuda.syncthreads()
-    for j in range(tid, WN, nth):
-        acc = np.uint64(0)
-        for xn in range(n_nt):
-            if (seeds[xn >> 6] >> np.uint64(xn & 63)) & one:
-                acc |= first[xn, j]
-        mem[out_p + j] = acc
-    for j in range(tid, WT, nth):
-        acc = np.uint64(0)
-        for xn in range(n_nt):
-            if (seeds[xn >> 6] >> np.uint64(xn & 63)) & one:
-                acc |= first_term[xn, j]
-        mem[out_e + j] = acc
-    accept = 0
-    if start >= 0:
-        if (cur[start * W + (n >> 6)] >> np.uint64(n & 63)) & one:
-            accept = 1
-    cuda.syncthreads()
-    return accept
+    tiers = paths[w, 0:Lt]
+    ps = paths[w, Lt:2 * Lt + 1]
+    skip = w
+    for i in range(lo, hi):
+        v, u = _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth,
+                     G.n_left, G.WN, T.child_ids, T.node_term)
+        if v < 0:
+            continue
+        if skip > 0:
+            skip -= 1
+            continue
+        skip = cuda.gridDim.x - 1
+        if tid == 0:
+            flags[v] = 1
+        if T.child_start[v + 1] > T.child_start[v]:
+            _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth,
+                       G.n_left, G.WN, tid, nth)
+            m, t_off, e_off = _node_chart(v, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
+            chart_step_gpu(mem, tiers, ps, m, T.node_term[v], t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
 
 
 @cuda.jit
-def bfs_level_kernel(mem, terms, ms, t_tab, p_tab, outs, cur_all, seeds_all,
-                     n_nt, n_left, WN, WT, start, rule_left, rule_parent, rule_right, term_nts, first, first_term):
-    """Block i appends terminal ``terms[i]`` as tier ``ms[i]`` to the path in ``t_tab[i]``/``p_tab[i]`` and
-    writes the new tier, ANC and EXPECT at ``outs[i, 0..2]`` (one BFS node per block)."""
-    i = cuda.blockIdx.x
-    if i >= terms.size:
-        return
-    block_extend(mem, t_tab[i], p_tab[i], ms[i], terms[i], outs[i, 0], outs[i, 1], outs[i, 2], cur_all[i],
-                 seeds_all[i], n_nt, n_left, WN, WT, start, rule_left, rule_parent, rule_right, term_nts, first,
-                 first_term)
-
-
-@cuda.jit
-def dfs_kernel(mem, frontier, frontier_e, frontier_m, t_tab, p_tab, stride, scratch_base,
-               child_start, child_ids, node_term, needed, viable, cur_all, seeds_all,
-               n_nt, n_left, WN, WT, start, rule_left, rule_parent, rule_right, term_nts, first, first_term):
-    """Worker block w walks the subtrees of frontier nodes w, w+grid, ... depth-first. Row f of
-    ``t_tab``/``p_tab`` holds frontier node f's path (deeper entries are written as the walk goes); the
-    worker's stack of tiers lives at ``scratch_base + w * MAXD * stride``."""
+def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all, level_ci, lo, hi, n, base_e,
+               bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt, dfs_base, depth):
+    """Below the last BFS level: the children at positions ``level_ci[lo:hi]`` whose parent is viable go
+    round-robin to the blocks, and each block walks each of its children's subtrees depth-first
+    (``kernels_common.dfs``) with a stack of ``depth`` tiers at ``dfs_base + block * depth * stride``."""
+    G = Grammar(*gt)
+    T = Trie(*tt)
     w = cuda.blockIdx.x
-    one = np.uint64(1)
+    tid = cuda.threadIdx.x
+    nth = cuda.blockDim.x
+    tiers = paths[w, 0:Lt]
+    ps = paths[w, Lt:2 * Lt + 1]
     stack_node = cuda.local.array(MAXD, dtype=numba.int32)
     stack_ci = cuda.local.array(MAXD, dtype=numba.int32)
     e_offs = cuda.local.array(MAXD, dtype=numba.int64)
-    mybase = scratch_base + w * (MAXD * stride)
-    f = w
-    while f < frontier.size:
-        tiers = t_tab[f]
-        ps = p_tab[f]
-        root = frontier[f]
-        d = 0
-        stack_node[0] = root
-        stack_ci[0] = child_start[root]
-        e_offs[0] = frontier_e[f]
-        while d >= 0:
-            u = stack_node[d]
-            ci = stack_ci[d]
-            if ci >= child_start[u + 1]:
-                d -= 1
-                continue
-            stack_ci[d] = ci + 1
-            v = child_ids[ci]
-            if not needed[v]:
-                continue
-            a = node_term[v]
-            if (mem[e_offs[d] + (a >> 6)] >> np.uint64(a & 63)) & one:
-                if cuda.threadIdx.x == 0:
-                    viable[v] = 1
-                if child_start[v + 1] > child_start[v] and d + 1 < MAXD:
-                    m = frontier_m[f] + d
-                    slot = mybase + d * stride
-                    t_off = slot
-                    p_off = slot + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64
-                    e_off = p_off + WN
-                    block_extend(mem, tiers, ps, m, a, t_off, p_off, e_off, cur_all[w], seeds_all[w],
-                                 n_nt, n_left, WN, WT, start, rule_left, rule_parent, rule_right, term_nts, first,
-                                 first_term)
-                    if cuda.threadIdx.x == 0:
-                        tiers[m] = t_off
-                        ps[m + 1] = p_off
-                    cuda.syncthreads()
-                    d += 1
-                    stack_node[d] = v
-                    stack_ci[d] = child_start[v]
-                    e_offs[d] = e_off
-        f += cuda.gridDim.x
+    scratch = dfs_base + w * depth * stride
+    skip = w
+    for i in range(lo, hi):
+        v, u = _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth,
+                     G.n_left, G.WN, T.child_ids, T.node_term)
+        if v < 0:
+            continue
+        if skip > 0:
+            skip -= 1
+            continue
+        skip = cuda.gridDim.x - 1
+        _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth, G.n_left,
+                   G.WN, tid, nth)
+        m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
+        ci = level_ci[i]
+        dfs_gpu(mem, tiers, ps, m + 1, u, e_off, ci, T.child_start[u + 1] - ci, scratch, stride, T, needed, flags, 0,
+                stack_node, stack_ci, e_offs, cur_all[w], seeds_all[w], G)
+
+
+@cuda.jit
+def step_kernel(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, gt, accept):
+    """One chart step by one block (``kernels_common.chart_step``): for tests that compare it with the CPU's
+    word for word."""
+    a = chart_step_gpu(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt))
+    if cuda.threadIdx.x == 0:
+        accept[0] = a
+
+
+KERNELS = {"bfs_level_kernel": bfs_level_kernel, "dfs_kernel": dfs_kernel, "step_kernel": step_kernel}
 
 
 class CudaSearch:
-    """Host side of the CUDA tree search: keeps a device mirror of the chart arena (tiers are never
-    rewritten, so only new words are copied), BFS level by level, then the DFS kernel."""
+    """Host side of the CUDA tree search (see the module docstring). ``stats`` counts kernel launches and
+    host<->device copies (and their bytes) since construction: every launch and copy goes through
+    :meth:`_launch`, :meth:`_h2d` and :meth:`_d2h`, every device allocation through :meth:`_to` and
+    :meth:`_alloc`.
 
-    def __init__(self, comp, workers: int = 32, bfs_depth: int = 2, threads: int | None = None):
+    ``dry=True`` touches no device: "device" arrays are numpy arrays and each launch is recorded in
+    ``launched`` as (kernel, args) instead of run, so the exact argument types of the real launches can be read
+    without a GPU (``experiments/ptx_report.py`` compiles the kernels for them)."""
+
+    def __init__(self, comp, workers: int = 32, bfs_depth: int = 2, threads: int | None = None, dry: bool = False):
         g, al = comp.grammar, comp.align
         if threads is None:   # the simulator runs every thread as a Python thread: keep blocks small there
             threads = 4 if numba.config.ENABLE_CUDASIM else THREADS
-        if al.max_depth >= MAXD:
+        if al.max_depth + 2 > MAXD:
             from gcdbench.parsers.base import CompileError
 
-            raise CompileError(f"terminal tree depth {al.max_depth} exceeds the CUDA stack ({MAXD})")
+            raise CompileError(f"valiant cuda: terminal tree depth {al.max_depth} exceeds the per-thread DFS stack "
+                               f"({MAXD - 2}); raise cuda_kernels.MAXD")
         self.g, self.al = g, al
-        self.workers = max(1, workers)
-        self.bfs_depth = max(0, bfs_depth)
-        self.threads = threads
-        rule_left = np.zeros(g.rule_parent.size, dtype=np.int32)
-        for a in range(g.n_left):
-            rule_left[g.rule_lstart[a]:g.rule_lstart[a + 1]] = a
-        self.gargs_host = (g.n_nt, g.n_left, g.WN, g.WT, g.start, rule_left, g.rule_parent, g.rule_right,
-                           g.term_nts, g.first, g.first_term)
-        to = cuda.to_device
-        self.gargs = (g.n_nt, g.n_left, g.WN, g.WT, g.start, to(rule_left), to(g.rule_parent), to(g.rule_right),
-                      to(g.term_nts), to(g.first), to(g.first_term))
-        self.trie = (to(al.child_start), to(al.child_ids), to(al.node_term))
-        self.dmem = None
-        self.synced = 0
+        self.workers = max(1, int(workers))
+        self.bfs_depth = max(0, int(bfs_depth))
+        self.threads = int(threads)
+        self.dry = dry
+        self.launched: list = []
+        self.stats = {"searches": 0, "launches": 0, "h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0,
+                      "arena_allocs": 0, "arena_words": 0, "arena_recopied": 0, "bfs_nodes_max": 0}
+        self.D = al.max_depth
+        # static tables: child positions grouped by the child's depth (level L = depth L), BFS slots
+        depth = al.node_depth.astype(np.int64)
+        child_depth = depth[al.child_ids]
+        order = np.argsort(child_depth, kind="stable").astype(np.int32)
+        self.level_start = np.searchsorted(child_depth[order], np.arange(self.D + 3)).astype(np.int64)
+        internal = np.diff(al.child_start) > 0
+        slot_nodes = np.flatnonzero((depth >= 1) & (depth <= self.bfs_depth) & internal)
+        bfs_slot = np.full(al.n_nodes, -1, dtype=np.int32)
+        bfs_slot[slot_nodes] = np.arange(slot_nodes.size, dtype=np.int32)
+        self.n_slots = int(slot_nodes.size)
+        self._slotted = slot_nodes
+        to = self._to
+        self.gt = tuple(to(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in g.dev)
+        self.tt = (to(al.child_start), to(al.child_ids), to(al.node_term))
+        self.level_ci = to(order)
+        self.bfs_slot = to(bfs_slot)
+        self.node_parent = to(al.node_parent.astype(np.int32))
+        self.node_depth = to(al.node_depth.astype(np.int32))
+        self.dmem = None          # device arena
+        self.synced = 0           # host arena words [0, synced) are on the device
         self._store = None
+        self._job = None          # device job buffer (and its host twin)
+        self._scratch = None      # (cur_all, seeds_all, paths) sized for the largest search so far
 
-    def _mirror(self, store, extra: int):
+    # -- every launch and copy goes through these (counted) --------------------------------------------------
+    def _launch(self, kernel, grid: int, *args) -> None:
+        self.stats["launches"] += 1
+        if self.dry:
+            self.launched.append((kernel, args))
+        else:
+            kernel[grid, self.threads](*args)
+
+    def _h2d(self, dst, src: np.ndarray) -> None:
+        self.stats["h2d"] += 1
+        self.stats["h2d_bytes"] += src.nbytes
+        if self.dry:
+            dst[...] = src
+        else:
+            dst.copy_to_device(src)
+
+    def _d2h(self, src) -> np.ndarray:
+        self.stats["d2h"] += 1
+        out = src.copy() if self.dry else src.copy_to_host()
+        self.stats["d2h_bytes"] += out.nbytes
+        return out
+
+    def _to(self, host: np.ndarray):
+        return np.array(host) if self.dry else cuda.to_device(host)
+
+    def _alloc(self, shape, dtype):
+        return np.zeros(shape, dtype=dtype) if self.dry else cuda.device_array(shape, dtype=dtype)
+
+    # -- device buffers ---------------------------------------------------------------------------------------
+    def _sync_arena(self, store, need: int) -> None:
+        """Make the device arena hold ``need`` words and the host's committed words (copying only new ones)."""
         if store is not self._store:     # reset() made a new arena: the device copy is stale
             self._store = store
             self.synced = 0
-        need = store.used + extra
         if self.dmem is None or self.dmem.size < need:
-            self.dmem = cuda.to_device(np.zeros(max(need, 2 * store.used + extra), dtype=np.uint64))
+            # between searches the device holds nothing but the committed words: a bigger arena is a new one
+            # filled from the host (nothing computed on the device is alive at this point)
+            size = max(need, 2 * (self.dmem.size if self.dmem is not None else 0))
+            self.dmem = self._alloc(size, np.uint64)
+            self.stats["arena_allocs"] += 1
+            self.stats["arena_recopied"] += self.synced
             self.synced = 0
         if store.used > self.synced:
-            self.dmem[self.synced:store.used].copy_to_device(store.mem[self.synced:store.used])
+            self._h2d(self.dmem[self.synced:store.used], store.mem[self.synced:store.used])
+            self.stats["arena_words"] += store.used - self.synced
             self.synced = store.used
 
+    def _buffers(self, n: int, Lt: int, job_words: int):
+        g = self.g
+        cur_w = g.scratch_words(n + self.D)
+        s = self._scratch
+        if s is None or s[0].shape[1] < cur_w or s[2].shape[1] < 2 * Lt + 1:
+            cw = max(cur_w, 2 * (s[0].shape[1] if s else 0))
+            pw = max(2 * Lt + 1, 2 * (s[2].shape[1] if s else 0))
+            self._scratch = s = (self._alloc((self.workers, cw), np.uint64), self._alloc((self.workers, g.WN), np.uint64),
+                                 self._alloc((self.workers, pw), np.int64))
+        if self._job is None or self._job[1].size < job_words:
+            size = max(job_words, 2 * (self._job[1].size if self._job else 0))
+            self._job = (self._alloc(size, np.int64), np.zeros(size, dtype=np.int64))
+        return s
+
+    # -- one search ---------------------------------------------------------------------------------------------
     def search(self, store, base: int, needed: np.ndarray | None = None) -> np.ndarray:
-        g, al = self.g, self.al
+        """Viable trie nodes (node ids, ascending) from chart node ``base`` among ``needed`` (default: all)."""
+        g, al, D = self.g, self.al, self.D
+        N = al.n_nodes
+        self.stats["searches"] += 1
         if needed is None:
-            needed = np.ones(al.n_nodes, dtype=np.uint8)
-        D = al.max_depth
+            needed = np.ones(N, dtype=np.uint8)
         n = store.depth[base]
         stride = g.node_words(n + D)
-        tiers0, ps0 = store.path(base, extra=D + 1)
-        cs, ci, nt = al.child_start, al.child_ids, al.node_term
-        # BFS levels; slot words are allocated right after the arena, DFS stacks after them
-        levels_nodes = [[0]]
-        info = {0: (tiers0, ps0, store.e_off[base])}     # node -> (tier table, p table, EXPECT offset)
-        viable = [0]
-        n_bfs = 0
-        frontier = []
-        bfs_words_guess = stride * 64
-        self._mirror(store, bfs_words_guess + self.workers * MAXD * stride)
         bfs_base = store.used
-        host_e = {}
-        depth = 0
-        while levels_nodes[-1]:
-            level = levels_nodes[-1]
-            nxt = []
-            if depth >= self.bfs_depth:
-                frontier = level
-                break
-            todo = []
-            for u in level:
-                e_off = info[u][2]
-                ew = host_e.get(u)
-                if ew is None:
-                    ew = store.mem[e_off:e_off + g.WT] if e_off < store.used else self.dmem[e_off:e_off + g.WT].copy_to_host()
-                for j in range(cs[u], cs[u + 1]):
-                    v = int(ci[j])
-                    if not needed[v]:
-                        continue
-                    a = int(nt[v])
-                    if (int(ew[a >> 6]) >> (a & 63)) & 1:
-                        viable.append(v)
-                        if cs[v + 1] > cs[v]:
-                            todo.append((u, v, a))
-            if todo:
-                k = len(todo)
-                if (n_bfs + k) * stride > bfs_words_guess:
-                    bfs_words_guess = 2 * (n_bfs + k) * stride
-                    self._mirror(store, bfs_words_guess + self.workers * MAXD * stride)
-                L = tiers0.size
-                t_tab = np.zeros((k, L), dtype=np.int64)
-                p_tab = np.zeros((k, L + 1), dtype=np.int64)
-                ms = np.zeros(k, dtype=np.int64)
-                terms = np.zeros(k, dtype=np.int32)
-                outs = np.zeros((k, 3), dtype=np.int64)
-                for i, (u, v, a) in enumerate(todo):
-                    tt, pp, _ = info[u]
-                    m = n + depth
-                    slot = bfs_base + (n_bfs + i) * stride
-                    t_tab[i] = tt
-                    p_tab[i] = pp
-                    ms[i], terms[i] = m, a
-                    outs[i] = (slot, slot + g.tier_words(m), slot + g.tier_words(m) + g.WN)
-                    t2, p2 = tt.copy(), pp.copy()
-                    t2[m] = outs[i, 0]
-                    p2[m + 1] = outs[i, 1]
-                    info[v] = (t2, p2, int(outs[i, 2]))
-                    nxt.append(v)
-                Wc = g.n_nt * ((n + D + 1 + 63) // 64)
-                cur_all = cuda.device_array((k, Wc), dtype=np.uint64)
-                seeds_all = cuda.device_array((k, g.WN), dtype=np.uint64)
-                bfs_level_kernel[k, self.threads](self.dmem, cuda.to_device(terms), cuda.to_device(ms),
-                                                  cuda.to_device(t_tab), cuda.to_device(p_tab), cuda.to_device(outs),
-                                                  cur_all, seeds_all, *self.gargs)
-                n_bfs += k
-            levels_nodes.append(nxt)
-            depth += 1
-        vflags = np.zeros(al.n_nodes, dtype=np.uint8)
-        vflags[viable] = 1
-        if frontier:
-            F = len(frontier)
-            L = tiers0.size
-            t_tab = np.stack([info[u][0] for u in frontier])
-            p_tab = np.stack([info[u][1] for u in frontier])
-            fe = np.array([info[u][2] for u in frontier], dtype=np.int64)
-            fm = np.array([n + int(al.node_depth[u]) for u in frontier], dtype=np.int64)
-            scratch = bfs_base + bfs_words_guess
-            Wc = g.n_nt * ((n + D + 1 + 63) // 64)
-            wk = min(self.workers, F)
-            dv = cuda.to_device(vflags)
-            dfs_kernel[wk, self.threads](self.dmem, cuda.to_device(np.array(frontier, dtype=np.int32)),
-                                         cuda.to_device(fe), cuda.to_device(fm), cuda.to_device(t_tab),
-                                         cuda.to_device(p_tab), stride, scratch, *self.trie, cuda.to_device(needed), dv,
-                                         cuda.device_array((wk, Wc), dtype=np.uint64),
-                                         cuda.device_array((wk, g.WN), dtype=np.uint64), *self.gargs)
-            vflags = dv.copy_to_host()
-            del L
-        return np.flatnonzero(vflags).astype(np.int32)
+        dfs_base = bfs_base + self.n_slots * stride
+        self._sync_arena(store, dfs_base + self.workers * (D + 1) * stride)
+        tiers, ps = store.path(base, extra=D + 1)
+        Lt = tiers.size
+        o_p, o_need, o_flag = Lt, 2 * Lt + 1, 2 * Lt + 1 + N
+        total = o_flag + N
+        cur_all, seeds_all, paths = self._buffers(n, Lt, total)
+        djob, job = self._job
+        job[:Lt] = tiers
+        job[o_p:o_need] = ps
+        job[o_need:o_flag] = needed
+        job[o_flag:total] = 0
+        self._h2d(djob[:total], job[:total])
+        base_t, base_p, dneed, dflags = djob[:Lt], djob[o_p:o_need], djob[o_need:o_flag], djob[o_flag:total]
+        common = (self.dmem, base_t, base_p, dneed, dflags, paths, Lt, cur_all, seeds_all, self.level_ci)
+        tail = (n, store.e_off[base], bfs_base, stride, self.bfs_slot, self.node_parent, self.node_depth, self.tt, self.gt)
+        ls = self.level_start
+        for L in range(1, self.bfs_depth + 1):
+            lo, hi = int(ls[L]), int(ls[L + 1])
+            if hi > lo:
+                self._launch(bfs_level_kernel, min(self.workers, hi - lo), *common, lo, hi, *tail)
+        L = self.bfs_depth + 1
+        lo, hi = (int(ls[L]), int(ls[L + 1])) if L < ls.size - 1 else (0, 0)
+        if hi > lo:
+            self._launch(dfs_kernel, min(self.workers, hi - lo), *common, lo, hi, *tail, dfs_base, D + 1)
+        flags = self._d2h(dflags)
+        flags[0] = 1
+        self.stats["bfs_nodes_max"] = max(self.stats["bfs_nodes_max"], int(np.count_nonzero(flags[self._slotted])))
+        return np.flatnonzero(flags).astype(np.int32)

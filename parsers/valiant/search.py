@@ -3,96 +3,17 @@
 From a base chart (the committed tiers of one branch) the trie of terminal sequences is searched
 depth-first: a child node is viable iff its terminal is in EXPECT of its parent's chart; a viable node with
 children gets its own chart (one more tier, written to a per-depth slot of a stack of tiers, zero copy:
-the tiers below are shared through ``tier_offs``). The CUDA backend runs the same search split as BFS to
-``bfs_depth`` then DFS per worker (cuda_kernels.py); on the CPU one worker does all of it.
+the tiers below are shared through ``tier_offs``). The search itself is ``kernels_common.dfs``, one source
+for both backends: ``tree_search`` (one CPU thread), ``tree_search_par`` (``threads`` CPU threads) and the
+CUDA kernels (BFS to ``bfs_depth``, then one DFS per worker block; cuda_kernels.py) all call it.
+This module holds the rest: which trie nodes a search needs, and the mask assembly from viable nodes.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from .chart import extend
-
-
-@numba.njit(cache=True, nogil=True)
-def tree_search(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, child_start, child_ids, node_term, needed,
-                viable_out, stack_node, stack_ci, e_offs, cur, seeds, root_first, root_step,
-                n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first, first_term,
-                rb, ab_id, ab_start, ab_parent, za, az_id, azx):
-    """Write the viable trie nodes (the root included) to ``viable_out``; returns how many. Only nodes
-    flagged in ``needed`` are visited (those some token of this base refers to, and their ancestors).
-
-    Only the root's children ``root_first, root_first + root_step, ...`` (child indices) are searched: one
-    worker of ``tree_search_par`` takes every ``root_step``-th subtree; ``(child_start[0], 1)`` is all of them.
-    Writes only ``viable_out``, the stacks, ``cur``, ``seeds``, ``tier_offs[n:]``, ``p_offs[n+1:]`` and
-    ``mem[scratch_off : scratch_off + stride * depth]``, so workers with their own copies run concurrently."""
-    one = np.uint64(1)
-    cnt = 0
-    viable_out[cnt] = 0
-    cnt += 1
-    d = 0
-    stack_node[0] = 0
-    stack_ci[0] = root_first
-    e_offs[0] = base_e
-    while d >= 0:
-        u = stack_node[d]
-        ci = stack_ci[d]
-        if ci >= child_start[u + 1]:
-            d -= 1
-            continue
-        stack_ci[d] = ci + (root_step if d == 0 else 1)
-        v = child_ids[ci]
-        if not needed[v]:
-            continue
-        a = node_term[v]
-        if (mem[e_offs[d] + (a >> 6)] >> np.uint64(a & 63)) & one:
-            viable_out[cnt] = v
-            cnt += 1
-            if child_start[v + 1] > child_start[v]:
-                m = n + d          # index of the new tier (terminal a)
-                slot = scratch_off + d * stride
-                t_off = slot
-                p_off = slot + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64
-                e_off = p_off + WN
-                extend(mem, tier_offs, p_offs, m, a, t_off, p_off, e_off, cur, seeds,
-                       n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first,
-                       first_term, rb, ab_id, ab_start, ab_parent, za, az_id, azx)
-                tier_offs[m] = t_off
-                p_offs[m + 1] = p_off
-                d += 1
-                stack_node[d] = v
-                stack_ci[d] = child_start[v]
-                e_offs[d] = e_off
-    return cnt
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def tree_search_par(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, depth, child_start, child_ids, node_term,
-                    needed, viable_out, counts, stack_node, stack_ci, e_offs, cur, seeds,
-                    n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first, first_term,
-                    rb, ab_id, ab_start, ab_parent, za, az_id, azx):
-    """``tree_search`` split over ``W = viable_out.shape[0]`` threads (numba ``prange``): worker w searches
-    the root's children w, w + W, ... with its own row of every per-worker array and its own scratch region
-    ``scratch_off + w * stride * depth``. Chart tiers below the base are shared and only read. Returns the
-    viable nodes (root first, then each worker's, in worker order)."""
-    W = viable_out.shape[0]
-    for w in numba.prange(W):
-        counts[w] = tree_search(mem, tier_offs[w], p_offs[w], n, base_e, scratch_off + w * stride * depth, stride,
-                                child_start, child_ids, node_term, needed, viable_out[w], stack_node[w], stack_ci[w],
-                                e_offs[w], cur[w], seeds[w], child_start[0] + w, W,
-                                n_nt, n_left, WN, WT, start, rule_lstart, rule_parent, rule_right, term_nts, first,
-                                first_term, rb, ab_id, ab_start, ab_parent, za, az_id, azx)
-    total = 1
-    for w in range(W):
-        total += counts[w] - 1
-    out = np.empty(total, dtype=np.int32)
-    out[0] = 0
-    k = 1
-    for w in range(W):
-        for i in range(1, counts[w]):
-            out[k] = viable_out[w, i]
-            k += 1
-    return out
+from .kernels_common import tree_search, tree_search_par  # noqa: F401  (re-exported)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

@@ -1,0 +1,180 @@
+"""Compile every CUDA kernel of the project for real GPUs, with no GPU, and report their resources.
+
+    python -m gcdbench.experiments.ptx_report [--cc 80 90] [--out results/ptx.json]
+
+Each kernel is compiled to PTX by numba-cuda's real CUDA target (NVVM, from the ``nvidia-nvvm`` wheel) for the
+argument types of its real launches (read from a dry run of ``CudaSearch``, which records launches instead of
+running them). With ``nvidia-nvjitlink`` installed, the PTX is also assembled to SASS and ptxas's report is kept:
+registers per thread, stack frame (local memory) bytes, spill stores and loads. One record per kernel and
+compute capability; a kernel that fails to compile makes the command exit non-zero.
+
+No GPU is needed: typing a kernel that calls device functions asks the current device for its compute capability,
+so for the duration of the compile that query answers the capability being compiled for.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numba
+
+
+@contextlib.contextmanager
+def compute_capability(cc: tuple[int, int]):
+    """Answer numba-cuda's 'current device' queries with ``cc`` (there is no device)."""
+    import numba.cuda.dispatcher as disp
+
+    class _Device:
+        compute_capability = cc
+
+    saved = disp.get_current_device
+    disp.get_current_device = lambda: _Device()
+    try:
+        yield
+    finally:
+        disp.get_current_device = saved
+
+
+def launch_signatures() -> dict:
+    """kernel name -> (dispatcher, argument types) of a real launch, from dry runs of ``CudaSearch`` on the Spider
+    grammar (types depend on dtypes and ranks only, not on the grammar)."""
+    import numpy as np
+
+    from gcdbench.datasets.base import load_grammar
+    from gcdbench.parsers.tokenizers import byte_level
+    from gcdbench.parsers.valiant import cuda_kernels as ck
+    from gcdbench.parsers.valiant.engine import ChartStore, build
+
+    comp = build(load_grammar("spider"), byte_level())
+    out = {}
+    for bfs_depth in (1, 0):
+        cs = ck.CudaSearch(comp, workers=2, bfs_depth=bfs_depth, threads=ck.THREADS, dry=True)
+        store = ChartStore(comp.grammar)
+        cs.search(store, 0)
+        for kernel, args in cs.launched:
+            name = next(k for k, v in ck.KERNELS.items() if v is kernel)
+            out.setdefault(name, (kernel, tuple(numba.typeof(a) for a in args)))
+    # step_kernel: one chart step, as the tests launch it
+    g = comp.grammar
+    store = ChartStore(g)
+    tiers, ps = store.path(0, extra=1)
+    w = np.zeros(4, np.uint64)
+    step_args = (store.mem, tiers, ps, 0, 0, 0, 0, 0, w, w, g.dev, np.zeros(1, np.int64))
+    out["step_kernel"] = (ck.step_kernel, tuple(numba.typeof(a) for a in step_args))
+    missing = set(ck.KERNELS) - set(out)
+    if missing:
+        raise RuntimeError(f"no dry launch reached kernels {sorted(missing)}")
+    return out
+
+
+def _nvjitlink_report(ptx: str, cc: tuple[int, int]) -> dict | None:
+    """ptxas's resource report for the kernel in ``ptx`` (nvJitLink, -verbose), or None without nvJitLink."""
+    try:
+        from cuda.bindings import nvjitlink as nj
+
+        h = nj.create(2, [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"])
+    except Exception:      # no libnvJitLink (wheel nvidia-nvjitlink) on this machine
+        return None
+    try:
+        data = ptx.encode()
+        nj.add_data(h, nj.InputType.PTX, data, len(data), "kernel.ptx")
+        nj.complete(h)
+        size = nj.get_info_log_size(h)
+        buf = bytearray(size)
+        nj.get_info_log(h, buf)
+        log = buf.decode(errors="replace").rstrip("\x00")
+    finally:
+        nj.destroy(h)
+
+    def num(pattern):
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else None
+
+    return {
+        "registers": num(r"ptxas info\s*: Used (\d+) registers"),
+        "stack_frame_bytes": num(r"(\d+) bytes stack frame"),
+        "spill_stores_bytes": num(r"(\d+) bytes spill stores"),
+        "spill_loads_bytes": num(r"(\d+) bytes spill loads"),
+        "shared_bytes": num(r"(\d+) bytes smem"),
+        "local_memory_bytes": num(r"(\d+) bytes lmem"),
+        "barriers": num(r"used (\d+) barriers"),
+        "ptxas_log": log.strip(),
+    }
+
+
+def _ptx_local_depot(ptx: str) -> int:
+    """Bytes of the per-thread local arrays the PTX declares (before ptxas places them)."""
+    return sum(int(m) for m in re.findall(r"__local_depot\d+\[(\d+)\]", ptx))
+
+
+def compile_all(ccs) -> list[dict]:
+    from numba.cuda import compile_ptx
+
+    sigs = launch_signatures()
+    records = []
+    for cc in ccs:
+        for name, (kernel, argtypes) in sorted(sigs.items()):
+            t0 = time.perf_counter()
+            with compute_capability(cc):
+                ptx, _ = compile_ptx(kernel.py_func, argtypes, cc=cc)
+            rec = {"kernel": name, "cc": f"sm_{cc[0]}{cc[1]}", "compile_s": round(time.perf_counter() - t0, 2),
+                   "ptx_bytes": len(ptx), "ptx_local_depot_bytes": _ptx_local_depot(ptx),
+                   "args": len(argtypes)}
+            rep = _nvjitlink_report(ptx, cc)
+            rec["toolchain"] = "nvvm+nvjitlink" if rep else "nvvm"
+            rec.update(rep or {"registers": None, "stack_frame_bytes": None, "spill_stores_bytes": None,
+                               "spill_loads_bytes": None, "local_memory_bytes": None})
+            records.append(rec)
+            print(json.dumps({k: v for k, v in rec.items() if k != "ptxas_log"}), flush=True)
+    return records
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for p in ("numba", "numba-cuda", "nvidia-nvvm", "nvidia-cuda-nvrtc", "nvidia-nvjitlink", "cuda-bindings"):
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cc", nargs="+", default=["80", "90"], help="compute capabilities, e.g. 80 90")
+    ap.add_argument("--out", default="results/ptx.json")
+    args = ap.parse_args(argv)
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        print("error: NUMBA_ENABLE_CUDASIM is set; the simulator compiles nothing. Unset it.", file=sys.stderr)
+        return 2
+    ccs = [(int(c[:-1]), int(c[-1])) for c in args.cc]
+    try:
+        records = compile_all(ccs)
+    except Exception as err:    # the toolchain is missing, or a kernel no longer compiles
+        hint = ""
+        if "NVVM" in str(err) or "nvvm" in str(err).lower():
+            hint = ("\nhint: the CUDA compiler comes from PyPI: pip install -e '.[test]' "
+                    "(nvidia-nvvm, nvidia-cuda-nvrtc, nvidia-nvjitlink)")
+        print(f"error: {type(err).__name__}: {err}{hint}", file=sys.stderr)
+        return 1
+    from gcdbench.experiments.benchfile import write_bench
+
+    path = write_bench(args.out, records)
+    doc = json.loads(path.read_text())
+    doc["toolchain"] = versions()
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""The GPU agenda (``experiments/gpu_agenda.sh``) runs end to end as a dry run on numba's CUDA simulator (tiny SQL
+grammar, byte vocabulary, two samples): tests, Table 1 rows (CUDA and CPU), the workers sweep and the summary
+with its figure; a second call resumes (every finished phase is skipped)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_agenda_dry_run(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": os.environ.get("PYTHON", __import__("sys").executable)}
+    r = subprocess.run(["bash", "experiments/gpu_agenda.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    times = [ln.split("\t") for ln in (tmp_path / "agenda_times.tsv").read_text().splitlines()]
+    assert [t[0] for t in times] == ["setup", "tests", "table", "cpu", "sweep", "summary"] and all(t[1] == "0" for t in times)
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    methods = [row["Method"] for row in doc["table1"]]
+    assert any(m.startswith("valiant cuda, 32 workers (simulator)") for m in methods)
+    assert any(m.startswith("valiant cpu") for m in methods)
+    assert sorted(s["workers"] for s in doc["sweep"]) == [1, 4, 32]
+    assert doc["ratios"] and doc["ratios"][0]["cuda_pass"] == "2/2"
+    audit = doc["ratios"][0]["cuda_audit"].split("/")
+    assert audit[0] == audit[1] != "0"            # every audited CUDA mask equals the reference's
+    assert "figures/mask_vs_workers.png" in doc["figures"]
+    again = subprocess.run(["bash", "experiments/gpu_agenda.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0 and again.stdout.count("done before") == 5, again.stdout[-2000:]

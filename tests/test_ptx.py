@@ -1,0 +1,34 @@
+"""Every CUDA kernel of the project compiles for real GPUs (sm_80 and sm_90) with numba-cuda's CUDA target, on a
+machine without a GPU (the compiler comes from the ``nvidia-nvvm`` / ``nvidia-cuda-nvrtc`` / ``nvidia-nvjitlink``
+wheels of the ``test`` extra). The report (registers, local memory per kernel) must be well formed; its numbers
+are recorded, not asserted (``results/ptx.json`` is this command's output)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90(tmp_path):
+    from gcdbench.parsers.valiant.cuda_kernels import KERNELS
+
+    out = tmp_path / "ptx.json"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-m", "gcdbench.experiments.ptx_report", "--cc", "80", "90", "--out", str(out)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    doc = json.loads(out.read_text())
+    recs = {(x["kernel"], x["cc"]): x for x in doc["records"]}
+    assert set(recs) == {(k, cc) for k in KERNELS for cc in ("sm_80", "sm_90")}
+    for rec in recs.values():
+        assert rec["ptx_bytes"] > 1000 and rec["ptx_local_depot_bytes"] >= 0
+        if rec["toolchain"] == "nvvm+nvjitlink":    # ptxas's own report, read through nvJitLink
+            assert rec["registers"] > 0 and rec["stack_frame_bytes"] >= 0 and rec["spill_stores_bytes"] >= 0
+    assert doc["toolchain"]["nvidia-nvvm"], "the NVVM wheel is what compiled the kernels"
