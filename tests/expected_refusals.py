@@ -15,6 +15,7 @@ from gcdbench.parsers.base import CompileError
 EXPECTED_REFUSALS: dict[tuple[str, str], str] = {
     ("psc", "ambiguous"): "not LALR(1)",            # PSC takes LALR(1) grammars only
     ("pre3", "ambiguous"): "not LALR(1)",           # so does Pre³ (its DPDA comes from the LALR(1) automaton)
+    ("llamacpp", "ambiguous"): "left recursion",    # llama.cpp's GBNF sampler refuses left-recursive rules
 }
 
 

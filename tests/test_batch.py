@@ -99,11 +99,32 @@ def test_batch_masks_equal_single_mode_at_every_step(name, case, bytes_tokenizer
             assert np.array_equal(a, b), f"{name} on {case}: sample {k} step {step}: batch row != single mask"
 
 
+@pytest.mark.parametrize("name", sorted(n for n in ENGINES if engine_class(n).threads_option))
+def test_threaded_batch_path_equals_single_mode(name, bytes_tokenizer):
+    """With 2 threads (the engine's thread option) the batch rows are still the single-mode masks."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba sees one core: 2 threads cannot be set")
+    text, samples = CASES["tiny_sql"]
+    grammar = GrammarSpec("tiny_sql", text)
+    tok = bytes_tokenizer
+    single = engine_class(name)()
+    single.compile(grammar, tok)
+    want = _single_masks(single, tok, samples)
+    cls = engine_class(name)
+    batch = cls(**{cls.threads_option: 2})
+    batch.compile(grammar, tok)
+    got = _batch_masks(batch, None, tok, samples, B=4)
+    assert all(np.array_equal(a, b) for w, g in zip(want, got) for a, b in zip(w, g)), name
+    batch.close()
+
+
 def test_forks_share_the_compiled_grammar_and_own_their_state(bytes_tokenizer):
     """A fork starts at the empty prefix, whatever its parent's position, and moving it leaves the parent alone."""
     tok = bytes_tokenizer
     text, samples = CASES["tiny_sql"]
-    for name in ("xgrammar", "llguidance", "psc", "glrmask", "reference"):
+    for name in ("xgrammar", "llguidance", "psc", "glrmask", "reference", "valiant", "cfgzip"):
         e = engine_class(name)()
         e.compile(GrammarSpec("tiny_sql", text), tok)
         ids = tok.encode(samples[0])
@@ -127,7 +148,7 @@ def test_forks_share_the_compiled_grammar_and_own_their_state(bytes_tokenizer):
 
 def test_fill_masks_refuses_sequences_of_another_grammar(bytes_tokenizer):
     tok = bytes_tokenizer
-    for name in ("xgrammar", "llguidance", "psc"):
+    for name in ("xgrammar", "llguidance", "psc", "valiant"):
         a, b = engine_class(name)(), engine_class(name)()
         a.compile(GrammarSpec("tiny_sql", CASES["tiny_sql"][0]), tok)
         b.compile(GrammarSpec("words", 'start: WORD ("-" WORD)* "."\nWORD: /[a-z]+/\n'), tok)

@@ -32,6 +32,8 @@ PROFILES = {
     "cfgzip": Profile(),
     "cfgzip_fixed": Profile(),
     "pre3": Profile(lexing="standard"),   # front_end auto, before compile (it may pick bytes: then Profile())
+    "valiant_cuda": Profile(),
+    "pre3_cuda": Profile(lexing="standard"),
 }
 COMPLEXITY = {   # engine -> (unambiguous grammar, highly ambiguous grammar)
     "xgrammar": ("?", "?"), "llguidance": ("O(n)", "O(n^3)"), "glrmask": ("O(n^3)", "O(n^3)"),
