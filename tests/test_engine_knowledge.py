@@ -34,10 +34,14 @@ PROFILES = {
     "pre3": Profile(lexing="standard"),   # front_end auto, before compile (it may pick bytes: then Profile())
     "valiant_cuda": Profile(),
     "pre3_cuda": Profile(lexing="standard"),
+    "kbnf": Profile(),
+    "llamacpp": Profile(),
+    "syncode": Profile(lexing="standard", leading_ignore=True, case_fold="ascii"),
 }
 COMPLEXITY = {   # engine -> (unambiguous grammar, highly ambiguous grammar)
     "xgrammar": ("?", "?"), "llguidance": ("O(n)", "O(n^3)"), "glrmask": ("O(n^3)", "O(n^3)"),
     "psc": ("O(n)", "O(n)"), "valiant": ("O(n^3)", "O(n^3)"), "cfgzip": ("?", "?"), "pre3": ("O(n)", "O(n)"),
+    "kbnf": ("O(n^3)", "O(n^3)"), "llamacpp": ("O(n)", "O(exp n)"), "syncode": ("O(n)", "O(n)"),
 }
 
 
@@ -92,6 +96,7 @@ ENGINE_WORDS = re.compile(r"\b(" + "|".join(n for n in ENGINES if n != "referenc
 PENDING = {
     "experiments/audit.py": "known_differences() picks causes by engine name (the audit rewrite around profiles)",
     "experiments/bench_valiant.py": "an engine's own benchmark; belongs beside it (parsers/valiant/)",
+    "experiments/gpu_agenda.py": "Valiant's own GPU agenda summary (issue 13); belongs beside it (parsers/valiant/)",
 }
 SCANNED = sorted({*(p.relative_to(REPO).as_posix() for p in (REPO / "experiments").glob("*.py")),
                   "parsers/tokenizers.py", "parsers/hf_tokenizer.py"})

@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from gcdbench.parsers.valiant.kernels_common import variant
+from gcdbench.parsers.targets import variant
 
 SHIFT, ACCEPT, TO_R = 0, 1, 2   # edge kinds (dpda.py)
 OK, REJECT, ACCEPTED, BROKEN = 0, -1, 1, -2   # results of feed
