@@ -834,8 +834,8 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
 def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids, version, progress,
                   batch: dict | None = None):
     """(worker, None) once compiled and warmed up, or (None, failure) -- recorded in the session either way.
-    Batch mode (``batch``): the sequences are made and the warm-up runs through the batch path (its own time
-    budget); the wait for it also allows ``compile_timeout_s`` for an engine whose sequences are compiled copies."""
+    Batch mode (``batch``): the sequences are made within the compile's wait (``compile_timeout_s``; an engine
+    without ``fork()`` compiles copies), and the warm-up runs through the batch path (its own time budget)."""
     limits = cfg.limits
     mem = float(limits.memory_mb)
     while True:
@@ -852,7 +852,7 @@ def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, war
             return None, failure
         init = {**ev.value[1], "session": session["id"]}
         progress.set_postfix_str("warm-up sample" if warm_ids is not None else "")
-        ev = worker.wait(float(limits.sample_timeout_s) + (float(limits.compile_timeout_s) if batch else 0.0), mem)
+        ev = worker.wait(float(limits.sample_timeout_s), mem)
         progress.set_postfix_str("")
         if ev.kind == "message" and ev.value[0] == "ready":
             init.update(ev.value[1])

@@ -342,8 +342,10 @@ class _Progress(logging.Handler):
             pass
 
 
-def _compile(chan, engine_name, engine_opts, grammar, tokenizer_name):
-    """(engine, tokenizer) after sending ("compiled", info), or None after sending ("compile_error", ...)."""
+def _compile(chan, engine_name, engine_opts, grammar, tokenizer_name, prepare=None):
+    """(engine, tokenizer) after sending ("compiled", info), or None after sending ("compile_error", ...).
+    ``prepare(engine, tokenizer) -> dict`` (batch mode: the sequences) runs after the timed compile, before
+    ``compiled``; what it returns joins the info, and an exception in it is a compile failure of kind ``crash``."""
     from gcdbench.parsers.base import CompileTimeout
     from gcdbench.parsers.registry import create_engine
     from gcdbench.parsers.tokenizers import load_tokenizer
@@ -370,8 +372,16 @@ def _compile(chan, engine_name, engine_opts, grammar, tokenizer_name):
         return None
     finally:
         log.removeHandler(handler)
+    extra = {}
+    if prepare is not None:
+        try:
+            extra = prepare(engine, tokenizer)
+        except Exception:   # noqa: BLE001 - e.g. an engine's fork() that raises: the batch cannot run
+            chan.send(("compile_error", {"message": "the engine compiled, but making the batch's sequences failed:\n"
+                                         + traceback.format_exc(limit=8), "kind": "crash"}))
+            return None
     chan.send(("compiled", {"init_s": init_s, "version": engine.version(), "engine_info": engine.info(),
-                            "peak_rss_compile_mb": peak_rss_mb()}))
+                            "peak_rss_compile_mb": peak_rss_mb(), **extra}))
     return engine, tokenizer
 
 
@@ -664,22 +674,26 @@ def _serve_batch(chan, engine_name, engine_opts, grammar, tokenizer_name, warmup
     log = StepLog(log_path, width=len(BATCH_STEP_FIELDS))
     journal = SlotJournal(batch["journal"])
     chan.send(("attached",))
-    got = _compile(chan, engine_name, engine_opts, grammar, tokenizer_name)
+    seqs: list = []
+
+    def prepare(engine, tokenizer) -> dict:
+        def copy():
+            e = create_engine(engine_name, **engine_opts)
+            e.compile(grammar, tokenizer)
+            return e
+
+        t0 = time.perf_counter()
+        made, how = make_sequences(engine, int(batch["size"]), copy)
+        seqs.extend(made)
+        return {"batch_size": len(made), "sequences": how, "sequences_s": time.perf_counter() - t0}
+
+    got = _compile(chan, engine_name, engine_opts, grammar, tokenizer_name, prepare)
     if got is None:
         return
     engine, tokenizer = got
-
-    def copy():
-        e = create_engine(engine_name, **engine_opts)
-        e.compile(grammar, tokenizer)
-        return e
-
-    t0 = time.perf_counter()
-    seqs, how = make_sequences(engine, int(batch["size"]), copy)
-    made = {"batch_size": len(seqs), "sequences": how, "sequences_s": time.perf_counter() - t0}
     warm = _batch_warm_up(engine, seqs, tokenizer, warmup_ids, float(batch["warmup_budget_s"])) \
         if warmup_ids is not None else {}
-    chan.send(("ready", {**made, **warm}))
+    chan.send(("ready", warm))
     while True:
         msg = chan.recv()
         if msg[0] == "stop":

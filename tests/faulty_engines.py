@@ -166,3 +166,10 @@ class ColdEngine(ReferenceEngine):
             self._warmed = True
             time.sleep(0.3)
         return super().fill_mask(out)
+
+
+class ForkRaiseEngine(ReferenceEngine):
+    """Its fork() raises (batch mode cannot make its sequences)."""
+
+    def fork(self):
+        raise TypeError("deliberate failure in fork")

@@ -120,6 +120,55 @@ def test_threaded_batch_path_equals_single_mode(name, bytes_tokenizer):
     batch.close()
 
 
+VALIANT_CUDA_BATCH = """
+import numpy as np
+from gcdbench.parsers.base import GrammarSpec, allocate_mask
+from gcdbench.parsers.registry import create_engine
+from gcdbench.parsers.tokenizers import byte_level
+tok = byte_level()
+g = GrammarSpec("words", 'start: WORD ("-" WORD)* "."\\nWORD: /[a-z]+/\\n')
+texts = ["ab-c.", "x.", "abc-de-f."]
+cpu = create_engine("valiant", cache=False); cpu.compile(g, tok)
+gpu = create_engine("valiant", backend="cuda", workers=2, cache=False); gpu.compile(g, tok)
+seqs = [gpu] + [gpu.fork() for _ in texts[1:]]
+assert all(s.backend is not gpu.backend and s.backend.gt is gpu.backend.gt for s in seqs[1:])
+streams = [tok.encode(t) + [tok.eos_id] for t in texts]
+out = np.zeros((3, (tok.vocab_size + 31) // 32), np.int32)
+n = 0
+for step in range(max(map(len, streams))):
+    live = [i for i in range(3) if step < len(streams[i])]
+    gpu.fill_masks([seqs[i] for i in live], out[:len(live)])
+    for j, i in enumerate(live):
+        cpu.reset()
+        for t in streams[i][:step]:
+            assert cpu.commit(t)
+        m = allocate_mask(tok.vocab_size)
+        cpu.fill_mask(m)
+        assert np.array_equal(m, out[j]), (i, step)
+        n += 1
+    for i in live:
+        if streams[i][step] != tok.eos_id:
+            assert seqs[i].commit(streams[i][step])
+print("masks", n, "launches", [s.backend.stats["launches"] for s in seqs])
+"""
+
+
+def test_valiant_cuda_forks_in_the_simulator_equal_the_cpu():
+    """Valiant's CUDA backend in batch mode (numba's CUDA simulator, in a child process: it must be switched on
+    before numba.cuda starts): each fork searches with its own device arena over the shared device tables, and
+    every row equals the CPU backend's single-mode mask."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    r = subprocess.run([sys.executable, "-c", VALIANT_CUDA_BATCH], env=env, cwd=REPO, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    masks, launches = r.stdout.split("launches")
+    assert int(masks.split()[-1]) == 19 and all(int(x) > 0 for x in launches.strip(" []\n").split(","))
+
+
 def test_forks_share_the_compiled_grammar_and_own_their_state(bytes_tokenizer):
     """A fork starts at the empty prefix, whatever its parent's position, and moving it leaves the parent alone."""
     tok = bytes_tokenizer
@@ -339,3 +388,17 @@ def test_report_has_a_batch_section_and_keeps_batch_cells_out_of_table1(tmp_path
     assert (tmp_path / "report" / "figures" / "batch_bytes.png").exists()
     cells = pd.read_csv(tmp_path / "report" / "cells.csv")
     assert set(cells["config"]) == {"reference"}
+
+
+def test_a_fork_that_fails_is_a_typed_compile_error(tmp_path, letters):
+    """An engine whose fork() raises cannot run a batch: every sample is 'compile_error' (kind crash), saying so."""
+    cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:ForkRaiseEngine", *letters,
+                   "batch.size=2")
+    out = run(cfg)
+    assert set(outcomes(out).values()) == {"compile_error"}
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["compile_error_kind"] == "crash" and "making the batch's sequences failed" in meta["compile_error"]
+    assert "deliberate failure in fork" in meta["compile_error"]
+    # single mode never forks: the same engine runs
+    assert set(outcomes(run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:ForkRaiseEngine",
+                                     *letters, "audit.per_sample=0"))).values()) == {"ok"}

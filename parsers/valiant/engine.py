@@ -413,6 +413,15 @@ class ValiantEngine(Engine):
         other.opts = dict(self.opts)
         other._flags = np.zeros_like(self._flags)
         other._pool = None
+        if self.backend is not None:
+            # the device tables are shared; the device arena mirrors one chart store, so each sequence gets its own
+            # (sharing one would re-copy a whole chart whenever the searched sequence changes)
+            import copy
+
+            b = other.backend = copy.copy(self.backend)
+            b.dmem, b.synced, b._store = None, 0, None
+            b.stats = dict.fromkeys(self.backend.stats, 0)
+            b.launched = []
         other.reset()
         return other
 
