@@ -309,7 +309,8 @@ def cell_summary(run_dir: Path) -> str:
     """The line the runner prints when a cell ends: outcomes, init, TTFM, mask-time percentiles, audit,
     provenance warnings; a compile error in full (first 2,000 characters)."""
     c = cell_stats(Path(run_dir))
-    head = f"{c['config']} on {c['dataset']} ({c['tokenizer']})"
+    head = f"{c['config']} on {c['dataset']} ({c['tokenizer']})" + (f" batch {c['batch_size']}" if c.get("batch_size")
+                                                                    else "")
     if c.get("compile_error") and not c.get("mask_n"):
         kind = f" [{c['compile_error_kind']}]" if c.get("compile_error_kind") else ""
         return f"{head}: compile error{kind}: {c['compile_error']}"
@@ -318,7 +319,18 @@ def cell_summary(run_dir: Path) -> str:
             f"TTFM {_fmt_s(c.get('ttfm_s'))}, per-mask mean {_fmt_us(c.get('mask_mean_us'))} µs "
             f"(p50 {_fmt_us(c.get('mask_p50_us'))}, p99 {_fmt_us(c.get('mask_p99_us'))}, "
             f"p99.9 {_fmt_us(c.get('mask_p999_us'))}, max {_fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks); "
-            f"{_audit_text(c)}  [{c.get('outcomes', '')}]{prov}")
+            f"{_audit_text(c)}  [{c.get('outcomes', '')}]{prov}{_batch_text(Path(run_dir), c)}")
+
+
+def _batch_text(run_dir: Path, c: dict) -> str:
+    """A batch cell's part of its summary line: B, threads, steps, step latency and per-sequence cost."""
+    if not c.get("batch_size"):
+        return ""
+    b = batch_stats(run_dir)
+    if not b.get("batch_steps"):
+        return "; no batch step"
+    return (f"; {b.get('threads')} thread(s), {b['batch_steps']} batch steps ({b['full_steps']} full), "
+            f"step p50 {_fmt_us(b['step_p50_us'])} µs, per sequence {_fmt_us(b['per_seq_us'])} µs")
 
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = ()) -> str:
@@ -520,7 +532,9 @@ def batch_table(bcells: pd.DataFrame) -> pd.DataFrame:
             "step p99 µs": _fmt_us(_get(c, "step_p99_us")),
             "per-seq µs": _fmt_us(per),
             "gain vs B=1": f"{b1 / per:.2f}×" if b1 and per else "–",
-            "outcomes": f"× {err.splitlines()[0][:80]}" if err and not _get(c, "batch_steps") else (c.get("outcomes") or ""),
+            "outcomes": (f"× {err.splitlines()[0][:80]}" if err and not _get(c, "batch_steps") else
+                         (c.get("outcomes") or "")) + (f"; {int(c['fallback_steps'])} steps on the single path "
+                                                      "(the batch call raised)" if _get(c, "fallback_steps") else ""),
             "audit (agree, batch = single)": audit,
         })
     return pd.DataFrame(rows)

@@ -936,8 +936,10 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
             ev, in_flight, steps = worker.run_batch(work, float(limits.sample_timeout_s),
                                                     max(1.0, run_deadline - time.monotonic()), mem, on_seq)
             cell.write_batch_steps(session, run_no, steps)
+            done = ev.kind == "message" and ev.value[0] == "batch_done"
             session.setdefault("batch_runs", []).append({"run": run_no, "batch_steps": len(steps),
-                                                         "ended": ev.kind if ev.kind != "message" else ev.value[0]})
+                                                         "ended": ev.value[0] if ev.kind == "message" else ev.kind,
+                                                         **(ev.value[1] if done else {})})
             if not (ev.kind == "message" and ev.value[0] == "batch_done"):
                 if ev.kind == "timeout" and ev.value == "run":
                     kind, msg = Outcome.TIMEOUT, (f"the worker was still running {limits.sample_timeout_s:g} s after "

@@ -510,6 +510,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
     nxt = 0
     reset = reset_peak_rss()
     batch_step = 0
+    fallbacks, first_error = 0, None
 
     def finish(i: int, outcome: Outcome, message: str) -> None:
         q = slots[i]
@@ -524,12 +525,15 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
     def refill() -> None:
         nonlocal nxt
         for i in range(B):
-            if slots[i] is None and nxt < len(work) and time.perf_counter() < deadline:
+            while slots[i] is None and nxt < len(work) and time.perf_counter() < deadline:
                 sid, ids, audit = work[nxt]
-                seqs[i].reset()
                 journal.begin(i, nxt)
                 slots[i] = _Seq(nxt, sid, ids, audit, eos)
                 nxt += 1
+                try:
+                    seqs[i].reset()
+                except Exception as err:   # noqa: BLE001 - that sequence's crash; the slot takes the next sample
+                    finish(i, Outcome.CRASH, f"reset: {type(err).__name__}: {err}")
 
     refill()
     while True:
@@ -544,8 +548,10 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
             t0 = perf()
             engine.fill_masks([seqs[i] for i in live], rows)
             t1 = perf()
-        except Exception:   # noqa: BLE001 - which sequence failed: each one's own fill_mask says
+        except Exception as err:   # noqa: BLE001 - which sequence failed: each one's own fill_mask says
             fallback = 1
+            fallbacks += 1
+            first_error = first_error or f"batch step {batch_step}: {type(err).__name__}: {err}"[:2000]
             t0 = perf()
             for j, i in enumerate(live):
                 try:
@@ -616,7 +622,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 finish(i, Outcome.TIMEOUT, f"no result within {sample_timeout_s:g} s (limits.sample_timeout_s; "
                                            f"batch mode: the sequence's time in the batch), at step {q.pos}")
         refill()
-    return {"started": nxt, "batch_steps": batch_step}
+    return {"started": nxt, "batch_steps": batch_step, "fallback_steps": fallbacks, "first_batch_error": first_error}
 
 
 def main() -> None:
