@@ -239,6 +239,7 @@ def outcomes(out: Path) -> dict:
     return dict(zip(df["sample_id"], df["outcome"]))
 
 
+@pytest.mark.slow
 def test_batch_run_records_steps_and_matches_single_mode(tmp_path):
     data = ["dataset=custom", f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}",
             f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}", "engine=xgrammar", "audit.per_sample=3"]
@@ -298,7 +299,8 @@ def test_one_failing_sequence_is_recorded_and_the_others_finish(tmp_path, letter
 
 @pytest.mark.parametrize("cls,expected,timeout,message", [
     ("ExitEngine", "crash", 60, "worker died (exit code 3)"),
-    ("HangEngine", "timeout", 2.5, "no batch step finished within 2.5 s (limits.sample_timeout_s)"),
+    pytest.param("HangEngine", "timeout", 2.5, "no batch step finished within 2.5 s (limits.sample_timeout_s)",
+                 marks=pytest.mark.slow),
 ])
 def test_a_dying_worker_ends_the_sequences_in_flight_and_the_rest_run(tmp_path, letters, cls, expected, timeout,
                                                                       message):
@@ -370,6 +372,7 @@ def test_an_option_added_later_at_its_default_is_the_same_cell():
     assert _identity_diff(old, changed, {"step_max_items": None, "threads": 1}) == ["engine_options: threads=None -> 2"]
 
 
+@pytest.mark.slow
 def test_report_has_a_batch_section_and_keeps_batch_cells_out_of_table1(tmp_path, letters):
     from gcdbench.experiments.report import write_report
 
