@@ -44,6 +44,20 @@ def read_text(path: str | Path, what: str = "file") -> str:
 class Sample:
     id: str
     text: str
+    #: a fixed token sequence (sampled decoding, ``datasets/sampled.py``) instead of the tokenizer's encoding of
+    #: ``text``, and the tokenizer it belongs to
+    token_ids: tuple[int, ...] | None = None
+    tokenizer: str | None = None
+
+    def ids(self, tokenizer) -> list[int]:
+        """The token ids the runner teacher-forces: the stored sequence if there is one, else ``encode(text)``."""
+        if self.token_ids is None:
+            return tokenizer.encode(self.text)
+        if self.tokenizer != tokenizer.name:
+            raise ValueError(f"sample {self.id!r} is a token sequence of tokenizer {self.tokenizer!r}, not "
+                             f"{tokenizer.name!r}: run it with tokenizer={self.tokenizer}, or generate sequences "
+                             f"for {tokenizer.name} (python -m gcdbench.datasets.sampled --help)")
+        return list(self.token_ids)
 
 
 @dataclass

@@ -10,8 +10,14 @@ from gcdbench.parsers.base import GrammarSpec
 DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
     "spider": ("split",), "spider_spop": ("split",), "treebank": (), "sample": (), "sample_pos": (),
     "custom": ("grammar", "samples", "start"),
+    # the grammar suite beyond Table 1 (datasets/suite.py) and the sampled (off-gold) replays (datasets/sampled.py)
+    "json": ("max_tokens", "min_tokens", "per_file"), "lark": ("max_tokens",),
+    **{f"ambiguous_{k}": ("lengths",) for k in ("binary", "ternary", "expr", "concat", "right")},
+    "sampled": ("source", "tokenizer", "file"),
 }
 DATASETS = tuple(DATASET_OPTIONS)
+SUITE_DATASETS = ("json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
+                  "ambiguous_right")
 
 
 def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
@@ -52,6 +58,14 @@ def _load(dcfg, data_root, n, seed) -> Dataset:
         from gcdbench.datasets.sample import load_sample_pos
 
         ds = load_sample_pos(n=n, seed=seed)
+    elif name in SUITE_DATASETS:
+        from gcdbench.datasets.suite import load_suite_dataset
+
+        ds = load_suite_dataset(name, dcfg, n=n, seed=seed)
+    elif name == "sampled":
+        from gcdbench.datasets.sampled import load_sampled
+
+        ds = load_sampled(dcfg, data_root, n=n, seed=seed)
     else:
         ds = load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
     return ds

@@ -380,6 +380,8 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
     ]
     for root in also:
         readme += further_runs(Path(root), out)
+    from gcdbench.experiments.beyond import beyond_section   # suite and sampled cells (also in <results>/../suite)
+    readme += beyond_section([results, *map(Path, also), Path(results).parent / "suite"], out, tokenizer)
     if batch_roots:
         readme += batch_section(batch_roots, out, cells)
     (out / "README.md").write_text("\n".join(readme) + "\n")

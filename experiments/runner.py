@@ -155,8 +155,9 @@ def cell_identity(engine: str, label: str, options: dict, dataset, dataset_optio
     """What makes two runs the same cell (see the module docstring); ``options`` with their defaults filled in.
     A batch-mode cell (``batch_size`` >= 1) also has ``batch`` (mode and size); a single-mode identity has none."""
     digest = hashlib.sha256()
-    for s in dataset.samples:
-        digest.update(f"{s.id}\0{s.text}\0".encode())
+    for s in dataset.samples:   # a stored token sequence (sampled datasets) is what is replayed: it is hashed too
+        ids = "" if s.token_ids is None else ",".join(map(str, s.token_ids))
+        digest.update(f"{s.id}\0{s.text}\0{ids}\0".encode())
     ident = {
         "engine": engine, "config": label, "engine_options": options, "grammar_key": dataset.grammar.key(),
         "dataset": dataset.name, "dataset_options": dataset_options, "tokenizer": tokenizer.name,
@@ -754,7 +755,7 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                             "threads": int(probe.opts[option]) if option else 1}
     progress = _progress(len(dataset.samples), len(keep), f"{label} on {dataset.name}"
                          + (f" (batch {batch_size})" if batch_size else ""), cfg.progress)
-    warm_ids = tokenizer.encode(dataset.samples[0].text) if cfg.warmup else None
+    warm_ids = dataset.samples[0].ids(tokenizer) if cfg.warmup else None
     run_deadline = time.monotonic() + float(limits.run_timeout_s)
     audited = audited_samples([s.id for s in dataset.samples], cfg.audit.samples)
     if batch_size:
@@ -787,7 +788,7 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                     cell.write_part(session, sample.id, Outcome.COMPILE_ERROR, failure["message"], None, 0.0)
                     progress.update(1)
                     continue
-            ids = tokenizer.encode(sample.text)
+            ids = sample.ids(tokenizer)
             audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed)) \
                 if sample.id in audited else []
             left = run_deadline - time.monotonic()
@@ -889,7 +890,7 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
     limits = cfg.limits
     mem = float(limits.memory_mb)
     B = int(cfg.batch.size)
-    ids = {s.id: tokenizer.encode(s.text) for s in todo}
+    ids = {s.id: s.ids(tokenizer) for s in todo}
     batch = {"size": B, "capacity": max(len(v) for v in ids.values()) + 2,
              "warmup_budget_s": 0.5 * float(limits.sample_timeout_s)}
     pending = list(todo)
@@ -993,17 +994,18 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
     except CompileError as err:   # the engine's own compile decides the samples' outcome
         if session is not None:
             session["audit_error"] = f"reference checker cannot take the grammar: {err}"
-    texts = {s.id: s.text for s in dataset.samples}
+    by_id = {s.id: s for s in dataset.samples}
     for npz in pending:
         sample_id = npz.name[: -len(".audit.npz")]
         part = cell.parts / f"{sample_id}.sample.json"
         rec = _load_json(part)
-        if rec is None or sample_id not in texts or auditor is None:
+        if rec is None or sample_id not in by_id or auditor is None:
             npz.unlink()
             continue
         with np.load(npz) as data:
             audited = {int(k): data[k] for k in data.files}
-        rec["audits"] = auditor.check(texts[sample_id], tokenizer.encode(texts[sample_id]), audited)
+        sample = by_id[sample_id]
+        rec["audits"] = auditor.check(sample.text, sample.ids(tokenizer), audited)
         single = rec.get("single_check")
         if single is not None:   # batch mode: the batch row equalled the sequence's own fill_mask
             for a in rec["audits"]:

@@ -102,7 +102,7 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
         except Exception as err:
             return Outcome.CRASH, f"step {step}: {type(err).__name__}: {err}", audited
         allowed = mask_get(mask, tok)
-        if step in audit_steps:
+        if step in audit_steps or not allowed:   # a refused step is always audited (is the refusal documented?)
             audited[step] = mask.copy()
         # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
         emit((step, step, nbytes, (t1 - t0) / 1000.0, 0.0, mask_count(mask, vocab_size), allowed))

@@ -1,0 +1,473 @@
+"""The "Beyond Table 1" report section, from stored result folders only: the grammar suite and sampled decoding.
+
+``python -m experiments.beyond --results results/suite --also results/runs --out results`` writes
+``beyond.md`` (the section), ``beyond_cells.csv`` (one row per suite or sampled cell),
+``beyond_growth.csv`` (per-sample mean mask time against sentence length, the ambiguity family),
+``beyond_disagreements.csv`` (every sample refused and every audited step that differs from the reference
+beyond the documented differences, with examples) and ``figures/ambiguity_growth.{png,pdf}``.
+``experiments.report`` appends the same section to its README (:func:`beyond_section`).
+
+Cells are recognised by dataset name: the suite (:data:`gcdbench.datasets.suite.SUITE`) and every
+``<source>_sampled`` dataset. A sampled cell is shown beside the gold cell of its source (same engine config and
+tokenizer) when one is found in any of the folders searched.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcdbench.experiments.report import _markdown, cell_stats, find_runs
+
+SUITE_ORDER = ["json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
+               "ambiguous_right"]
+AMBIGUITY = [d for d in SUITE_ORDER if d.startswith("ambiguous_")]
+SAMPLED_SUFFIX = "_sampled"
+MAX_EXAMPLES = 12   # disagreement examples shown in the section (all go to the CSV)
+
+
+def is_beyond(dataset: str) -> bool:
+    return dataset in SUITE_ORDER or dataset.endswith(SAMPLED_SUFFIX)
+
+
+def _dataset_order(values) -> list[str]:
+    vals = set(values)
+    gold = [d for d in SUITE_ORDER if d in vals]
+    sampled = sorted(v for v in vals if v.endswith(SAMPLED_SUFFIX))
+    return gold + sorted(vals - set(gold) - set(sampled)) + sampled
+
+
+# --------------------------------------------------------------------------------------------------------------
+# reading cells
+# --------------------------------------------------------------------------------------------------------------
+def run_dirs(roots) -> list[Path]:
+    """Cell folders under the given roots (missing roots skipped, each folder once)."""
+    seen, out = set(), []
+    for root in roots:
+        if root is None or not Path(root).exists():
+            continue
+        for d in find_runs(Path(root)):
+            key = d.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(d)
+    return out
+
+
+def collect_cells(roots) -> pd.DataFrame:
+    """``report.cell_stats`` of every suite or sampled cell under ``roots`` and of the gold cells of the sampled
+    datasets' sources (other cells are skipped unread), plus ``dataset_meta`` (from run.json)."""
+    metas = [(d, json.loads((d / "run.json").read_text())) for d in run_dirs(roots)]
+    beyond_sets = {m.get("dataset", "") for _, m in metas if is_beyond(m.get("dataset", ""))}
+    wanted = beyond_sets | {ds[: -len(SAMPLED_SUFFIX)] for ds in beyond_sets if ds.endswith(SAMPLED_SUFFIX)}
+    rows = []
+    for d, meta in metas:
+        if meta.get("dataset") not in wanted:
+            continue
+        row = cell_stats(d)
+        row["dataset_meta"] = meta.get("dataset_meta") or {}
+        row["status"] = _status(row)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _status(row) -> str:
+    err = row.get("compile_error")
+    if isinstance(err, str) and err:
+        return "not run: " + _short_reason(err)
+    out = []
+    if isinstance(row.get("aborted"), str) and row["aborted"]:
+        out.append(row["aborted"])
+    return "; ".join(out)
+
+
+def _short_reason(err: str) -> str:
+    first = err.strip().splitlines()[0] if err.strip() else err
+    return first[:160] + ("…" if len(first) > 160 else "")
+
+
+def _fmt_us(x) -> str:
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _get(c, key):
+    v = c.get(key)
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------------------
+def cells_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, engine config, tokenizer): init, per-mask mean and p50/p99/max (µs), pass, audit."""
+    out = []
+    for ds in _dataset_order(cells["dataset"]):
+        for _, c in cells[cells["dataset"] == ds].sort_values(["tokenizer", "config"]).iterrows():
+            row = {"dataset": ds, "config": c["config"], "tokenizer": c["tokenizer"]}
+            if c["status"].startswith("not run"):
+                row.update({"init": "×", "mean µs": "×", "p50/p99/max µs": "×", "pass": "×", "audit": "×",
+                            "note": c["status"]})
+                out.append(row)
+                continue
+            init = _get(c, "init_s")
+            audit_steps = int(_get(c, "audit_steps") or 0)
+            row.update({
+                "init": "–" if init is None else (f"{init:.2f}s" if init < 100 else f"{init:.0f}s"),
+                "mean µs": _fmt_us(_get(c, "mask_mean_us")),
+                "p50/p99/max µs": "/".join(_fmt_us(_get(c, k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us")),
+                "pass": f"{int(_get(c, 'passed') or 0)}/{int(_get(c, 'samples') or 0)}",
+                "audit": (f"{int(_get(c, 'audit_agree') or 0)}/{audit_steps} exact, "
+                          f"{int(_get(c, 'audit_agree_documented') or 0)} documented") if audit_steps else "–",
+                "note": "; ".join(x for x in (c["status"], _outcome_note(c)) if x),
+            })
+            out.append(row)
+    return pd.DataFrame(out, columns=["dataset", "config", "tokenizer", "init", "mean µs", "p50/p99/max µs", "pass",
+                                      "audit", "note"])
+
+
+def _outcome_note(c) -> str:
+    outcomes = _get(c, "outcomes") or ""
+    parts = [p for p in outcomes.split(", ") if p and not p.startswith("ok:")]
+    return ", ".join(parts)
+
+
+def gold_vs_sampled(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per sampled cell, pass and audit agreement beside the gold cell of its source (same config, tokenizer)."""
+    rows = []
+    for _, c in cells[cells["dataset"].str.endswith(SAMPLED_SUFFIX)].iterrows():
+        source = c["dataset"][: -len(SAMPLED_SUFFIX)]
+        g = cells[(cells["dataset"] == source) & (cells["config"] == c["config"])
+                  & (cells["tokenizer"] == c["tokenizer"])]
+        g = g.iloc[0] if len(g) else None
+
+        def cell_pass(x):
+            if x is None:
+                return "(no gold cell)"
+            if x["status"].startswith("not run"):
+                return "×"
+            return f"{int(_get(x, 'passed') or 0)}/{int(_get(x, 'samples') or 0)}"
+
+        def cell_audit(x):
+            if x is None or not _get(x, "audit_steps"):
+                return "–"
+            return f"{int(_get(x, 'audit_agree_documented') or 0)}/{int(x['audit_steps'])}"
+
+        rows.append({"source": source, "config": c["config"], "tokenizer": c["tokenizer"],
+                     "gold pass": cell_pass(g), "sampled pass": cell_pass(c),
+                     "gold audit (modulo documented)": cell_audit(g),
+                     "sampled audit (modulo documented)": cell_audit(c)})
+    return pd.DataFrame(rows, columns=["source", "config", "tokenizer", "gold pass", "sampled pass",
+                                       "gold audit (modulo documented)", "sampled audit (modulo documented)"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# disagreements with the reference
+# --------------------------------------------------------------------------------------------------------------
+def _pieces_context(meta: dict, sample_id: str, step: int, width: int = 60) -> tuple[str, str]:
+    """(prefix tail, token at ``step``) of a sampled sequence from its stored pieces; ('', '') when unknown."""
+    pieces = (meta.get("pieces") or {}).get(sample_id)
+    if not pieces or step is None:
+        return "", ""
+    prefix = "".join(pieces[:step])[-width:]
+    token = pieces[step] if step < len(pieces) else "<EOS>"
+    return prefix, token
+
+
+def disagreements(roots) -> pd.DataFrame:
+    """Every refused sample (rejected / no_eos) and every audited step that differs from the reference beyond
+    the documented differences, for suite and sampled cells. The runner audits each refused step, so a refusal
+    that a documented difference explains (the audit row says so) is left out; an unexplained refusal carries its
+    audit row's false allows and blocks."""
+    import re
+
+    rows = []
+    for d in run_dirs(roots):
+        meta = json.loads((d / "run.json").read_text())
+        ds = meta.get("dataset", "")
+        if not is_beyond(ds):
+            continue
+        dmeta = meta.get("dataset_meta") or {}
+        key = {"dataset": ds, "config": meta.get("config"), "tokenizer": meta.get("tokenizer")}
+        audit = pd.read_parquet(d / "audit.parquet") if (d / "audit.parquet").exists() else pd.DataFrame()
+        by_step = {(a["sample_id"], int(a["step"])): a for _, a in audit.iterrows()}
+        used = set()
+        sp = d / "samples.parquet"
+        for _, s in (pd.read_parquet(sp).iterrows() if sp.exists() else ()):
+            if s["outcome"] not in ("rejected", "no_eos"):
+                continue
+            m = re.search(r"step (\d+)", s["message"] or "")
+            step = int(m.group(1)) if m else (int(s["n_steps"]) - 1 if s["n_steps"] else None)
+            a = by_step.get((s["sample_id"], step))
+            if a is not None:
+                used.add((s["sample_id"], step))
+                if bool(a["agree_modulo_documented"]):
+                    continue
+            prefix, token = _pieces_context(dmeta, s["sample_id"], step)
+            if not prefix and a is not None:
+                prefix = str(a["prefix"])[-60:]
+            rows.append({**key, "kind": s["outcome"], "sample_id": s["sample_id"], "step": step, "prefix": prefix,
+                         "token": token, **_audit_cols(a), "message": (s["message"] or "")[:300]})
+        for (sid, step), a in by_step.items():
+            if (sid, step) in used or bool(a["agree_modulo_documented"]):
+                continue
+            rows.append({**key, "kind": "audit", "sample_id": sid, "step": step, "prefix": str(a["prefix"])[-60:],
+                         "token": "", **_audit_cols(a), "message": ""})
+    return pd.DataFrame(rows, columns=["dataset", "config", "tokenizer", "kind", "sample_id", "step", "prefix",
+                                       "token", "false_allow", "false_block", "causes", "message"])
+
+
+def _audit_cols(a) -> dict:
+    if a is None:
+        return {"false_allow": "", "false_block": "", "causes": ""}
+    return {"false_allow": f"{int(a['n_false_allow'])}: " + ", ".join(a["false_allow_examples"]),
+            "false_block": f"{int(a['n_false_block'])}: " + ", ".join(a["false_block_examples"]),
+            "causes": a.get("documented_causes", "")}
+
+
+def documented_counts(roots) -> pd.DataFrame:
+    """Audited steps that differ only by documented causes, per cell and cause."""
+    rows = []
+    for d in run_dirs(roots):
+        ap = d / "audit.parquet"
+        if not ap.exists():
+            continue
+        a = pd.read_parquet(ap)
+        if not len(a) or not is_beyond(str(a["dataset"].iloc[0])):
+            continue
+        doc = a[(~a["agree"]) & a["agree_modulo_documented"]]
+        counts: dict[str, int] = {}
+        for causes in doc["documented_causes"]:
+            for part in filter(None, str(causes).split(", ")):
+                name = part.split(":")[0]
+                counts[name] = counts.get(name, 0) + 1
+        for cause, n in sorted(counts.items()):
+            rows.append({"dataset": a["dataset"].iloc[0], "config": a["config"].iloc[0],
+                         "tokenizer": a["tokenizer"].iloc[0], "cause": cause, "steps": n, "of": len(a)})
+    return pd.DataFrame(rows, columns=["dataset", "config", "tokenizer", "cause", "steps", "of"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# growth with sentence length (the ambiguity family)
+# --------------------------------------------------------------------------------------------------------------
+def growth(roots) -> pd.DataFrame:
+    """Per (ambiguity dataset, config, tokenizer, sample): sentence length, masks, mean and max mask time, and
+    whether the sample finished (``complete``); a sample cut short by a limit counts the masks it finished."""
+    frames = []
+    for d in run_dirs(roots):
+        meta = json.loads((d / "run.json").read_text())
+        if meta.get("dataset") not in AMBIGUITY or not (d / "steps.parquet").exists():
+            continue
+        steps = pd.read_parquet(d / "steps.parquet")
+        samples = pd.read_parquet(d / "samples.parquet") if (d / "samples.parquet").exists() else None
+        if not len(steps):
+            continue
+        g = steps.groupby("sample_id").agg(masks=("mask_us", "size"), mean_us=("mask_us", "mean"),
+                                           max_us=("mask_us", "max"), last_step=("step", "max")).reset_index()
+        # length: the sentence's terminals from its id (n<terminals>; one Qwen3 token each), else its steps
+        g["length"] = g["sample_id"].str.extract(r"^n(\d+)$", expand=False).astype(float).fillna(g["last_step"])
+        outcome = g["sample_id"].map(samples.set_index("sample_id")["outcome"]) if samples is not None else None
+        g["complete"] = (outcome == "ok") if outcome is not None else False
+        g["dataset"], g["config"], g["tokenizer"] = meta["dataset"], meta["config"], meta["tokenizer"]
+        frames.append(g)
+    if not frames:
+        return pd.DataFrame(columns=["dataset", "config", "tokenizer", "sample_id", "length", "masks", "mean_us",
+                                     "max_us", "complete"])
+    out = pd.concat(frames, ignore_index=True)
+    return out[["dataset", "config", "tokenizer", "sample_id", "length", "masks", "mean_us", "max_us",
+                "complete"]].sort_values(["dataset", "config", "length"]).reset_index(drop=True)
+
+
+def loglog_slope(length, cost) -> float:
+    """Least-squares slope of log(cost) against log(length) over the longer half of the points (NaN if < 3)."""
+    x, y = np.asarray(length, float), np.asarray(cost, float)
+    ok = (x > 0) & (y > 0)
+    x, y = x[ok], y[ok]
+    if x.size < 3:
+        return float("nan")
+    keep = x >= np.median(x)
+    if keep.sum() < 3:
+        keep = np.ones_like(x, bool)
+    return float(np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)[0])
+
+
+def fig_growth(g: pd.DataFrame, tokenizer: str = "qwen3"):
+    """Mean mask time per token against sentence length, log-log, one panel per ambiguity grammar, one line per
+    engine config (slope of the longer half in the legend); hollow markers: samples cut short."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import ScalarFormatter
+
+    g = g[g["tokenizer"] == tokenizer]
+    if g.empty:
+        return None
+    datasets = [d for d in AMBIGUITY if d in set(g["dataset"])]
+    configs = sorted(set(g["config"]))
+    cmap = colormaps["tab10"] if len(configs) <= 10 else colormaps["tab20"]
+    color = {c: cmap(i % cmap.N) for i, c in enumerate(configs)}
+    markers = "osD^v<>ph*"
+    cols = min(len(datasets), 3)
+    rows = math.ceil(len(datasets) / cols)
+    fig = Figure(figsize=(max(6.5, 5.2 * cols), 3.8 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in axes[len(datasets):]:
+        ax.set_visible(False)
+    for ax, ds in zip(axes, datasets):
+        sub = g[g["dataset"] == ds]
+        for i, (config, s) in enumerate(sorted(sub.groupby("config"), key=lambda kv: kv[0])):
+            s = s.sort_values("length")
+            slope = loglog_slope(s["length"], s["mean_us"])
+            label = config + ("" if np.isnan(slope) else f" (slope {slope:.1f})")
+            m = markers[configs.index(config) % len(markers)]
+            ax.plot(s["length"], s["mean_us"], "-", color=color[config], lw=1.2, label=label)
+            full = s[s["complete"]]
+            cut = s[~s["complete"]]
+            ax.plot(full["length"], full["mean_us"], m, color=color[config], ms=4, ls="none")
+            ax.plot(cut["length"], cut["mean_us"], m, color=color[config], ms=4, ls="none", mfc="none")
+        lo, hi = sub["length"].min(), sub["length"].max()
+        if lo > 0 and hi > lo:   # guides: cost growing like n and like n^2, through the panel's median start
+            base = float(np.median(sub[sub["length"] == lo]["mean_us"])) or 1.0
+            xs = np.array([lo, hi], float)
+            ax.plot(xs, base * (xs / lo), ":", color="grey", lw=0.8)
+            ax.plot(xs, base * (xs / lo) ** 2, "--", color="grey", lw=0.8)
+            ax.text(hi, base * (hi / lo), " ∝n", color="grey", fontsize=7, va="center")
+            ax.text(hi, base * (hi / lo) ** 2, " ∝n²", color="grey", fontsize=7, va="center")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(ScalarFormatter())
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+        ax.set_title(ds, fontsize=10)
+        ax.set_xlabel("sentence length (terminals; one Qwen3 token each)")
+        ax.set_ylabel("mean mask time per token (µs)")
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"Per-token mask cost vs sentence length, ambiguity grammars ({tokenizer})", fontsize=10)
+    return fig
+
+
+def _save(fig, out_dir: Path, stem: str) -> list[Path]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in ("png", "pdf"):
+        p = out_dir / f"{stem}.{ext}"
+        fig.savefig(p, dpi=150)
+        paths.append(p)
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the section
+# --------------------------------------------------------------------------------------------------------------
+def beyond_section(roots, out: Path, tokenizer: str = "qwen3") -> list[str]:
+    """README lines of the "Beyond Table 1" section (empty when no suite or sampled cell is found), and its
+    files under ``out`` (CSV tables, ``beyond.md``, ``figures/ambiguity_growth.*``)."""
+    out = Path(out)
+    roots = [Path(r) for r in roots if r is not None]
+    all_cells = collect_cells(roots)
+    if all_cells.empty:
+        return []
+    cells = all_cells[all_cells["dataset"].map(is_beyond)]
+    if cells.empty:
+        return []
+    out.mkdir(parents=True, exist_ok=True)
+    table = cells_table(cells)
+    table.to_csv(out / "beyond_cells.csv", index=False)
+    lines = [
+        "## Beyond Table 1: a grammar suite and sampled decoding", "",
+        "Cells read from " + ", ".join(f"`{r}`" for r in roots if r.exists()) + ". Suite datasets: `json` "
+        "(RFC 8259; documents shipped in installed packages), `lark` (Lark's grammar language; real `.lark` "
+        "files), and the ambiguity grammars `ambiguous_*` (sentences of 10 to 200 tokens; `ambiguous_concat` is "
+        "the family of arXiv 2603.05540's Ω(t²)-per-token bound, `ambiguous_right` the same language written "
+        "unambiguously). `<source>_sampled`: 30 off-gold token sequences per source drawn from the reference's "
+        "masks (`datasets/sampled.py`), replayed by every engine. Audit = audited steps whose whole-vocabulary "
+        "mask equals the reference's exactly, and once documented differences are set aside. × = not run "
+        "(typed reason in the note).", "",
+        _markdown(table), "",
+    ]
+    gvs = gold_vs_sampled(all_cells)   # gold cells of Table 1's sources may sit in another folder
+    if len(gvs):
+        gvs.to_csv(out / "beyond_gold_vs_sampled.csv", index=False)
+        lines += ["### Gold against sampled (off-gold) sequences", "",
+                  "Pass = sequences whose every token and the final EOS the engine allowed; audit = audited steps "
+                  "that agree with the reference once documented differences are set aside.", "",
+                  _markdown(gvs), ""]
+    g = growth(roots)
+    if len(g):
+        g.to_csv(out / "beyond_growth.csv", index=False)
+        slopes = (g[g["tokenizer"] == tokenizer].groupby(["dataset", "config"])
+                  .apply(lambda s: loglog_slope(s["length"], s["mean_us"]), include_groups=False)
+                  .rename("slope").reset_index())
+        fig = fig_growth(g, tokenizer)
+        lines += ["### Per-token cost against sentence length (ambiguity grammars)", "",
+                  "Mean mask time per token of each sentence against its length, log-log; the slope is a "
+                  "least-squares fit over the longer half of the lengths (1: linear growth per token, 2: the "
+                  "quadratic growth the lower bound allows parse-preserving engines on `ambiguous_concat`). "
+                  "Hollow markers: sentences cut short by a limit (their finished masks).", ""]
+        if len(slopes):
+            piv = slopes.pivot(index="config", columns="dataset", values="slope")
+            piv = piv[[d for d in AMBIGUITY if d in piv.columns]].map(lambda v: "–" if pd.isna(v) else f"{v:.2f}")
+            lines += [_markdown(piv.reset_index()), ""]
+        if fig is not None:
+            _save(fig, out / "figures", "ambiguity_growth")
+            lines += ["![ambiguity_growth](figures/ambiguity_growth.png) ([PDF](figures/ambiguity_growth.pdf))", ""]
+    dis = disagreements(roots)
+    dis.to_csv(out / "beyond_disagreements.csv", index=False)
+    doc = documented_counts(roots)
+    lines += ["### Where engines disagree with the reference", "",
+              f"{len(dis)} refusals or audited steps not explained by a documented difference "
+              "(`beyond_disagreements.csv` lists them all). Refusals: the engine did not allow a token of the "
+              "sequence (or EOS at its end), which the reference allows (every sequence is in the language); the "
+              "runner audits each refused step, so refusals a documented difference explains are counted with the "
+              "documented differences below instead. Audit rows: the engine's mask differs from the reference's at "
+              "an audited step.", ""]
+    if len(dis):
+        counts = dis.groupby(["dataset", "config", "kind"]).size().rename("n").reset_index()
+        lines += [_markdown(counts), "", "Examples:", ""]
+        for _, r in dis.groupby(["dataset", "config", "kind"]).head(2).head(MAX_EXAMPLES).iterrows():
+            if r["kind"] == "audit":
+                lines.append(f"- {r['config']} × {r['dataset']}, `{r['sample_id']}` step {r['step']}: after "
+                             f"`{_md_code(r['prefix'])}`, false allows {_md_code(r['false_allow'])}; false blocks "
+                             f"{_md_code(r['false_block'])}")
+            else:
+                lines.append(f"- {r['config']} × {r['dataset']}, `{r['sample_id']}` step {r['step']} ({r['kind']}): "
+                             f"after `{_md_code(r['prefix'])}` the engine refused `{_md_code(r['token'] or '?')}`"
+                             + (f"; its mask there: false allows {_md_code(r['false_allow'])}, false blocks "
+                                f"{_md_code(r['false_block'])}" if r["false_block"] else ""))
+        lines.append("")
+    if len(doc):
+        lines += ["Audited steps that differ only by a documented difference (root README):", "",
+                  _markdown(doc), ""]
+    (out / "beyond.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def _md_code(s) -> str:
+    return str(s).replace("`", "ˋ").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace("|", "\\|")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", default="results/suite", help="folder searched for suite and sampled cells")
+    ap.add_argument("--also", nargs="*", default=["results/runs"],
+                    help="further folders searched (gold cells of the sampled sources, e.g. Table 1's)")
+    ap.add_argument("--out", default="results", help="where beyond.md, the CSV files and figures/ go")
+    ap.add_argument("--tokenizer", default="qwen3")
+    args = ap.parse_args(argv)
+    lines = beyond_section([Path(args.results), *map(Path, args.also)], Path(args.out), args.tokenizer)
+    if not lines:
+        raise SystemExit(f"no suite or sampled cell under {args.results} {args.also}: run "
+                         "`python -m experiments.run -m experiment=suite` first")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
