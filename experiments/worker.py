@@ -420,7 +420,9 @@ def make_sequences(engine, size: int, copy) -> tuple[list, str]:
 def _batch_warm_up(engine, seqs, tokenizer, ids, budget_s: float) -> dict:
     """The batch-mode warm-up: every sequence teacher-forces the warm-up sample in lock-step through
     ``fill_masks`` (so that the batch path, every fork and the batch's buffers are warmed up, not only the single
-    path), untimed; it stops at a step boundary once ``budget_s`` has passed (``warmup_truncated``)."""
+    path), untimed. It starts with one sequence's mask at the empty prefix (the first mask, for TTFM), and takes
+    a batch step only while that step, estimated from the last one (first: B times the first mask), still fits
+    in ``budget_s``: an engine whose batch step takes longer is not kept waiting (``warmup_truncated_at_step``)."""
     reset = reset_peak_rss()
     B = len(seqs)
     out = np.zeros((B, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
@@ -430,9 +432,18 @@ def _batch_warm_up(engine, seqs, tokenizer, ids, budget_s: float) -> dict:
     perf = time.perf_counter_ns
     t_start = time.perf_counter()
     times: list[float] = []
+    first = None
     outcome, message, truncated = Outcome.OK, "", None
     for step, tok in enumerate(steps):
         try:
+            if first is None:
+                t0 = perf()
+                engine.fill_masks(seqs[:1], out[:1])
+                first = (perf() - t0) / 1000.0
+            estimate_s = (times[-1] if times else first * B) / 1e6
+            if time.perf_counter() - t_start + estimate_s > budget_s:
+                truncated = step
+                break
             t0 = perf()
             engine.fill_masks(seqs, out)
             times.append((perf() - t0) / 1000.0)
@@ -456,13 +467,10 @@ def _batch_warm_up(engine, seqs, tokenizer, ids, budget_s: float) -> dict:
         if not ok:
             outcome, message = Outcome.REJECTED, f"a sequence refused token {tok} at step {step}"
             break
-        if time.perf_counter() - t_start > budget_s:
-            truncated = step + 1
-            break
     for q in seqs:
         q.reset()
-    return {"warmup_s": time.perf_counter() - t_start, "first_mask_us": times[0] if times else None,
-            "warmup_masks": len(times) * B, "warmup_steps": len(times),
+    return {"warmup_s": time.perf_counter() - t_start, "first_mask_us": first,
+            "warmup_masks": len(times) * B + (first is not None), "warmup_steps": len(times),
             "warmup_max_mask_us": max(times, default=None), "warmup_outcome": outcome.value,
             "warmup_message": message, "warmup_truncated_at_step": truncated,
             "peak_rss_warmup_mb": peak_rss_mb(), "peak_rss_method": "vmhwm_reset" if reset else "lifetime"}

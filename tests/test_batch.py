@@ -405,3 +405,15 @@ def test_a_fork_that_fails_is_a_typed_compile_error(tmp_path, letters):
     # single mode never forks: the same engine runs
     assert set(outcomes(run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:ForkRaiseEngine",
                                      *letters, "audit.per_sample=0"))).values()) == {"ok"}
+
+
+def test_warm_up_stays_within_its_budget(tmp_path, letters):
+    """The batch warm-up takes a step only while it fits in half the sample limit, so a slow engine's warm-up is
+    cut short by the worker (recorded) instead of being killed and compiled again."""
+    cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowEngine", *letters,
+                   "batch.size=4", "audit.per_sample=0", "limits.sample_timeout_s=1.2", "samples=1")
+    out = run(cfg)
+    init = json.loads((out / "run.json").read_text())["inits"]
+    assert len(init) == 1 and "warmup_failed" not in init[0]
+    assert init[0]["warmup_truncated_at_step"] is not None and init[0]["warmup_s"] < 1.2
+    assert init[0]["first_mask_us"] >= 50_000   # one sequence's mask (SlowEngine sleeps 50 ms per mask)
