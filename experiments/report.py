@@ -485,7 +485,8 @@ def batch_stats(run_dir: Path) -> dict:
     use = full if len(full) else bs
     us = use["step_us"].to_numpy()
     row.update(batch_steps=int(len(bs)), full_steps=int(len(full)), step_basis="full" if len(full) else "all",
-               live_mean=float(bs["live"].mean()), fallback_steps=int(bs["fallback"].sum()),
+               live_mean=float(bs["live"].mean()), fallback_steps=int((bs["fallback"] > 0).sum()),
+               batch_path_errors=int((bs["fallback"] == 2).sum()),
                step_mean_us=float(us.mean()), step_p50_us=float(np.percentile(us, 50)),
                step_p99_us=float(np.percentile(us, 99)), step_max_us=float(us.max()),
                per_seq_us=float((use["step_us"] / use["live"]).mean()),
@@ -535,8 +536,9 @@ def batch_table(bcells: pd.DataFrame) -> pd.DataFrame:
             "per-seq µs": _fmt_us(per),
             "gain vs B=1": f"{b1 / per:.2f}×" if b1 and per else "–",
             "outcomes": (f"× {err.splitlines()[0][:80]}" if err and not _get(c, "batch_steps") else
-                         (c.get("outcomes") or "")) + (f"; {int(c['fallback_steps'])} steps on the single path "
-                                                      "(the batch call raised)" if _get(c, "fallback_steps") else ""),
+                         (c.get("outcomes") or "")) + (f"; batch call failed where every sequence's own fill_mask "
+                                                      f"worked: {int(c['batch_path_errors'])} steps"
+                                                      if _get(c, "batch_path_errors") else ""),
             "audit (agree, batch = single)": audit,
         })
     return pd.DataFrame(rows)

@@ -36,8 +36,9 @@ ROW_FIELDS = ("step", "prefix_tokens", "prefix_bytes", "mask_us", "commit_us", "
 #: plus the batch step it belongs to
 BATCH_ROW_FIELDS = ROW_FIELDS + ("batch_step",)
 #: one row per batch step: the ``fill_masks`` call over the ``live`` sequences (of ``size`` slots), timed as one;
-#: ``commit_us`` = the commits of that step together; ``fallback`` = 1 when the batch call raised and each
-#: sequence's own ``fill_mask`` was called to find which sequence failed (the step's time is then that loop's)
+#: ``commit_us`` = the commits of that step together; ``fallback``: 0, or, when the batch call raised and each
+#: sequence's own ``fill_mask`` was called to find which sequence failed (the step's time is then that loop's),
+#: 1 if one did, 2 if none did (the batch path failed where the single path did not)
 BATCH_STEP_FIELDS = ("batch_step", "size", "live", "step_us", "commit_us", "fallback")
 #: ``kind`` of a compile failure whose cause is the grammar itself (the same inputs give the same refusal): a
 #: ``CompileError`` the engine raised. Time-outs (the runner's limit or the engine's own time budget, raised as
@@ -569,6 +570,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 except Exception as err:   # noqa: BLE001
                     failed[i] = (Outcome.CRASH, f"step {slots[i].pos}: {type(err).__name__}: {err}")
             t1 = perf()
+            fallback = 1 if failed else 2
         step_us = (t1 - t0) / 1000.0
         share = step_us / L
         commits = 0.0

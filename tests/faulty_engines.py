@@ -173,3 +173,16 @@ class ForkRaiseEngine(ReferenceEngine):
 
     def fork(self):
         raise TypeError("deliberate failure in fork")
+
+
+class BatchRaiseEngine(ReferenceEngine):
+    """Its batch call always raises; each sequence's own fill_mask works (a batch path that drifted)."""
+
+    def fork(self):
+        other = type(self)()
+        other.checker, other.tokenizer = self.checker, self.tokenizer
+        other.reset()
+        return other
+
+    def fill_masks(self, seqs, out):
+        raise RuntimeError("deliberate failure of the batch call")
