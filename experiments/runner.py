@@ -15,6 +15,9 @@ writes each finished sample to ``parts/`` at once. What a run guarantees (README
   stops at once with one line naming the holder.
 * **Files.** ``run.json`` describes exactly the rows in the folder's parquet files; every file is replaced
   atomically, so a killed run leaves either the old or the new version, and its finished samples in ``parts/``.
+
+Batch mode (``batch.size`` = B >= 1, :func:`_run_batch`): the samples run B at a time in lock-step in one worker,
+one ``fill_masks`` call per step; a cell's identity then includes the batch size (README "Batch mode").
 """
 from __future__ import annotations
 
