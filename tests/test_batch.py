@@ -328,10 +328,10 @@ def test_sequence_time_limit_and_run_time_limit(tmp_path, letters):
     """A sequence whose time in the batch passes the sample limit ends 'timeout' at a step boundary (the worker
     lives on); once the run's time is up, the sequences in flight end 'timeout' and the rest are 'skipped'."""
     cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowEngine", *letters,
-                   "batch.size=2", "audit.per_sample=0", "limits.sample_timeout_s=0.35", "warmup=false")
+                   "batch.size=2", "audit.per_sample=0", "limits.sample_timeout_s=0.6", "warmup=false")
     out = run(cfg)
     samples = pd.read_parquet(out / "samples.parquet").set_index("sample_id")
-    long = samples.loc["letters-0003"]   # 12 steps of 2 x 50 ms
+    long = samples.loc["letters-0003"]   # 12 steps of 2 x 50 ms; "xy" (letters-0002) takes 3
     assert long["outcome"] == "timeout" and "the sequence's time in the batch" in long["message"]
     assert samples.loc["letters-0002", "outcome"] == "ok"
     assert len(json.loads((out / "run.json").read_text())["inits"]) == 1   # no restart
