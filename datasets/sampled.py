@@ -18,7 +18,7 @@ How a sequence is drawn (:func:`sample_sequence`), with ``rng = Random("<seed>:<
   spells a prefix of a *short completion* of the prefix (:class:`Completer`), so every step shortens the way to
   a sentence and the sequence ends.
 
-Masks come from ``ReferenceChecker(grammar, lexing)``. The default, ``longest_match``, is the reference run as a
+Masks come from ``ReferenceChecker(grammar, Profile(lexing=...))``. The default, ``longest_match``, is the reference run as a
 longest-match lexer reads the text: its sentences are sentences of the harness's (scannerless) language too, and
 they avoid texts that only the scannerless reading accepts (``SELECT count`` + ``FROM`` written ``countFROM``),
 which lexer-based engines refuse by design (a documented difference); ``scannerless`` samples those too, and
@@ -96,64 +96,30 @@ class Completer:
         self.separator = min(ignored, key=len) if ignored else None
 
     # -- shortest strings of terminals and symbols ------------------------------------------------------
-    def _dfa_suffix(self, term: str, state) -> bytes | None:
-        """Shortest text taking ``term``'s DFA from ``state`` ((fsm state, pending UTF-8 bytes)) to accepting."""
-        from gcdbench.parsers.regex_fsm import codepoint_range
+    # bytes tried first among suffixes of equal length: printable ASCII, then space, then the rest
+    _BYTE_ORDER = tuple(range(0x21, 0x7F)) + (0x20,) + tuple(b for b in range(256) if not 0x20 <= b < 0x7F)
 
-        char = self.rc.dfas[term].char
-        fsm_state, pending = state
-        if pending:   # finish the character begun by the pending bytes first
-            lo, hi = codepoint_range(pending)
-            cands = [c for c in char.explicit if lo <= ord(c) <= hi and not 0xD800 <= ord(c) <= 0xDFFF]
-            if char.other is not None:
-                taken = set(char.explicit)
-                cp = lo
-                while cp <= hi and (chr(cp) in taken or 0xD800 <= cp <= 0xDFFF):
-                    cp += 1
-                if cp <= hi:
-                    cands.append(chr(cp))
-            best = None
-            for c in cands:
-                t = char.next(fsm_state, c)
-                if t is None:
-                    continue
-                rest = self._fsm_suffix(char, t)
-                if rest is not None and (best is None or len(rest) < len(best[1])):
-                    best = (c, rest)
-            if best is None:
-                return None
-            return best[0].encode("utf-8")[len(pending):] + best[1].encode("utf-8")
-        rest = self._fsm_suffix(char, fsm_state)
-        return None if rest is None else rest.encode("utf-8")
-
-    @staticmethod
-    def _fsm_suffix(char, state) -> str | None:
-        """Shortest string from ``state`` to a final state (printable ASCII preferred among equal lengths)."""
-        taken = set(char.explicit)
-        alphabet = sorted(char.explicit, key=lambda c: (not (" " <= c <= "~"), ord(c)))
-        if char.other is not None:
-            rep = next((chr(c) for c in list(range(0x21, 0x7F)) + list(range(0xA1, 0x3000)) if chr(c) not in taken),
-                       None)
-            if rep is not None:
-                alphabet.append(rep)
-        finals = char.fsm.finals
-        if state in finals:
-            return ""
+    def _dfa_suffix(self, term: str, state: int) -> bytes | None:
+        """Shortest bytes taking ``term``'s byte DFA from ``state`` to an accepting state (breadth first; the
+        DFA reads UTF-8 only, so the result completes any character begun before ``state``)."""
+        dfa = self.rc.dfas[term]
+        if dfa.accepting(state):
+            return b""
         parent = {state: None}
         queue = deque([state])
         while queue:
-            s = queue.popleft()
-            for c in alphabet:
-                t = char.next(s, c)
+            q = queue.popleft()
+            for byte in self._BYTE_ORDER:
+                t = dfa.step(q, byte)
                 if t is None or t in parent:
                     continue
-                parent[t] = (s, c)
-                if t in finals:
+                parent[t] = (q, byte)
+                if dfa.accepting(t):
                     out = []
                     while parent[t] is not None:
-                        t, ch = parent[t]
-                        out.append(ch)
-                    return "".join(reversed(out))
+                        t, byte_ = parent[t]
+                        out.append(byte_)
+                    return bytes(reversed(out))
                 queue.append(t)
         return None
 
@@ -435,11 +401,12 @@ _CHECKERS: dict = {}
 
 
 def _checker(grammar, lexing: str):
+    from gcdbench.parsers.base import Profile
     from gcdbench.parsers.reference import ReferenceChecker
 
     key = (grammar.key(), lexing)
     if key not in _CHECKERS:
-        _CHECKERS[key] = ReferenceChecker(grammar, lexing)
+        _CHECKERS[key] = ReferenceChecker(grammar, Profile(lexing=lexing))
     return _CHECKERS[key]
 
 

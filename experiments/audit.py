@@ -1,139 +1,104 @@
-"""Audit: compare an engine's mask with the reference checker's on sampled steps.
+"""Audit: compare an engine's mask with the reference checker's, exactly, on sampled steps.
 
-The comparison is over the whole vocabulary (the reference walks it as a lazily built DFA), which covers
-what the audit must check: the oracle token, every token the engine allows, and all the rest.
+Each audited mask is compared over the whole vocabulary (the reference walks it as a lazily built DFA: the
+oracle token, every token the engine allows, and all the rest) with two references:
+
+(a) the harness's language, ``ReferenceChecker(grammar, Profile())`` (columns ``agree_language``, and ``agree``
+    for continuity, ``n_false_allow`` / ``n_false_block``);
+(b) the language the engine declares, ``ReferenceChecker(grammar, engine.profile())`` (columns
+    ``agree_profile``, ``n_false_allow_profile`` / ``n_false_block_profile``).
+
+A difference from (a) that (b) shares is the declared profile at work; a difference from (b) is a
+disagreement, listed with examples of every kind (false allows and false blocks, a few each). Nothing is
+explained away by a rule of thumb: the profile is executed exactly by the reference.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
 
-from gcdbench.parsers.base import mask_to_ids
+from gcdbench.parsers.base import Profile, mask_to_ids
 from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
 MAX_EXAMPLES = 5
-WS = b" \t\r\n"
 
 
-# Documented differences between an engine's language and the reference's (README "Lexing differences").
-# Each test gets (auditor, prefix, token bytes or None for EOS) for a token the reference allows and the
-# engine blocks,
-# and says whether that documented cause explains it. Anything not explained stays a disagreement.
-def longest_match_lexing(aud, prefix: bytes, data: bytes) -> bool:
-    """Lexer-based engines cut terminals by longest match: `SELECT count` + `FROM` is no `count FROM` split."""
-    return not (aud.longest.is_sentence(prefix) if data is None else aud.longest.is_viable(prefix + data))
+@functools.lru_cache(maxsize=16)
+def reference(grammar, profile: Profile = Profile()) -> ReferenceChecker:
+    """One checker per (grammar, profile), shared by every auditor of the process (its memo tables grow)."""
+    return ReferenceChecker(grammar, profile)
 
 
-def standard_lexer(aud, prefix: bytes, data: bytes) -> bool:
-    """PSC lexes like Lark's standard lexer: longest match over all terminals, keywords reserved, so
-    `SELECT0` is one NAME and `count` is never a column name."""
-    return not (aud.standard.is_sentence(prefix) if data is None else aud.standard.is_viable(prefix + data))
-
-
-def trailing_ignore_after_final_sentence(aud, prefix: bytes, data: bytes) -> bool:
-    """LLGuidance refuses ignored text after a sentence that no terminal can extend: the text is such a
-    sentence followed by whitespace only (the cut may fall inside a terminal that itself ends in
-    whitespace, like sp-op's `; `)."""
-    if data is None:
-        return False
-    ref = aud.ref
-    full = prefix + data
-    k = len(full) - 1
-    while k >= 0 and full[k] in WS:
-        core = full[:k]
-        if ref.is_sentence(core):
-            state = ref.advance(ref.initial(), core)
-            if all(b in WS for b in range(256) if ref.step(state, b) != DEAD):
-                return True
-        k -= 1
-    return False
-
-
-def dotless_i_case_fold(aud, prefix: bytes, data: bytes) -> bool:
-    """Python's re (Lark, the reference) matches "i"i to the dotless ı (U+0131); LLGuidance does not."""
-    return data is not None and b"\xc4" in data
-
-
-def ascii_only_case_fold(aud, prefix: bytes, data: bytes) -> bool:
-    """XGrammar's Grammar.from_lark folds ASCII only: no ſ (U+017F), K (U+212A), ı (U+0131)."""
-    return data is not None and any(lead in data for lead in (b"\xc5", b"\xc4", b"\xe2"))
-
-
-def known_differences(engine: str, options: dict | None = None) -> dict:
-    options = options or {}
-    if engine == "llguidance":
-        return {"longest_match_lexing": longest_match_lexing,
-                "trailing_ignore_after_final_sentence": trailing_ignore_after_final_sentence,
-                "dotless_i_case_fold": dotless_i_case_fold}
-    if engine in ("psc", "pre3"):   # pre3: with its lexer front end (Profile(lexing="standard"))
-        return {"longest_match_lexing": longest_match_lexing, "standard_lexer": standard_lexer}
-    if engine == "glrmask":
-        return {"longest_match_lexing": longest_match_lexing, "dotless_i_case_fold": dotless_i_case_fold}
-    if engine == "xgrammar" and options.get("grammar_form") == "lark":
-        return {"ascii_only_case_fold": ascii_only_case_fold}
-    return {}
-
-
-@functools.lru_cache(maxsize=8)
-def _checker(grammar, lexing="scannerless"):
-    return ReferenceChecker(grammar, lexing)
+def profile_str(profile: Profile) -> str:
+    """The fields that differ from the harness's language, e.g. ``lexing=longest_match, trailing_ignore=False``
+    (``language`` for ``Profile()``)."""
+    base = Profile()
+    diff = [f"{f.name}={getattr(profile, f.name)}" for f in dataclasses.fields(Profile)
+            if getattr(profile, f.name) != getattr(base, f.name)]
+    return ", ".join(diff) or "language"
 
 
 class Auditor:
-    def __init__(self, grammar, tokenizer, engine: str = "", options: dict | None = None):
+    """Audits masks of one engine on one grammar and tokenizer.
+
+    ``profile`` is the language the engine declares (``engine_class(name)(**options).profile()``); the default,
+    ``Profile()``, is the harness's language, and then (a) and (b) are one comparison. (The older call form
+    ``Auditor(grammar, tokenizer, engine_name, options)`` is still accepted: it builds that profile itself.)
+    """
+
+    def __init__(self, grammar, tokenizer, profile: Profile | str = Profile(), options: dict | None = None):
+        if isinstance(profile, str):   # legacy form: an engine name and its options
+            from gcdbench.parsers.registry import engine_class
+
+            profile = engine_class(profile)(**(options or {})).profile() if profile else Profile()
+        if not isinstance(profile, Profile):
+            raise TypeError(f"profile must be a gcdbench.parsers.base.Profile, not {type(profile).__name__}")
         self.grammar = grammar
-        self.ref = _checker(grammar)
         self.tok = tokenizer
-        self.known = known_differences(engine, options)
+        self.profile = profile
+        self.ref = reference(grammar)
+        self.ref_profile = self.ref if profile == Profile() else reference(grammar, profile)
 
-    @functools.cached_property
-    def longest(self) -> ReferenceChecker:
-        """The same grammar read with longest-match lexing (built only when a classifier needs it)."""
-        return _checker(self.grammar, "longest_match")
+    @staticmethod
+    def _ids(checker: ReferenceChecker, prefix: bytes, tok) -> np.ndarray:
+        sid = checker.advance(checker.initial(), prefix)
+        return np.array([], dtype=np.int64) if sid == DEAD else checker.full_mask_ids(sid, tok)
 
-    @functools.cached_property
-    def standard(self) -> ReferenceChecker:
-        """The same grammar read as Lark's standard lexer would (all terminals compete, keywords reserved)."""
-        return _checker(self.grammar, "standard")
+    def reference_ids(self, prefix: bytes, profile: bool = False) -> np.ndarray:
+        """Token ids allowed after ``prefix`` in the harness's language (``profile=True``: in the declared one)."""
+        return self._ids(self.ref_profile if profile else self.ref, prefix, self.tok)
 
-    def explain(self, prefix: bytes, missing) -> tuple[int, dict]:
-        """How many false blocks no documented difference explains, and counts per documented cause."""
-        causes: dict[str, int] = {}
-        unexplained = 0
-        for t in missing:
-            t = int(t)
-            data = None if t == self.tok.eos_id else self.tok.token_bytes[t]
-            why = next((k for k, f in self.known.items() if f(self, prefix, data)), None)
-            if why is None:
-                unexplained += 1
-            else:
-                causes[why] = causes.get(why, 0) + 1
-        return unexplained, causes
-
-    def reference_ids(self, prefix: bytes) -> np.ndarray:
-        sid = self.ref.advance(self.ref.initial(), prefix)
-        return np.array([], dtype=np.int64) if sid == DEAD else self.ref.full_mask_ids(sid, self.tok)
+    def compare(self, prefix: bytes, got: np.ndarray) -> dict:
+        """One step's comparison of the engine's allowed ids ``got`` (ascending) with both references."""
+        lang = self.reference_ids(prefix)
+        prof = lang if self.ref_profile is self.ref else self.reference_ids(prefix, profile=True)
+        extra, missing = np.setdiff1d(got, lang, assume_unique=True), np.setdiff1d(lang, got, assume_unique=True)
+        extra_p, missing_p = np.setdiff1d(got, prof, assume_unique=True), np.setdiff1d(prof, got, assume_unique=True)
+        return {
+            "profile": profile_str(self.profile),
+            "n_engine": int(got.size), "n_reference": int(lang.size), "n_profile": int(prof.size),
+            "agree": bool(extra.size == 0 and missing.size == 0),
+            "agree_language": bool(extra.size == 0 and missing.size == 0),
+            "agree_profile": bool(extra_p.size == 0 and missing_p.size == 0),
+            "n_false_allow": int(extra.size), "n_false_block": int(missing.size),
+            "n_false_allow_profile": int(extra_p.size), "n_false_block_profile": int(missing_p.size),
+            "false_allow_examples": [self._show(t) for t in extra[:MAX_EXAMPLES]],
+            "false_block_examples": [self._show(t) for t in missing[:MAX_EXAMPLES]],
+            "false_allow_examples_profile": [self._show(t) for t in extra_p[:MAX_EXAMPLES]],
+            "false_block_examples_profile": [self._show(t) for t in missing_p[:MAX_EXAMPLES]],
+        }
 
     def check(self, text: str, ids: list[int], audited: dict) -> list[dict]:
+        """Rows for the audited steps of one sample: ``audited`` maps step -> the engine's packed mask there."""
         rows = []
         for step in sorted(audited):
             prefix = self.tok.decode(ids[:step])
             got = mask_to_ids(np.asarray(audited[step], dtype=np.int32), self.tok.vocab_size)
-            want = self.reference_ids(prefix)
-            extra = np.setdiff1d(got, want, assume_unique=True)
-            missing = np.setdiff1d(want, got, assume_unique=True)
-            unexplained, causes = self.explain(prefix, missing)
-            rows.append({
-                "step": int(step), "prefix": prefix.decode("utf-8", "replace")[-200:],
-                "agree_modulo_documented": bool(extra.size == 0 and unexplained == 0),
-                "documented_causes": ", ".join(f"{k}: {v}" for k, v in sorted(causes.items())),
-                "n_engine": int(got.size), "n_reference": int(want.size),
-                "n_false_allow": int(extra.size), "n_false_block": int(missing.size),
-                "agree": bool(extra.size == 0 and missing.size == 0),
-                "false_allow_examples": [self._show(t) for t in extra[:MAX_EXAMPLES]],
-                "false_block_examples": [self._show(t) for t in missing[:MAX_EXAMPLES]],
-            })
+            row = {"step": int(step), "prefix": prefix.decode("utf-8", "replace")[-200:]}
+            row.update(self.compare(prefix, got))
+            rows.append(row)
         return rows
 
     def _show(self, t) -> str:
@@ -141,3 +106,130 @@ class Auditor:
         if t == self.tok.eos_id:
             return "<EOS>"
         return repr(self.tok.token_bytes[t])[2:-1] or f"<special {t}>"
+
+
+# --------------------------------------------------------------------------------------------------
+# Which profile does an engine implement? (exact: each candidate is executed by the reference)
+# --------------------------------------------------------------------------------------------------
+VARIANTS = {"lexing": ("longest_match", "standard", "dynamic"), "trailing_ignore": (False,), "leading_ignore": (True,),
+            "case_fold": ("unicode_simple", "ascii"), "regex_classes": ("ascii",)}
+
+
+def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.ndarray]]:
+    """Teacher-force ``engine`` (compiled) through ``text``: (prefix, allowed ids) at each step in ``steps``
+    (all steps, EOS step included, when None). Stops early when the engine refuses the oracle token."""
+    from gcdbench.parsers.base import allocate_mask, mask_get
+
+    ids = tokenizer.encode(text) + [tokenizer.eos_id]
+    mask = allocate_mask(tokenizer.vocab_size)
+    engine.reset()
+    out, prefix = [], b""
+    for k, t in enumerate(ids):
+        engine.fill_mask(mask)
+        if steps is None or k in steps:
+            out.append((prefix, mask_to_ids(mask, tokenizer.vocab_size)))
+        if t == tokenizer.eos_id or not mask_get(mask, t) or not engine.commit(t):
+            break
+        prefix += tokenizer.token_bytes[t]
+    return out
+
+
+def fit_profile(grammar, tokenizer, observations) -> dict:
+    """Search the profile that makes the most observed steps agree exactly (ties: fewest differing tokens):
+    coordinate descent from the language over the fields of ``VARIANTS`` (each field tried at every value
+    with the others at the current best, until nothing improves), then every field that scores as well at
+    its default is dropped (the simplest explanation). Every candidate is executed by the reference, so the
+    scores are exact.
+    Returns ``{"best": profile_str, "best_agree", "steps", "scores": [{profile, agree, steps, examples}]}``
+    with the first residual differences (prefix, false allows, false blocks) of each candidate tried."""
+    cache: dict = {}
+
+    def score(profile):
+        if profile not in cache:
+            aud = Auditor(grammar, tokenizer, profile)
+            agree, n_diff, examples = 0, 0, []
+            for prefix, got in observations:
+                row = aud.compare(prefix, got)
+                n_diff += row["n_false_allow_profile"] + row["n_false_block_profile"]
+                if row["agree_profile"]:
+                    agree += 1
+                elif len(examples) < 3:
+                    examples.append({"prefix": prefix.decode("utf-8", "replace")[-80:],
+                                     "false_allow": row["false_allow_examples_profile"],
+                                     "false_block": row["false_block_examples_profile"]})
+            cache[profile] = {"profile": profile_str(profile), "agree": agree, "steps": len(observations),
+                              "differing_tokens": n_diff, "examples": examples}
+        return cache[profile]["agree"], -cache[profile]["differing_tokens"]
+
+    best = Profile()
+    improved = True
+    while improved and score(best)[0] < len(observations):
+        improved = False
+        for field, values in VARIANTS.items():
+            for v in (getattr(Profile(), field),) + values:
+                cand = dataclasses.replace(best, **{field: v})
+                if score(cand) > score(best):
+                    best, improved = cand, True
+    # then the simplest profile that scores as well: drop every field whose default does no worse
+    for field in VARIANTS:
+        simpler = dataclasses.replace(best, **{field: getattr(Profile(), field)})
+        if simpler != best and score(simpler) >= score(best):
+            best = simpler
+    return {"best": profile_str(best), "best_agree": score(best)[0], "steps": len(observations),
+            "scores": list(cache.values())}
+
+
+def main(argv=None) -> None:
+    """``python -m gcdbench.experiments.audit --engine NAME [--opt k=v ...] --dataset spider --samples 3``:
+    teacher-force the engine through a few samples, audit every step, and print (and store) which profile
+    makes every step agree, with the residual differences of each candidate."""
+    import argparse
+    import json
+    from pathlib import Path
+
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.parsers.registry import create_engine
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--engine", required=True)
+    ap.add_argument("--opt", action="append", default=[], help="engine option k=v (JSON values), repeatable")
+    ap.add_argument("--dataset", default="sample")
+    ap.add_argument("--data-root", default="../shared/data")
+    ap.add_argument("--grammar", default=None, help="with --dataset custom: the .lark file")
+    ap.add_argument("--samples-file", default=None, help="with --dataset custom: one sample per line")
+    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--max-steps", type=int, default=40, help="audited steps per sample (evenly spaced)")
+    ap.add_argument("--tokenizer", default="qwen3")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="JSON file for the result")
+    args = ap.parse_args(argv)
+    opts = {}
+    for kv in args.opt:
+        k, v = kv.split("=", 1)
+        try:
+            opts[k] = json.loads(v)
+        except json.JSONDecodeError:
+            opts[k] = v
+    tok = load_tokenizer(args.tokenizer)
+    dcfg = {"name": args.dataset, "grammar": args.grammar, "samples": args.samples_file}
+    ds = load_dataset(dcfg, args.data_root, n=args.samples, seed=args.seed)
+    engine = create_engine(args.engine, **opts)
+    engine.compile(ds.grammar, tok)
+    obs = []
+    for s in ds.samples:
+        n = len(tok.encode(s.text)) + 1
+        stride = max(1, n // args.max_steps)
+        obs += observe(engine, tok, s.text, set(range(0, n, stride)) | {n - 1})
+    result = {"engine": args.engine, "options": opts, "dataset": args.dataset, "tokenizer": args.tokenizer,
+              "samples": [s.id for s in ds.samples], "declared": profile_str(engine.profile()),
+              **fit_profile(ds.grammar, tok, obs)}
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

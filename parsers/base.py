@@ -52,7 +52,8 @@ class Profile:
     """
 
     lexing: str = "scannerless"      # scannerless | longest_match (contextual maximal munch) | standard (Lark's
-                                     # standard lexer: all terminals compete, string literals reserved)
+                                     # standard lexer: all terminals compete, string literals reserved) |
+                                     # dynamic (each terminal its own longest match only: Lark's lexer="dynamic")
     trailing_ignore: bool = True     # ignored text may follow a sentence that no terminal can extend
     leading_ignore: bool = False     # ignored text may come before the first terminal
     case_fold: str = "python_re"     # python_re (Lark) | unicode_simple (CaseFolding.txt C+S) | ascii

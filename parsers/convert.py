@@ -19,12 +19,15 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.grammar import GrammarIR, load_ir
-from gcdbench.parsers.regex_fsm import unicode_folds
+from gcdbench.parsers.regex_fsm import _AtomSets, _complement
 
 _MAXREPEAT = sre_c.MAXREPEAT
 
 
 def _ebnf_char(cp: int, in_class: bool) -> str:
+    """One code point in XGrammar's EBNF: printable ASCII as is (escaped where special), the rest as
+    ``\\xHH`` / ``\\uHHHH`` / ``\\UHHHHHHHH`` escapes (so no raw line separator or combining mark lands in
+    the grammar text)."""
     ch = chr(cp)
     special = "\\]^-[" if in_class else '\\"'
     if ch in special:
@@ -35,69 +38,42 @@ def _ebnf_char(cp: int, in_class: bool) -> str:
         return "\\t"
     if ch == "\r":
         return "\\r"
-    if cp < 0x20 or cp == 0x7F:
+    if 0x20 <= cp < 0x7F:
+        return ch
+    if cp < 0x100:
         return f"\\x{cp:02x}"
-    return ch
-
-
-_CATEGORY = {
-    sre_c.CATEGORY_DIGIT: [(0x30, 0x39)],
-    sre_c.CATEGORY_SPACE: [(0x20, 0x20), (0x09, 0x0D)],
-    sre_c.CATEGORY_WORD: [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
-}
-_NEG_CATEGORY = {
-    sre_c.CATEGORY_NOT_DIGIT: sre_c.CATEGORY_DIGIT,
-    sre_c.CATEGORY_NOT_SPACE: sre_c.CATEGORY_SPACE,
-    sre_c.CATEGORY_NOT_WORD: sre_c.CATEGORY_WORD,
-}
+    if cp < 0x10000:
+        return f"\\u{cp:04x}"
+    return f"\\U{cp:08x}"
 
 
 class _RegexToEBNF:
+    """One terminal regex to XGrammar EBNF with Python ``re``'s exact character semantics: every
+    one-character construct (literal, class, ``\\s \\w \\d``, ``.``, case-insensitive letters) is written as
+    the explicit class of the code points Python's ``re`` matches with it (``regex_fsm``'s sets), so XGrammar's
+    own reading of ``\\s`` or of case folding never enters."""
+
     def __init__(self, name: str, ignore_case: bool):
         self.name = name
-        self.icase = ignore_case
+        self.flags = re.IGNORECASE if ignore_case else 0
+        self.sets = _AtomSets("python_re", "unicode")
 
     def fail(self, what) -> CompileError:
         return CompileError(f"terminal {self.name}: regex construct {what} has no EBNF translation")
 
-    def ranges(self, items, icase) -> tuple[list[tuple[int, int]], bool]:
-        neg, out = False, []
-        for op, av in items:
-            if op is sre_c.NEGATE:
-                neg = True
-            elif op is sre_c.LITERAL:
-                out.append((av, av))
-            elif op is sre_c.RANGE:
-                out.append(av)
-            elif op is sre_c.CATEGORY:
-                if av in _CATEGORY:
-                    out.extend(_CATEGORY[av])
-                elif av in _NEG_CATEGORY and not neg and len(items) == 1:
-                    return list(_CATEGORY[_NEG_CATEGORY[av]]), True
-                else:
-                    raise self.fail(av)
-            else:
-                raise self.fail(op)
-        if icase:   # fold case as Python's re does, including its few non-ASCII folds (see reference.py)
-            folds: dict[str, list[str]] = {}
-            for ch, a in unicode_folds().items():
-                folds.setdefault(a.lower(), []).append(ch)
-            extra = []
-            for lo, hi in out:
-                for cp in range(lo, min(hi, 0x7F) + 1):
-                    c = chr(cp)
-                    for o in ([c.swapcase()] if c.swapcase() != c else []) + folds.get(c.lower(), []):
-                        extra.append((ord(o), ord(o)))
-            out += extra
-        return out, neg
+    def char_class(self, ranges) -> str:
+        """The set as ``[...]``, or as ``[^...]`` of its complement when that is shorter (e.g. ``[^']``)."""
+        def body(rs):
+            return "".join(_ebnf_char(lo, True) if lo == hi else f"{_ebnf_char(lo, True)}-{_ebnf_char(hi, True)}"
+                           for lo, hi in rs)
+        if not ranges:
+            raise CompileError(f"terminal {self.name}: a character class that matches nothing")
+        comp = _complement(ranges)
+        if comp and len(comp) < len(ranges):
+            return f"[^{body(comp)}]"
+        return f"[{body(ranges)}]"
 
-    def char_class(self, ranges, neg) -> str:
-        body = "".join(
-            _ebnf_char(lo, True) if lo == hi else f"{_ebnf_char(lo, True)}-{_ebnf_char(hi, True)}" for lo, hi in ranges
-        )
-        return f"[{'^' if neg else ''}{body}]"
-
-    def seq(self, items, icase) -> str:
+    def seq(self, items, flags: int) -> str:
         parts, lit = [], []
 
         def flush():
@@ -106,31 +82,27 @@ class _RegexToEBNF:
                 lit.clear()
 
         for op, av in items:
-            if op is sre_c.LITERAL and not (icase and chr(av).swapcase() != chr(av)):
-                lit.append(_ebnf_char(av, False))
-                continue
+            if op is sre_c.LITERAL:
+                ranges = self.sets(op, av, flags)
+                if ranges == ((av, av),):   # matches only itself
+                    lit.append(_ebnf_char(av, False))
+                    continue
             flush()
-            parts.append(self.node(op, av, icase))
+            parts.append(self.node(op, av, flags))
         flush()
         return " ".join(parts) if parts else '""'
 
-    def node(self, op, av, icase) -> str:
-        if op is sre_c.LITERAL:
-            return self.char_class(*self.ranges([(op, av)], icase))
-        if op is sre_c.NOT_LITERAL:
-            return self.char_class([(av, av)], True)
-        if op is sre_c.IN:
-            return self.char_class(*self.ranges(av, icase))
-        if op is sre_c.ANY:
-            return "[^\\n]"
+    def node(self, op, av, flags: int) -> str:
+        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY):
+            return self.char_class(self.sets(op, av, flags))
         if op is sre_c.SUBPATTERN:
-            _group, add_flags, _del, sub = av
-            return "(" + self.seq(sub, icase or bool(add_flags & re.IGNORECASE)) + ")"
+            _group, add_flags, del_flags, sub = av
+            return "(" + self.seq(sub, (flags | add_flags) & ~del_flags) + ")"
         if op is sre_c.BRANCH:
-            return "(" + " | ".join(self.seq(alt, icase) for alt in av[1]) + ")"
-        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", None)):
+            return "(" + " | ".join(self.seq(alt, flags) for alt in av[1]) + ")"
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
             lo, hi, sub = av
-            inner = "(" + self.seq(sub, icase) + ")"
+            inner = "(" + self.seq(sub, flags) + ")"
             if (lo, hi) == (0, _MAXREPEAT):
                 return inner + "*"
             if (lo, hi) == (1, _MAXREPEAT):
@@ -141,12 +113,15 @@ class _RegexToEBNF:
             return inner + "{" + f"{lo},{hi_s}" + "}"
         raise self.fail(op)
 
-    def __call__(self, regex: str) -> str:
+    def parse(self, regex: str):
         try:
-            parsed = sre_parse.parse(regex)
+            return sre_parse.parse(regex)
         except re.error as err:
             raise CompileError(f"terminal {self.name}: bad regex {regex!r}: {err}") from err
-        return self.seq(list(parsed), self.icase)
+
+    def __call__(self, regex: str) -> str:
+        parsed = self.parse(regex)
+        return self.seq(list(parsed), self.flags | parsed.state.flags)
 
 
 def _rule_name(sym: str) -> str:
@@ -158,10 +133,12 @@ def _rule_name(sym: str) -> str:
 def _ignore_piece(name: str, term) -> str:
     """One repetition unit of an ignored terminal: ``(R)+`` becomes ``R``, since ``ws ::= (...)*`` repeats it
     anyway (an unambiguous ``ws`` keeps XGrammar's Earley items few)."""
-    parsed = list(sre_parse.parse(term.regex))
-    if len(parsed) == 1 and parsed[0][0] is sre_c.MAX_REPEAT and parsed[0][1][:2] == (1, _MAXREPEAT):
-        return _RegexToEBNF(name, term.ignore_case).seq(list(parsed[0][1][2]), term.ignore_case)
-    return _RegexToEBNF(name, term.ignore_case)(term.regex)
+    conv = _RegexToEBNF(name, term.ignore_case)
+    parsed = conv.parse(term.regex)
+    items = list(parsed)
+    if len(items) == 1 and items[0][0] is sre_c.MAX_REPEAT and items[0][1][:2] == (1, _MAXREPEAT):
+        return conv.seq(list(items[0][1][2]), conv.flags | parsed.state.flags)
+    return conv(term.regex)
 
 
 def ir_to_xgrammar_ebnf(ir: GrammarIR) -> str:
@@ -263,3 +240,52 @@ def lark_to_xgrammar_ebnf(spec: GrammarSpec) -> str:
 def lark_to_xgrammar_bnf(spec: GrammarSpec) -> str:
     """The same language from Lark's expanded BNF (kept for comparison: slower in XGrammar)."""
     return ir_to_xgrammar_ebnf(load_ir(spec))
+
+
+# --------------------------------------------------------------------------------------------------
+# Python regex with explicit classes (for engines that take regexes but read \s, \w, case folds otherwise)
+# --------------------------------------------------------------------------------------------------
+def _re_char(cp: int) -> str:
+    """Printable ASCII as itself, backslash-escaped when special (not as ``\\xHH``: Lark decodes those escapes
+    inside ``/.../``, so ``\\x2e`` would become a bare ``.``); the rest as ``\\xHH``/``\\uHHHH``/``\\UHHHHHHHH``."""
+    if 0x20 <= cp < 0x7F:
+        return re.escape(chr(cp))
+    return f"\\x{cp:02x}" if cp < 0x100 else f"\\u{cp:04x}" if cp < 0x10000 else f"\\U{cp:08x}"
+
+
+def regex_with_explicit_classes(name: str, regex: str, ignore_case: bool = False) -> str:
+    """``regex`` rewritten so that no construct depends on the reading of the engine that receives it: every
+    one-character construct (literal with case folding, class, ``\\s \\w \\d``, ``.``) becomes the explicit
+    class of the code points Python's ``re`` matches with it, and no flag is left. Its language (as a whole
+    match) is the original's under Python's ``re``; the form any regex engine reads alike."""
+    conv = _RegexToEBNF(name, ignore_case)
+    parsed = conv.parse(regex)
+
+    def klass(ranges) -> str:
+        if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+            return _re_char(ranges[0][0])
+        comp = _complement(ranges)
+        neg = bool(comp) and len(comp) < len(ranges)
+        body = "".join(_re_char(lo) if lo == hi else f"{_re_char(lo)}-{_re_char(hi)}" for lo, hi in (comp if neg else ranges))
+        return f"[{'^' if neg else ''}{body}]"
+
+    def seq(items, flags) -> str:
+        return "".join(node(op, av, flags) for op, av in items)
+
+    def node(op, av, flags) -> str:
+        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY):
+            return klass(conv.sets(op, av, flags))
+        if op is sre_c.SUBPATTERN:
+            _g, add, rm, sub = av
+            return "(?:" + seq(sub, (flags | add) & ~rm) + ")"
+        if op is sre_c.BRANCH:
+            return "(?:" + "|".join(seq(alt, flags) for alt in av[1]) + ")"
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
+            lo, hi, sub = av
+            inner = "(?:" + seq(sub, flags) + ")"
+            rep = {(0, _MAXREPEAT): "*", (1, _MAXREPEAT): "+", (0, 1): "?"}.get(
+                (lo, hi), "{%d,%s}" % (lo, "" if hi == _MAXREPEAT else hi))
+            return inner + rep
+        raise conv.fail(op)
+
+    return seq(list(parsed), conv.flags | parsed.state.flags)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
-from gcdbench.parsers.convert import _RegexToEBNF, sre_c, sre_parse
+from gcdbench.parsers.convert import _complement, _RegexToEBNF, sre_c, sre_parse
 from gcdbench.parsers.grammar import GrammarIR, load_ir
 
 _MAXREPEAT = sre_c.MAXREPEAT
@@ -182,7 +182,7 @@ class _RegexWriter:
                 lit.clear()
 
         for op, av in items:
-            if op is sre_c.LITERAL and not (icase and chr(av).swapcase() != chr(av)):
+            if op is sre_c.LITERAL and tuple(self.base.sets(op, av, re.IGNORECASE if icase else 0)) == ((av, av),):
                 lit.append(av)
                 continue
             flush()
@@ -192,14 +192,12 @@ class _RegexWriter:
 
     def node(self, op, av, icase) -> str:
         d = self.d
-        if op is sre_c.LITERAL:
-            return d.cls(*self.base.ranges([(op, av)], icase))
-        if op is sre_c.NOT_LITERAL:
-            return d.cls([(av, av)], True)
-        if op is sre_c.IN:
-            return d.cls(*self.base.ranges(av, icase))
-        if op is sre_c.ANY:
-            return d.cls([(0x0A, 0x0A)], True)
+        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY):
+            # the exact code points Python's re matches (convert.py's sets), written as the shorter of the class
+            # and its complement
+            ranges = list(self.base.sets(op, av, re.IGNORECASE if icase else 0))
+            comp = _complement(ranges)
+            return d.cls(comp, True) if comp and len(comp) < len(ranges) else d.cls(ranges, False)
         if op is sre_c.SUBPATTERN:
             _group, add_flags, _del, sub = av
             return d.group(self.seq(sub, icase or bool(add_flags & re.IGNORECASE)))

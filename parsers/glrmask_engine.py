@@ -102,6 +102,7 @@ def lark_to_glrmask_lark(spec: GrammarSpec, inline_ignore: bool = False) -> str:
     follow every terminal but never come first (the reference checker's language; the same form as the
     XGrammar EBNF converter's).
     """
+    from gcdbench.parsers.convert import regex_with_explicit_classes
     from gcdbench.parsers.grammar import load_ir
 
     ir = load_ir(spec)
@@ -132,13 +133,14 @@ def lark_to_glrmask_lark(spec: GrammarSpec, inline_ignore: bool = False) -> str:
             continue
         if term.literal is not None:
             pat = _lark_string(term.literal) + ("i" if term.ignore_case else "")
-        else:
-            pat = _lark_regex(term.regex)
+        else:   # every class spelled out as Python's re reads it (GLRMask's own \\s and \\w are Rust's)
+            pat = _lark_regex(regex_with_explicit_classes(t, term.regex, term.ignore_case))
         lines.append(f"{names[t]}: {pat}")
         if inline:
             lines.append(f"{use[t]}: {names[t]} | {names[t]} Z_IGNORED")
     if inline:
-        alts = "|".join(f"(?:{ir.terminals[t].regex})" for t in ir.ignore)
+        alts = "|".join(f"(?:{regex_with_explicit_classes(t, ir.terminals[t].regex, ir.terminals[t].ignore_case)})"
+                        for t in ir.ignore)
         lines.append(f"Z_IGNORED: {_lark_regex(f'(?:{alts})+')}")
     else:
         for t in ir.ignore:
@@ -179,9 +181,10 @@ class GLRMaskEngine(Engine):
         return importlib.metadata.version("glrmask")
 
     def profile(self) -> Profile:
-        """Longest match among the terminals the parser allows, Unicode simple case folding; with ``%ignore``
+        """Each terminal takes its own longest match (Lark's ``dynamic`` lexing), Unicode simple case folding of
+        string literals (regex terminals are written with Python re's classes spelled out); with ``%ignore``
         kept (``lark``, ``normalized``) ignored text may also come first."""
-        return Profile(lexing="longest_match", case_fold="unicode_simple",
+        return Profile(lexing="dynamic", case_fold="unicode_simple",
                        leading_ignore=self.opts["grammar_form"] != "inline_ignore")
 
     @classmethod

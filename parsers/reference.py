@@ -1,26 +1,31 @@
-"""The reference checker: exact, simple, slow by design. Every engine's masks are audited against it.
+r"""The reference checker: exact, simple, slow by design. Every engine's masks are audited against it.
 
 Semantics (the definition the harness uses for "the grammar's language"):
 
 * A byte string ``w`` is a *sentence* iff it can be cut into pieces ``w = t1 i1 t2 i2 ... tn in`` where each
   ``tk`` is matched (whole) by the regex of a terminal ``Tk``, each ``ik`` is a possibly empty run of matches
   of ``%ignore``d terminals, and ``T1 ... Tn`` is derivable from the start symbol. Ignored text may not come
-  first (XGrammar and LLGuidance both refuse leading whitespace; the empty sentence, if derivable, is ``""``). This is *scannerless*:
-  no longest match, no terminal priorities, no keyword reservation (a NAME regex may match ``select``).
+  first (XGrammar and LLGuidance both refuse leading whitespace; the empty sentence, if derivable, is ``""``).
+  This is *scannerless*: no longest match, no terminal priorities, no keyword reservation (a NAME regex may
+  match ``select``). In Lark's terms: the sentences of ``Lark(grammar, parser="earley",
+  lexer="dynamic_complete")`` that do not begin with ignored text (``tests/test_lark_oracle.py``).
 * A prefix ``p`` is *viable* iff some continuation ``s`` makes ``p s`` a sentence. Token ``v`` is allowed
   after ``p`` iff ``p + bytes(v)`` is viable; EOS is allowed iff ``p`` is a sentence. Special tokens have no
   bytes and are never allowed.
-* Case-insensitive terminals fold case as Python's ``re`` does (so ``"select"i`` also matches ``ſelect``,
-  with the long s, as Lark itself would).
-* Regexes match Unicode characters; bytes are decoded as UTF-8, so a token may end inside a multi-byte
+* Regexes mean exactly what Python's ``re`` (hence Lark) makes of them on ``str``: ``\s \w \d`` are
+  Unicode classes, ``.`` is any character but ``\n``, and case-insensitive terminals fold case as ``re`` does
+  (``"select"i`` also matches ``ſelect`` with the long s, ``"in"i`` matches ``ın`` and ``İN``); see
+  :mod:`gcdbench.parsers.regex_fsm`. Bytes are decoded as UTF-8, so a token may end inside a multi-byte
   character (the prefix is viable iff some completion of that character is).
+* :class:`ReferenceChecker` also executes every other :class:`~gcdbench.parsers.base.Profile` (the languages
+  engines declare), exactly; see its docstring.
 
 How: an Earley recognizer over *terminals* (charts shared along the terminal sequence), and on top of it a
 set of lexing configurations ``(chart, piece in progress, DFA state)`` advanced byte by byte with one
-``interegular`` DFA per terminal. Sets of configurations are interned and their byte transitions memoised,
-so checking the whole vocabulary (walked in sorted order, reusing the common prefix of neighbours) is a
-lazily built DFA walk. Grammars are reduced first (unproductive/unreachable rules dropped), which makes
-"some configuration is alive" equivalent to viability.
+minimal UTF-8 byte DFA per terminal. Sets of configurations are interned and their byte transitions
+memoised, so checking the whole vocabulary (walked in sorted order, reusing the common prefix of
+neighbours) is a lazily built DFA walk. Grammars are reduced first (unproductive/unreachable rules
+dropped), which makes "some configuration is alive" equivalent to viability.
 """
 from __future__ import annotations
 
@@ -28,9 +33,9 @@ import functools
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, ids_to_mask
+from gcdbench.parsers.base import Engine, GrammarSpec, Profile, ids_to_mask
 from gcdbench.parsers.grammar import GrammarIR, load_ir
-from gcdbench.parsers.regex_fsm import CharFSM, codepoint_range, utf8_len, utf8_second_range
+from gcdbench.parsers.regex_fsm import byte_dfa
 
 DEAD = -1
 
@@ -39,62 +44,23 @@ DEAD = -1
 # Terminal DFAs over UTF-8 bytes
 # --------------------------------------------------------------------------------------------------
 class TerminalDFA:
-    """One terminal's automaton stepped on bytes. A state is ``(fsm_state, pending_utf8_bytes)``."""
+    """One terminal's minimal byte automaton (shared with Valiant and PSC through ``regex_fsm``): states are
+    ints, ``step`` gives the next one or None."""
 
-    def __init__(self, name: str, regex: str, ignore_case: bool = False):
-        self.char = CharFSM(name, regex, ignore_case)
+    def __init__(self, name: str, regex: str, ignore_case: bool = False, case_fold: str = "python_re",
+                 regex_classes: str = "unicode"):
+        self.bytes = byte_dfa(name, regex, ignore_case, case_fold, regex_classes)
+        self.char = self.bytes.char
         self.name = name
-        self.fsm = self.char.fsm
-        self.start = (self.fsm.initial, b"") if self.fsm.initial in self.char.live else None
+        self.rows = self.bytes.rows
+        self.start = self.bytes.start if self.bytes.start >= 0 else None
 
-    def _char_step(self, s: int, ch: str):
-        return self.char.next(s, ch)
+    def step(self, state: int, byte: int):
+        t = self.rows[state][byte]
+        return None if t < 0 else t
 
-    def step(self, state, byte: int):
-        s, pending = state
-        if not pending:
-            if byte < 0x80:
-                t = self._char_step(s, chr(byte))
-                return None if t is None else (t, b"")
-            if utf8_len(byte) == 0:
-                return None
-            nxt = (s, bytes([byte]))
-            return nxt if self._pending_alive(nxt) else None
-        if not 0x80 <= byte <= 0xBF:
-            return None
-        if len(pending) == 1 and not utf8_second_range(pending[0])[0] <= byte <= utf8_second_range(pending[0])[1]:
-            return None
-        buf = pending + bytes([byte])
-        if len(buf) == utf8_len(buf[0]):
-            t = self._char_step(s, buf.decode("utf-8"))
-            return None if t is None else (t, b"")
-        nxt = (s, buf)
-        return nxt if self._pending_alive(nxt) else None
-
-    @functools.lru_cache(maxsize=None)
-    def _pending_alive(self, state) -> bool:
-        s, pending = state
-        lo, hi = codepoint_range(pending)
-        inside = [c for c in self.char.explicit if lo <= ord(c) <= hi]
-        if any(self._char_step(s, c) is not None for c in inside):
-            return True
-        surrogates = max(0, min(hi, 0xDFFF) - max(lo, 0xD800) + 1)
-        if hi - lo + 1 - surrogates > len(inside) and self.char.other is not None:
-            # every unlisted character falls in the "anything else" class: one of them decides
-            return self._char_step(s, _unlisted(lo, hi, inside)) is not None
-        return False
-
-    def accepting(self, state) -> bool:
-        return not state[1] and state[0] in self.fsm.finals
-
-
-def _unlisted(lo: int, hi: int, listed: list[str]) -> str:
-    """Some character in [lo, hi] that is not in ``listed`` and not a surrogate (caller checked one exists)."""
-    taken = {ord(c) for c in listed}
-    cp = lo
-    while cp in taken or 0xD800 <= cp < 0xE000:
-        cp += 1
-    return chr(cp)
+    def accepting(self, state: int) -> bool:
+        return self.bytes.accept[state]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,35 +141,52 @@ class Earley:
 # The checker
 # --------------------------------------------------------------------------------------------------
 class ReferenceChecker:
-    """Exact prefix viability for one grammar. States are small ints (interned configuration sets).
+    r"""Exact prefix viability for one grammar under one :class:`Profile`. States are small ints (interned
+    configuration sets).
 
-    ``lexing="scannerless"`` (the default) is the harness's definition of the language. The other modes
-    are what lexer-based engines implement; the audit uses them to tell a lexing difference from an error:
+    ``Profile()`` (the default) is the harness's definition of the language. Every other profile is the
+    language some engine implements, executed exactly (the audit compares an engine with both):
 
-    * ``"longest_match"`` (LLGuidance, GLRMask): *contextual* maximal munch: a piece may only end where no
-      terminal allowed at its start could go on matching the next byte (no backtracking, no priorities:
-      two terminals matching the same longest text are both kept).
-    * ``"standard"`` (PSC over Lark's standard lexer): maximal munch over *all* terminals, whether the
-      parser allows them there or not, and on a tie a string literal beats a regex (keywords are reserved).
+    * ``lexing="longest_match"``: *contextual* maximal munch: a piece may only end where no terminal allowed
+      at its start could go on matching the next byte (no backtracking, no priorities: two terminals
+      matching the same longest text are both kept). ``lexing="standard"``: maximal munch over *all*
+      terminals, whether the parser allows them there or not, and on a tie a string literal beats a regex
+      (keywords are reserved), as Lark's standard lexer does. ``lexing="dynamic"``: each terminal takes only
+      its *own* longest match (a piece of ``T`` ends only where ``T`` itself cannot go on), other terminals
+      may end elsewhere: Lark's ``lexer="dynamic"``.
+    * ``trailing_ignore=False``: ignored text may not start at a terminal boundary where the parser expects
+      no further terminal, i.e. after a sentence that no terminal can extend (``SELECT a FROM t;`` + ``\n``);
+      ignored text after a sentence that could still go on (``SELECT a FROM t`` + `` ``) stays allowed.
+    * ``leading_ignore=True``: ignored text may also come before the first terminal.
+    * ``case_fold`` and ``regex_classes``: how the terminals' regexes read case-insensitive parts and
+      ``\s \w \d`` (see :mod:`gcdbench.parsers.regex_fsm`).
     """
 
-    LEXING = ("scannerless", "longest_match", "standard")
+    LEXING = ("scannerless", "longest_match", "standard", "dynamic")
 
-    def __init__(self, grammar: GrammarSpec, lexing: str = "scannerless"):
-        if lexing not in self.LEXING:
-            raise ValueError(f"lexing must be one of {self.LEXING}, not {lexing!r}")
+    def __init__(self, grammar: GrammarSpec, profile: Profile = Profile()):
+        if not isinstance(profile, Profile):
+            raise TypeError(f"profile must be a gcdbench.parsers.base.Profile, not {type(profile).__name__}")
+        if profile.lexing not in self.LEXING:
+            raise ValueError(f"profile.lexing must be one of {self.LEXING}, not {profile.lexing!r}")
         self.grammar = grammar
-        self.longest = lexing != "scannerless"
-        self.standard = lexing == "standard"
+        self.profile = profile
+        self.longest = profile.lexing != "scannerless"
+        self.standard = profile.lexing == "standard"
+        self.rivals = profile.lexing != "dynamic"   # dynamic: each terminal's own longest match only
         self.ir = load_ir(grammar)
-        self.dfas = {name: TerminalDFA(name, t.regex, t.ignore_case) for name, t in self.ir.terminals.items()}
+        self.dfas = {
+            name: TerminalDFA(name, t.regex, t.ignore_case, profile.case_fold, profile.regex_classes)
+            for name, t in self.ir.terminals.items()
+        }
         self.earley = Earley(self.ir)
         self._sets: list[frozenset] = []
         self._ids: dict[frozenset, int] = {}
         self._trans: dict[tuple[int, int], int] = {}
         self._accept: dict[int, bool] = {}
         self._ignore = frozenset(self.ir.ignore)
-        self._initial = self._intern(frozenset({(self.earley.root, None, "start", None)}))
+        first = None if profile.leading_ignore else "start"
+        self._initial = self._intern(frozenset({(self.earley.root, None, first, None)}))
 
     # A configuration is (chart, terminal_in_progress_or_None, dfa_state, rivals). terminal None = at a
     # boundary, where dfa_state is None, or "start" at the very beginning (no ignored piece may come first).
@@ -227,7 +210,8 @@ class ReferenceChecker:
         return any(self.dfas[t].step(r, byte) is not None for t, r in rivals)
 
     def _start_pieces(self, chart, at_start: bool, byte: int, out: set):
-        allowed = chart.expected if at_start else chart.expected | self._ignore
+        ignore_here = not at_start and (self.profile.trailing_ignore or chart.expected)
+        allowed = chart.expected | self._ignore if ignore_here else chart.expected
         started = []
         for t in (self.dfas if self.standard else allowed):
             dfa = self.dfas[t]
@@ -237,7 +221,7 @@ class ReferenceChecker:
                     started.append((t, q2))
         for t, q2 in started:
             if t in allowed:
-                rivals = frozenset(x for x in started if x[0] != t) if self.longest else None
+                rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else frozenset()) if self.longest else None
                 out.add((chart, t, q2, rivals))
 
     def _may_end(self, term, q, rivals, byte) -> bool:
@@ -389,7 +373,7 @@ class ReferenceEngine(Engine):
         return "gcdbench-reference-1"
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
-        self.checker = ReferenceChecker(grammar)
+        self.checker = ReferenceChecker(grammar, self.profile())
         self.tokenizer = tokenizer
         self.reset()
 

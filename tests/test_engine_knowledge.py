@@ -23,10 +23,10 @@ LONGEST = dict(lexing="longest_match", case_fold="unicode_simple")
 PROFILES = {
     "xgrammar": Profile(),
     "xgrammar_bnf": Profile(),
-    "xgrammar_lark": Profile(case_fold="ascii"),
+    "xgrammar_lark": Profile(case_fold="ascii", regex_classes="ascii"),
     "llguidance": Profile(**LONGEST, trailing_ignore=False),
     "llguidance_raised": Profile(**LONGEST, trailing_ignore=False),
-    "glrmask": Profile(**LONGEST),
+    "glrmask": Profile(lexing="dynamic", case_fold="unicode_simple"),
     "psc": Profile(lexing="standard"),
     "valiant": Profile(),
     "cfgzip": Profile(),
@@ -62,7 +62,8 @@ def test_every_preset_has_a_declared_profile():
 
 
 def test_profile_follows_the_options():
-    assert engine_class("glrmask")(grammar_form="lark").profile() == Profile(**LONGEST, leading_ignore=True)
+    assert engine_class("glrmask")(grammar_form="lark").profile() == Profile(lexing="dynamic", case_fold="unicode_simple",
+                                                                           leading_ignore=True)
     assert engine_class("glrmask")(grammar_form="normalized").profile().leading_ignore
     assert engine_class("psc")(leading_ignore=True).profile() == Profile(lexing="standard", leading_ignore=True)
 

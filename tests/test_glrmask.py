@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import lark
+import numpy as np
 import pytest
 
 from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids
@@ -176,35 +177,30 @@ def test_qwen3_tiny_sql_equals_reference(qwen3_tokenizer):
     assert disagreements(engine, GrammarSpec("tiny_sql", text), qwen3_tokenizer, samples[:3]) == []
 
 
-def test_spider_differences_are_the_documented_kinds(bytes_tokenizer):
-    """On Spider SQL, GLRMask (default form) differs from the reference only by false blocks that the audit's
-    documented causes explain: longest-match lexing and Python's dotless-ı case fold ("i"i matches U+0131)."""
-    from gcdbench.experiments.audit import Auditor, dotless_i_case_fold, longest_match_lexing
+def test_spider_differences_are_the_declared_profile(bytes_tokenizer):
+    """On Spider SQL, GLRMask (default form) differs from the harness's language, and every mask equals the
+    reference's under GLRMask's declared profile (``GLRMaskEngine().profile()``), exactly."""
+    from gcdbench.experiments.audit import Auditor
 
     grammar = GrammarSpec("spider", (REPO / "datasets" / "grammars" / "spider.lark").read_text())
     tok = bytes_tokenizer
-    aud = Auditor(grammar, tok)
     engine = compiled(tok, grammar.lark)
-    causes = {"longest_match_lexing": longest_match_lexing, "dotless_i_case_fold": dotless_i_case_fold}
-    seen = set()
+    aud = Auditor(grammar, tok, engine.profile())
+    differs = False
     for sample in ["SELECT count(*) FROM singer WHERE age > 20", "SELECT T1.name FROM people AS T1 ORDER BY T1.id"]:
         engine.reset()
         prefix = b""
         for t in tok.encode(sample) + [tok.eos_id]:
-            got = allowed(engine, tok)
-            want = set(aud.reference_ids(prefix).tolist())
-            assert got <= want, f"after {prefix!r}: engine-only {sorted(got - want)[:5]}"
-            for tid in want - got:
-                data = b"" if tid == tok.eos_id else tok.token_bytes[tid]
-                why = [k for k, f in causes.items() if f(aud, prefix, data)]
-                assert why, f"after {prefix!r}: {data!r} blocked, no documented cause"
-                seen.update(why)
+            got = np.array(sorted(allowed(engine, tok)), dtype=np.int64)
+            row = aud.compare(prefix, got)
+            assert row["agree_profile"], (prefix, row["false_allow_examples_profile"], row["false_block_examples_profile"])
+            differs |= not row["agree_language"]
             assert t in got
             if t == tok.eos_id:
                 break
             assert engine.commit(t)
             prefix += tok.token_bytes[t]
-    assert seen == set(causes)
+    assert differs, "GLRMask's profile no longer makes a difference on Spider"
 
 
 @pytest.mark.parametrize("form", FORMS)

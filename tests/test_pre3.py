@@ -286,7 +286,7 @@ def test_readable_and_packed_agree_on_random_stacks():
 # -- masks against the reference checker under the declared profile ---------------------------------------
 def _reference_walk(eng, tok, spec, samples, walks=6, steps=30, seed=0):
     prof = eng.profile()
-    ref = ReferenceChecker(spec, lexing=prof.lexing)
+    ref = ReferenceChecker(spec, prof)
     rng = random.Random(seed)
     diffs, n = [], 0
 

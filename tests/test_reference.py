@@ -6,7 +6,7 @@ import itertools
 import lark
 import pytest
 
-from gcdbench.parsers.base import CompileError, GrammarSpec, mask_to_ids
+from gcdbench.parsers.base import CompileError, GrammarSpec, Profile, mask_to_ids
 from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
 GRAMMARS = {
@@ -95,21 +95,21 @@ def test_malformed_grammar_is_a_compile_error():
 def test_longest_match_lexing_forbids_cuts_inside_a_longer_match():
     g = GrammarSpec("kw", 'start: "select"i NAME "from"i NAME\nNAME: /[a-z]+/\n%ignore " "\n')
     scan = ReferenceChecker(g)
-    longest = ReferenceChecker(g, lexing="longest_match")
+    longest = ReferenceChecker(g, Profile(lexing="longest_match"))
     # only the keyword is allowed first, so nothing rivals it: both read SELECT + NAME
     assert scan.is_viable(b"selectname") and longest.is_viable(b"selectname")
     # after a NAME, "fromt" could be FROM + NAME only by cutting where NAME could go on
     assert scan.is_sentence(b"select afrom t") and not longest.is_viable(b"select afrom t")
     assert longest.is_sentence(b"select a from t")
     with pytest.raises(ValueError, match="lexing"):
-        ReferenceChecker(g, lexing="greedy")
+        ReferenceChecker(g, Profile(lexing="greedy"))
 
 
 def test_standard_lexing_reserves_keywords_and_ignores_context():
     g = GrammarSpec("kw", 'start: "select"i NAME "from"i NAME\nNAME: /[a-z0-9]+/\n%ignore " "\n')
-    std = ReferenceChecker(g, lexing="standard")
+    std = ReferenceChecker(g, Profile(lexing="standard"))
     # all terminals compete: "select0" is one NAME, so the query cannot start
-    assert not std.is_viable(b"select0") and ReferenceChecker(g, lexing="longest_match").is_viable(b"select0")
+    assert not std.is_viable(b"select0") and ReferenceChecker(g, Profile(lexing="longest_match")).is_viable(b"select0")
     # a keyword is never a NAME, even where only NAME fits
     assert not std.is_viable(b"select from from") and ReferenceChecker(g).is_sentence(b"select from from t")
     assert std.is_sentence(b"select a from t") and std.is_viable(b"select fr")

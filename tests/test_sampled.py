@@ -13,6 +13,7 @@ import pytest
 
 from gcdbench.datasets import sampled
 from gcdbench.datasets.registry import load_dataset
+from gcdbench.parsers.base import Profile
 from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def test_the_standard_mode_gives_sequences_a_standard_lexer_reads(bytes_tokenize
 def test_completer_finishes_every_prefix(source, lexing):
     """From prefixes of real samples the completion is found, makes a sentence, and is short."""
     ds = load_dataset({"name": source}, data_root="unused", n=4, seed=3)
-    rc = ReferenceChecker(ds.grammar, lexing)
+    rc = ReferenceChecker(ds.grammar, Profile(lexing=lexing))
     comp = sampled.Completer(rc)
     rng = random.Random(0)
     for s in ds.samples:
@@ -80,7 +81,7 @@ def test_completer_finishes_every_prefix(source, lexing):
 def test_completer_finishes_a_character_begun_by_a_token():
     from gcdbench.datasets.base import load_grammar
 
-    rc = ReferenceChecker(load_grammar("json"), "longest_match")
+    rc = ReferenceChecker(load_grammar("json"), Profile(lexing="longest_match"))
     sid = rc.advance(rc.initial(), '["é'.encode()[:-1])   # inside the two bytes of é
     text = sampled.Completer(rc).complete(sid)
     assert rc.accepts(rc.advance(sid, text)) and text[:1] in bytes(range(0x80, 0xC0))

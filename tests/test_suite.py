@@ -159,6 +159,14 @@ CONFORMANCE = {"json": ("json", {}), "lark": ("lark", {}), "ambiguous_expr": ("a
                "ambiguous_concat": ("ambiguous_concat", {"lengths": [4, 8]})}
 
 
+#: (engine, case) -> (exception, message pattern): an engine known to fail on a suite grammar's oracle path (a
+#: finding about the engine, asserted so that the entry cannot go stale)
+KNOWN_FAILURES = {
+    ("syncode", "json"): (AssertionError, "oracle token .* is not allowed"),   # its mask store refuses a valid token
+    ("syncode", "lark"): (KeyError, "_END_COMMENT"),                           # its incremental parser crashes
+}
+
+
 def _engines():
     from gcdbench.parsers.registry import ENGINES, engine_class
 
@@ -179,12 +187,10 @@ def _engines():
 @pytest.mark.parametrize("engine", _engines())
 def test_engine_masks_on_the_suite_equal_the_reference(engine, case, bytes_tokenizer):
     """Every engine on every suite grammar (two short samples, byte vocabulary): the whole mask at every step
-    equals the reference's once documented differences are set aside, or the engine refuses the grammar with
-    the typed reason it is expected to give."""
-    from gcdbench.experiments.audit import Auditor
-    from gcdbench.experiments.worker import teacher_force
+    equals the reference's under the engine's declared profile (tests/conformance_check.py), or the engine
+    refuses the grammar with the typed reason it is expected to give (tests/expected_refusals.py)."""
+    from conformance_check import check_masks
     from expected_refusals import compile_or_refuse
-    from gcdbench.parsers.base import Outcome
     from gcdbench.parsers.registry import engine_class
 
     name, extra = CONFORMANCE[case]
@@ -193,20 +199,11 @@ def test_engine_masks_on_the_suite_equal_the_reference(engine, case, bytes_token
     eng = engine_class(engine)()
     if not compile_or_refuse(eng, engine, case, ds.grammar, bytes_tokenizer):
         return
-    aud = Auditor(ds.grammar, bytes_tokenizer, engine, {})
-
-    class Sink:
-        def __call__(self, row):
-            pass
-
-        def commit_time(self, us):
-            pass
-
-    for s in samples:
-        ids = bytes_tokenizer.encode(s.text)
-        outcome, msg, audited = teacher_force(eng, ids, bytes_tokenizer.eos_id, bytes_tokenizer.vocab_size, Sink(),
-                                              range(len(ids) + 1), bytes_tokenizer.token_bytes)
-        assert outcome == Outcome.OK, (s.id, msg)
-        bad = [r for r in aud.check(s.text, ids, audited) if not r["agree_modulo_documented"]]
-        assert not bad, (s.id, bad[:2])
+    texts = [s.text for s in samples]
+    if (engine, case) in KNOWN_FAILURES:
+        exc, pattern = KNOWN_FAILURES[(engine, case)]
+        with pytest.raises(exc, match=pattern):
+            check_masks(eng, engine, case, ds.grammar, bytes_tokenizer, texts)
+    else:
+        check_masks(eng, engine, case, ds.grammar, bytes_tokenizer, texts)
     eng.close()

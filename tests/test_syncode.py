@@ -11,7 +11,7 @@ pytest.importorskip("syncode", reason="syncode is not installed: pip install --n
                                       "(README 'Other engines')")
 
 from gcdbench.datasets.base import load_grammar  # noqa: E402
-from gcdbench.parsers.base import CompileError, EngineError, GrammarSpec, allocate_mask, mask_to_ids  # noqa: E402
+from gcdbench.parsers.base import CompileError, EngineError, GrammarSpec, Profile, allocate_mask, mask_to_ids  # noqa: E402
 from gcdbench.parsers.reference import ReferenceChecker  # noqa: E402
 from gcdbench.parsers.syncode_engine import SynCodeEngine  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_documented_approximations_occur(tmp_path, bytes_tokenizer):
     """grammar_mask over-approximates Lark's lexer language: after `select` it allows a digit (`select0` is one
     NAME for Lark's lexer, which cannot start a query); the leading whitespace Lark's lexer skips is allowed."""
     tok = bytes_tokenizer
-    standard = ReferenceChecker(TINY, "standard")
+    standard = ReferenceChecker(TINY, Profile(lexing="standard"))
     engine = SynCodeEngine(cache_dir=str(tmp_path))
     engine.compile(TINY, tok)
     assert ord(" ") in allowed(engine, tok)

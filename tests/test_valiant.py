@@ -533,29 +533,6 @@ def test_numba_aligner_equals_python_aligner(name):
     assert _canonical(a) == _canonical(b)
 
 
-def test_byte_dfa_utf8():
-    from gcdbench.parsers.valiant.lexer import _ByteDFABuilder
-
-    def run(b, data):
-        trans, acc = b.build()
-        s = 0
-        for c in data:
-            s = trans[s, c]
-            if s < 0:
-                return None
-        return bool(acc[s])
-
-    b = _ByteDFABuilder("X", "[a-zé€😀]+")
-    assert run(b, "aé€😀".encode()) is True
-    assert run(b, "é".encode()[:1]) is False          # inside a character: alive, not final
-    assert run(b, "è".encode()) is None               # same lead byte, other character
-    b = _ByteDFABuilder("X", "[^a]")
-    assert run(b, "\U0010FFFF".encode()) is True and run(b, b"\xed\xa0\x80") is None   # no surrogates
-    assert run(b, b"\xc0\x80") is None                 # no overlong forms
-    b = _ByteDFABuilder("K", "(?i:sk)", ignore_case=True)
-    assert run(b, "ſK".encode()) is True               # case folds as Python's re
-
-
 # ----------------------------------------------------------------------------------------------
 # real grammars with the Qwen3 vocabulary (slow; needs the grammars, not the data)
 # ----------------------------------------------------------------------------------------------

@@ -232,7 +232,9 @@ class PSCEngine(Engine):
         if self.opts["use_cache"]:
             root = Path(os.path.expanduser(self.opts["cache_dir"] or "~/.cache/gcdbench/psc"))
             li = "li1" if self.opts["leading_ignore"] else "li0"
-            path = root / f"{grammar.key()}-{tokenizer.key()}-{li}-v{FORMAT}.pkl"
+            from gcdbench.parsers.regex_fsm import SEMANTICS
+
+            path = root / f"{grammar.key()}-{tokenizer.key()}-{li}-v{FORMAT}-{SEMANTICS}.pkl"
             if path.exists():
                 try:
                     with open(path, "rb") as fh:

@@ -3,8 +3,9 @@
 The lexer is a deterministic finite-state transducer over bytes (the GreatGramma-style lexer that PSC
 reuses, paper sec 3.1):
 
-* its states are the states of the product DFA of all terminals (including ``%ignore`` ones), stepped on
-  UTF-8 bytes with the reference checker's :class:`TerminalDFA` (so regex semantics are the same);
+* its states are the states of the product DFA of all terminals (including ``%ignore`` ones), each the
+  minimal UTF-8 byte DFA of :mod:`gcdbench.parsers.regex_fsm` that the reference checker and Valiant use
+  (so regex semantics, Python ``re``'s, are the same);
 * on byte ``c`` in state ``s``: if some terminal can extend the current lexeme with ``c`` the lexer moves
   on without output; otherwise, if the lexeme so far is a whole terminal, it *emits* that terminal (the
   "winner", see below) and restarts the next lexeme from ``c``; otherwise it dies. This is maximal munch
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from gcdbench.parsers.base import CompileError
-from gcdbench.parsers.reference import TerminalDFA
+from gcdbench.parsers.regex_fsm import byte_dfa
 
 IGNORED = -2   # "emits" an ignored terminal (nothing reaches the parser)
 
@@ -36,16 +37,13 @@ class ByteLexer:
         # build.Progress (log records, time budget) or None
         self.names = [t[0] for t in terminals]
         self.ignore = set(ignore)
-        dfas = []
-        for name, regex, _lit, _ll, _prio, icase in terminals:
-            dfas.append(TerminalDFA(name, regex, icase))
+        dfas = [byte_dfa(name, regex, icase) for name, regex, _lit, _ll, _prio, icase in terminals]
         order = {}
         for i, (name, _r, lit, llen, prio, _ic) in enumerate(terminals):
             order[i] = (-prio, 0 if lit else 1, -llen, name)
-        # a terminal whose regex names no non-ASCII character treats every multi-byte character alike,
-        # so its partial UTF-8 states only need the byte count left (and the lead's second-byte range)
-        ascii_only = [all(ord(ch) < 0x80 for ch in d.char.explicit) for d in dfas]
-        init = tuple((i, d.start) for i, d in enumerate(dfas) if d.start is not None)
+        # each byte DFA is minimal (partial UTF-8 characters with the same future are one state), so the
+        # product's states stay few without any canonicalisation here
+        init = tuple((i, d.start) for i, d in enumerate(dfas) if d.start >= 0)
         # state 0 starts the text; without leading_ignore an ignored terminal may not come first
         init0 = init if leading_ignore else tuple(p for p in init if self.names[p[0]] not in self.ignore)
         index = {init0: 0}
@@ -64,10 +62,8 @@ class ByteLexer:
             for c in range(256):
                 nxt = []
                 for i, st in cur:
-                    t = dfas[i].step(st, c)
-                    if t is not None:
-                        if t[1] and ascii_only[i]:
-                            t = (t[0], _canon_pending(t[1]))
+                    t = dfas[i].rows[st][c]
+                    if t >= 0:
                         nxt.append((i, t))
                 if nxt:
                     key = tuple(nxt)
@@ -87,7 +83,7 @@ class ByteLexer:
         trans = np.stack(rows)
         winner = np.full(len(states), -1, dtype=np.int32)
         for s, cur in enumerate(states):
-            fin = [i for i, st in cur if dfas[i].accepting(st)]
+            fin = [i for i, st in cur if dfas[i].accept[st]]
             if fin:
                 best = min(fin, key=lambda i: order[i])
                 winner[s] = IGNORED if self.names[best] in self.ignore else best
@@ -175,18 +171,3 @@ def _minimize(trans: np.ndarray, winner: np.ndarray):
     t = np.where(t >= 0, cls[np.maximum(t, 0)], -1).astype(np.int32)
     return t, winner[rep].astype(np.int32), cls
 
-
-def _canon_pending(p: bytes) -> bytes:
-    """A representative partial UTF-8 sequence with the same continuations (for ASCII-only regexes)."""
-    lead = p[0]
-    if len(p) == 1:
-        if 0xC2 <= lead <= 0xDF:
-            return b"\xc2"
-        if 0xE1 <= lead <= 0xEC or 0xEE <= lead <= 0xEF:
-            return b"\xe1"
-        if 0xF1 <= lead <= 0xF3:
-            return b"\xf1"
-        return p
-    if lead < 0xF0:
-        return b"\xe1\x80"
-    return b"\xf1\x80" if len(p) == 2 else b"\xf1\x80\x80"

@@ -170,7 +170,9 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
 
 def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer) -> Path:
     root = Path(os.path.expanduser(cache_dir or "~/.cache/gcdbench/valiant"))
-    return root / f"{VERSION}-{grammar.key()}-{tokenizer.key()}.npz"
+    from gcdbench.parsers.regex_fsm import SEMANTICS
+
+    return root / f"{VERSION}-{SEMANTICS}-{grammar.key()}-{tokenizer.key()}.npz"
 
 
 def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bool = True) -> tuple[Compiled, bool]:

@@ -1,0 +1,151 @@
+"""Every profile dimension executed by the reference, and the audit's exact comparison with (a) the harness's
+language and (b) an engine's declared profile (experiments/audit.py)."""
+from __future__ import annotations
+
+import itertools
+
+import lark
+import numpy as np
+import pytest
+
+from gcdbench.experiments.audit import Auditor, profile_str
+from gcdbench.parsers.base import GrammarSpec, Profile, ids_to_mask
+from gcdbench.parsers.reference import ReferenceChecker
+
+SQL = GrammarSpec("sql", 'start: "select"i NAME "from"i NAME [";"]\nNAME: /[a-z]+/\n%ignore /[ \\n]+/\n')
+TAIL = GrammarSpec("tail", 'start: "a" ["b"]\n%ignore " "\n')
+
+
+def test_trailing_ignore_false_refuses_ignored_text_only_after_a_final_sentence():
+    on, off = ReferenceChecker(TAIL), ReferenceChecker(TAIL, Profile(trailing_ignore=False))
+    for text, final_ok in [("a", True), ("a ", True), ("a b", True), ("ab", True), ("ab ", False), ("a b  ", False)]:
+        assert on.is_sentence(text.encode()), text
+        assert off.is_sentence(text.encode()) == final_ok, text
+    sql = ReferenceChecker(SQL, Profile(trailing_ignore=False))
+    assert sql.is_sentence(b"select a from t \n") and sql.is_viable(b"select a from t ;")
+    assert sql.is_sentence(b"select a from t;") and not sql.is_viable(b"select a from t; ")
+
+
+def test_leading_ignore_is_larks_dynamic_complete_exactly():
+    g = GrammarSpec("amb", 'start: e\ne: e "+" e | e e | "(" e ")" | ATOM\nATOM: /[ab]/\n%ignore " "\n')
+    ref = ReferenceChecker(g, Profile(leading_ignore=True))
+    default = ReferenceChecker(g)
+    parser = lark.Lark(g.lark, parser="earley", lexer="dynamic_complete")
+    seen_leading = False
+    for n in range(6):
+        for chars in itertools.product("ab+( )", repeat=n):
+            s = "".join(chars)
+            try:
+                parser.parse(s)
+                ok = True
+            except lark.exceptions.LarkError:
+                ok = False
+            assert ref.is_sentence(s.encode()) == ok, s
+            assert default.is_sentence(s.encode()) == (ok and not s.startswith(" ")), s
+            seen_leading |= ok and s.startswith(" ")
+    assert seen_leading
+
+
+def test_dynamic_lexing_is_each_terminals_own_longest_match():
+    g = GrammarSpec("kw", 'start: "a" NAME ("or"i NAME | "order"i "by"i NAME)*\nNAME: /[a-z]+/\n%ignore " "\n')
+    scan, dyn = ReferenceChecker(g), ReferenceChecker(g, Profile(lexing="dynamic"))
+    longest = ReferenceChecker(g, Profile(lexing="longest_match"))
+    # "or" + "d": OR's own longest match is "or", so dynamic allows the cut; ORDER is a rival for longest_match
+    assert scan.is_sentence(b"a x ord") and dyn.is_sentence(b"a x ord") and not longest.is_sentence(b"a x ord")
+    # NAME "xor" cut as "x" + "or": not NAME's own longest match
+    assert scan.is_sentence(b"a xor d") and not dyn.is_viable(b"a xor d")
+
+
+def test_case_fold_profiles_in_the_reference():
+    g = GrammarSpec("kw", 'start: "in"i "kiss"i\n')
+    text = {"python": "ın KİSS", "simple": "IN \u212aiſs", "ascii": "In KiSs"}
+    for fold, accepted in [("python_re", {"python", "simple", "ascii"}), ("unicode_simple", {"simple", "ascii"}),
+                           ("ascii", {"ascii"})]:
+        ref = ReferenceChecker(g, Profile(case_fold=fold))
+        for k, s in text.items():
+            assert ref.is_sentence(s.replace(" ", "").encode()) == (k in accepted), (fold, s)
+
+
+def test_regex_classes_profile_in_the_reference():
+    g = GrammarSpec("ws", 'start: WORD+\nWORD: /\\w+/\n%ignore /\\s+/\n')
+    assert ReferenceChecker(g).is_sentence("héllo\u3000wörld".encode())
+    asc = ReferenceChecker(g, Profile(regex_classes="ascii"))
+    assert not asc.is_viable("hé".encode()) and asc.is_sentence(b"hello world")
+    assert not asc.is_viable("hello\u3000".encode()[:6])
+
+
+def test_profile_validation():
+    with pytest.raises(ValueError, match="lexing"):
+        ReferenceChecker(SQL, Profile(lexing="maximal"))
+    with pytest.raises(ValueError, match="case_fold"):
+        ReferenceChecker(SQL, Profile(case_fold="turkic"))
+    with pytest.raises(TypeError, match="Profile"):
+        ReferenceChecker(SQL, "longest_match")  # the old string form is refused
+
+
+PROFILES = [Profile(), Profile(lexing="longest_match"), Profile(lexing="standard"), Profile(lexing="dynamic"),
+            Profile(trailing_ignore=False),
+            Profile(leading_ignore=True), Profile(case_fold="unicode_simple"), Profile(case_fold="ascii"),
+            Profile(regex_classes="ascii"),
+            Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple")]
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=profile_str)
+def test_audit_agrees_exactly_with_the_declared_profile(profile, bytes_tokenizer):
+    """An engine that implements ``profile`` exactly (here: the reference under it) agrees with the profile at
+    every step; where its language differs from the harness's, (a) says so; a changed mask is caught."""
+    tok = bytes_tokenizer
+    g = GrammarSpec("sql", 'start: "select"i NAME "in"i NAME [";"]\nNAME: /\\w+/\n%ignore /\\s+/\n')
+    engine = ReferenceChecker(g, profile)
+    aud = Auditor(g, tok, profile)
+    texts = ["select a in t;", "select ab in tt", "select ain t; ", " select a in t", "ſelect x İn y", "select\u00a0é ın ı"]
+    differs = False
+    for text in texts:
+        data = text.encode()
+        for k in range(len(data) + 1):
+            got = np.asarray(engine.full_mask_ids(engine.advance(engine.initial(), data[:k]), tok)) \
+                if engine.is_viable(data[:k]) else np.array([], dtype=np.int64)
+            row = aud.compare(data[:k], got)
+            assert row["agree_profile"], (profile, data[:k], row)
+            assert row["agree_language"] == (row["n_false_allow"] == row["n_false_block"] == 0)
+            differs |= not row["agree_language"]
+            if k == 3:   # one more token allowed than the profile: a listed false allow
+                extra = np.union1d(got, [ord("#")])
+                bad = aud.compare(data[:k], extra)
+                assert not bad["agree_profile"] and bad["n_false_allow_profile"] == 1
+                assert bad["false_allow_examples_profile"] == ["#"]
+    assert differs == (profile != Profile()), "each profile dimension must show on these texts"
+
+
+def test_audit_rows_and_legacy_call(bytes_tokenizer):
+    tok = bytes_tokenizer
+    aud = Auditor(SQL, tok, "reference")   # legacy form: engine name -> its declared profile (the language)
+    assert aud.profile == Profile() and aud.ref_profile is aud.ref
+    ids = tok.encode("select a from t;")
+    ref = ReferenceChecker(SQL)
+    masks = {k: ids_to_mask(ref.full_mask_ids(ref.advance(ref.initial(), tok.decode(ids[:k])), tok), tok.vocab_size)
+             for k in (0, 3, len(ids))}
+    masks[3] = ids_to_mask([], tok.vocab_size)   # the engine blocks everything at step 3
+    rows = Auditor(SQL, tok, Profile(lexing="longest_match")).check("select a from t;", ids, masks)
+    assert [r["step"] for r in rows] == [0, 3, len(ids)]
+    assert rows[0]["agree"] and rows[0]["agree_profile"] and rows[-1]["false_block_examples"] == []
+    assert not rows[1]["agree_profile"] and rows[1]["n_false_block_profile"] > 0 and rows[1]["false_block_examples_profile"]
+    assert rows[1]["profile"] == "lexing=longest_match"
+
+
+@pytest.mark.parametrize("profile", [Profile(), Profile(lexing="longest_match", trailing_ignore=False),
+                                     Profile(case_fold="ascii")], ids=profile_str)
+def test_fit_profile_finds_the_profile_an_engine_implements(profile, bytes_tokenizer):
+    from gcdbench.experiments.audit import fit_profile
+
+    tok = bytes_tokenizer
+    g = GrammarSpec("sql", 'start: "select"i NAME "in"i NAME [";"]\nNAME: /\\w+/\n%ignore /\\s+/\n')
+    engine = ReferenceChecker(g, profile)
+    obs = []
+    for text in ["select ain t; ", "ſelect x İn y;", "select ab in c"]:
+        data = text.encode()
+        for k in range(len(data) + 1):
+            sid = engine.advance(engine.initial(), data[:k])
+            obs.append((data[:k], engine.full_mask_ids(sid, tok) if sid >= 0 else np.array([], dtype=np.int64)))
+    got = fit_profile(g, tok, obs)
+    assert got["best"] == profile_str(profile) and got["best_agree"] == len(obs)
