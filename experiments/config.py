@@ -30,6 +30,13 @@ class Limits:
 @dataclass
 class Audit:
     per_sample: int = 7                # steps per sample whose full mask is compared with the reference (0: none)
+    samples: Any = None                # audit the first N samples of the cell only; null: every sample
+
+
+@dataclass
+class Batch:
+    size: int = 0                      # 0: single mode; B >= 1: batch mode, B sequences teacher-forced in lock-step
+    threads: Any = None                # batch mode: sets the engine's thread option (Engine.threads_option); null: as configured
 
 
 @dataclass
@@ -51,6 +58,7 @@ class RunConfig:
     warmup: bool = True                # one untimed warm-up sample after each compile
     limits: Limits = field(default_factory=Limits)
     audit: Audit = field(default_factory=Audit)
+    batch: Batch = field(default_factory=Batch)
     progress: bool = True
     report: bool = True                # print this cell's summary line when it ends
 
@@ -91,7 +99,8 @@ def validate(cfg) -> int | None:
     if bad:
         valid = sorted(f.name for f in dataclasses.fields(RunConfig))
         nested = "; ".join(f"{name}.{{{', '.join(f.name for f in dataclasses.fields(node))}}}"
-                           for name, node in (("limits", Limits), ("audit", Audit), ("tokenizer", TokenizerConf)))
+                           for name, node in (("limits", Limits), ("audit", Audit), ("batch", Batch),
+                                             ("tokenizer", TokenizerConf)))
         raise ConfigError(f"unknown config key(s) {bad}: nothing reads them (a typo added with '+'?). Valid: {valid}; "
                           f"{nested}; engine.<option> and dataset.<option> are checked by the engine and the dataset")
     n = sample_count(cfg.samples)
@@ -100,4 +109,17 @@ def validate(cfg) -> int | None:
             raise ConfigError(f"limits.{key}={value!r}: a limit must be a number > 0")
     if not isinstance(cfg.audit.per_sample, int) or cfg.audit.per_sample < 0:
         raise ConfigError(f"audit.per_sample={cfg.audit.per_sample!r}: write a whole number >= 0 (0: no audit)")
+    k = cfg.audit.samples
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise ConfigError(f"audit.samples={k!r}: write a whole number >= 0 of audited samples, or null for every sample")
+    size, threads = cfg.batch.size, cfg.batch.threads
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ConfigError(f"batch.size={size!r}: write a whole number >= 1 for batch mode (0: single mode)")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ConfigError(f"batch.threads={threads!r}: write a whole number >= 1, or null to keep the engine's "
+                              "own thread option")
+        if not size:
+            raise ConfigError(f"batch.threads={threads} applies to batch mode only: set batch.size=B (>= 1), or set "
+                              "the engine's own thread option (engine.threads=..., engine.max_threads=...)")
     return n

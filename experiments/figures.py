@@ -7,7 +7,10 @@
 - ``mask_vs_workers``: per-mask time against the Valiant engine's ``workers`` option (seed 000's figure 5);
 - ``mask_vs_vocab``: per-mask time against the vocabulary size (``vocab_size`` of run.json; a tokenizer sweep);
 - ``latency_cdf_<tokenizer>``: the distribution of per-mask time per engine config, p50/p99/max marked;
-- ``init_time_<tokenizer>`` and ``memory_<tokenizer>``: compile time and peak resident memory per cell.
+- ``init_time_<tokenizer>`` and ``memory_<tokenizer>``: compile time and peak resident memory per cell;
+- ``batch_<tokenizer>``: batch mode, step latency and per-sequence cost against the batch size B (log axes).
+
+Batch-mode cells are drawn only in ``batch_<tokenizer>``; the other figures show single-mode cells.
 
 Cells that did not produce masks (compile error, compile time-out or out-of-memory) are shown, never dropped:
 a hatched bar marked ``×`` in the bar charts and a ``×`` note with the reason in the line charts. A cell is drawn
@@ -29,7 +32,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gcdbench.experiments.report import DATASET_ORDER, Unreadable, collect, find_runs, read_cell_file
+from gcdbench.experiments.report import (DATASET_ORDER, Unreadable, collect, collect_batch, find_runs, is_batch,
+                                         read_cell_file)
 from gcdbench.parsers.base import Outcome
 CAPTIONS = {   # by file stem prefix, for the report's README
     "mask_vs_prefix": "Per-mask time against prefix length (tokens): solid = mean, dashed = p99 per prefix bucket, "
@@ -39,6 +43,9 @@ CAPTIONS = {   # by file stem prefix, for the report's README
     "memory": "Peak resident memory (MB) of the worker process during compile and during the samples.",
     "mask_vs_workers": "Per-mask time against the engine's `workers` option (seed 000's figure 5).",
     "mask_vs_vocab": "Per-mask time against vocabulary size (a sweep over `tokenizer=`); points named by tokenizer.",
+    "batch": "Batch mode: step latency (one `fill_masks` call over the live sequences; p50 over full steps, band "
+             "to p99) and per-sequence cost (step time / live sequences) against the batch size B, log axes; "
+             "× = a B at which the cell produced no step.",
 }
 _MARKERS = "osD^v<>ph*"
 
@@ -488,6 +495,61 @@ def fig_memory(cells: pd.DataFrame, tokenizer: str):
     return fig
 
 
+def fig_batch(bcells: pd.DataFrame, tokenizer: str):
+    """Batch mode (``report.collect_batch`` rows): per dataset, step latency (top: p50 over full steps, band to
+    p99) and per-sequence cost (bottom: step time / live sequences) against B, log-log; one line per engine config
+    (its thread count is in the config name). A B at which a cell produced no step is an × on the axis, with its
+    reason in the note; a cell with other outcomes than ``ok`` is named "partial"/"failed" in the legend."""
+    bcells = bcells[bcells["tokenizer"] == tokenizer] if not bcells.empty else bcells
+    if bcells.empty:
+        return None
+    datasets = _datasets(bcells["dataset"])
+    styles = _styles(set(bcells["config"]))
+    fig = Figure(figsize=(max(6.5, 5.2 * len(datasets)), 7.6), layout="constrained")
+    axes = fig.subplots(2, len(datasets), squeeze=False)
+    for col, ds in enumerate(datasets):
+        top, bottom = axes[0][col], axes[1][col]
+        failed = []
+        here = bcells[bcells["dataset"] == ds]
+        for config, grp in here.groupby("config", sort=True):
+            grp = grp.sort_values("B")
+            color, marker = styles[config]
+            ok = grp[grp["step_p50_us"].notna()] if "step_p50_us" in grp else grp.iloc[0:0]
+            status = {cell_status(r) for _, r in grp.iterrows()} - {None}
+            worst = "failed" if any(str(x).startswith(("failed", "compile")) for x in status) else \
+                ("partial" if status else "")
+            label = config + (f" ({worst} at some B)" if worst else "")
+            if len(ok):
+                top.plot(ok["B"], ok["step_p50_us"], color=color, marker=marker, ms=4, label=label)
+                top.fill_between(ok["B"], ok["step_p50_us"], ok["step_p99_us"], color=color, alpha=0.12)
+                bottom.plot(ok["B"], ok["per_seq_us"], color=color, marker=marker, ms=4, label=label)
+            bad = grp[~grp.index.isin(ok.index)]
+            for ax in (top, bottom):
+                if len(bad):
+                    ax.scatter(bad["B"], [0.02] * len(bad), marker="x", color=color, s=50, zorder=5,
+                               transform=ax.get_xaxis_transform(), clip_on=False)
+            for _, c in bad.iterrows():
+                why = cell_status(c) or "no steps"
+                failed.append(f"{config} B={int(c['B'])}: {why}")
+        Bs = sorted(int(b) for b in here["B"].unique())
+        for ax, what in ((top, "step latency (one fill_masks call; p50, band to p99)"),
+                         (bottom, "per-sequence cost (step time / live sequences)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(Bs, [str(b) for b in Bs])
+            ax.xaxis.set_minor_formatter(_null_formatter())
+            ax.set_yscale("log")
+            _us_formatter(ax)
+            ax.set_xlabel("batch size B (sequences in lock-step)")
+            ax.set_ylabel(what, fontsize=8)
+            ax.grid(True, which="major", alpha=0.3)
+        top.set_title(f"{ds} ({tokenizer})")
+        if top.get_legend_handles_labels()[0]:
+            top.legend(fontsize=6, loc="upper left")
+        _failed_note(bottom, failed[:12] + ([f"... {len(failed) - 12} more"] if len(failed) > 12 else []))
+    fig.suptitle("Batch decoding: step latency and per-sequence cost against B")
+    return fig
+
+
 # --------------------------------------------------------------------------------------------------------------
 def _save(fig: Figure, out_dir: Path, stem: str) -> list[Path]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -506,6 +568,9 @@ def figures(steps: pd.DataFrame, cells: pd.DataFrame) -> dict[str, Figure]:
     out: dict[str, Figure] = {}
     if cells.empty:
         return out
+    cells = cells[~is_batch(cells)]   # batch-mode cells: their own figure (fig_batch)
+    if "run_dir" in steps and "path" in cells:
+        steps = steps[steps["run_dir"].isin(set(cells["path"]))]
     tokenizers = sorted(set(cells["tokenizer"]))
     for tok in tokenizers:
         for stem, f in ((f"mask_vs_prefix_{tok}", fig_mask_vs_prefix(steps, cells, tok)),
@@ -531,6 +596,12 @@ def draw_all(results_root: Path | str, out_dir: Path | str) -> list[Path]:
     paths: list[Path] = []
     for stem, fig in figures(steps, cells).items():
         paths += _save(fig, out_dir, stem)
+    if is_batch(cells).any():
+        bcells = collect_batch([results_root])
+        for tok in sorted(set(bcells["tokenizer"])):
+            fig = fig_batch(bcells, tok)
+            if fig is not None:
+                paths += _save(fig, out_dir, f"batch_{tok}")
     return paths
 
 

@@ -5,6 +5,9 @@
 an engine with its declared profile (``disagreements.csv``, and a "Disagreements" section), and ``README.md``
 with them all, and prints Table 1. Each ``--also`` folder (a run outside the Table 1 sweep, e.g. all 300 TreeBank samples) gets its own
 section: its cells, and the mask-time tail at every prefix length (``prefix_tails_<name>.csv``, a figure).
+Batch-mode cells (``batch.size`` >= 1, found under ``--results`` or in the ``--batch`` folders) are kept out of
+those tables and get their own section: step latency and per-sequence cost against the batch size B
+(``batch.csv``, a table and a figure).
 
 A damaged cell (a file that cannot be read) is skipped with one warning line naming the file; a folder with
 result files but no ``run.json`` is reported with a warning; every healthy cell is still built.
@@ -135,6 +138,7 @@ def cell_stats(run_dir: Path) -> dict:
         "audit_error": meta.get("audit_error"), "provenance": provenance(meta, samples),
         "outcome_counts": meta.get("outcomes") or {},
         "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
+        "batch_size": ((meta.get("identity") or {}).get("batch") or {}).get("size"),
     }
     if samples is not None:
         counts = samples["outcome"].value_counts()
@@ -523,7 +527,8 @@ def cell_summary(run_dir: Path) -> str:
     """The line the runner prints when a cell ends: outcomes, init, TTFM, mask-time percentiles, audit,
     provenance warnings; a compile error in full (first 2,000 characters)."""
     c = cell_stats(Path(run_dir))
-    head = f"{c['config']} on {c['dataset']} ({c['tokenizer']})"
+    head = f"{c['config']} on {c['dataset']} ({c['tokenizer']})" + (f" batch {c['batch_size']}" if c.get("batch_size")
+                                                                    else "")
     if c.get("compile_error") and not c.get("mask_n"):
         kind = f" [{c['compile_error_kind']}]" if c.get("compile_error_kind") else ""
         return f"{head}: compile error{kind}: {c['compile_error']}"
@@ -532,11 +537,24 @@ def cell_summary(run_dir: Path) -> str:
             f"TTFM {_fmt_s(c.get('ttfm_s'))}, per-mask mean {_fmt_us(c.get('mask_mean_us'))} µs "
             f"(p50 {_fmt_us(c.get('mask_p50_us'))}, p99 {_fmt_us(c.get('mask_p99_us'))}, "
             f"p99.9 {_fmt_us(c.get('mask_p999_us'))}, max {_fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks); "
-            f"{_audit_text(c)}  [{c.get('outcomes', '')}]{prov}")
+            f"{_audit_text(c)}  [{c.get('outcomes', '')}]{prov}{_batch_text(Path(run_dir), c)}")
 
 
-def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = ()) -> str:
+def _batch_text(run_dir: Path, c: dict) -> str:
+    """A batch cell's part of its summary line: B, threads, steps, step latency and per-sequence cost."""
+    if not c.get("batch_size"):
+        return ""
+    b = batch_stats(run_dir)
+    if not b.get("batch_steps"):
+        return "; no batch step"
+    return (f"; {b.get('threads')} thread(s), {b['batch_steps']} batch steps ({b['full_steps']} full), "
+            f"step p50 {_fmt_us(b['step_p50_us'])} µs, per sequence {_fmt_us(b['per_seq_us'])} µs")
+
+
+def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = ()) -> str:
     cells = collect(results)
+    batch_roots = ([results] if is_batch(cells).any() else []) + [Path(b) for b in batch]
+    cells = single_mode(cells)
     if cells.empty:
         raise SystemExit(f"no run.json under {results}: run `python -m experiments.run ...` first")
     out.mkdir(parents=True, exist_ok=True)
@@ -595,6 +613,8 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         readme += further_runs(Path(root), out)
     from gcdbench.experiments.beyond import beyond_section   # suite and sampled cells (also in <results>/../suite)
     readme += beyond_section([results, *map(Path, also), Path(results).parent / "suite"], out, tokenizer)
+    if batch_roots:
+        readme += batch_section(batch_roots, out, cells)
     (out / "README.md").write_text("\n".join(readme) + "\n")
     _add_figures(results, out)
     return md_t1
@@ -612,7 +632,7 @@ def further_runs(root: Path, out: Path, limit_us: float = 1000.0) -> list[str]:
     """README lines for a run folder outside the Table 1 sweep, and its per-prefix-length tail files."""
     from gcdbench.experiments.figures import _save, fig_mask_vs_prefix, load_cells, load_steps
 
-    cells = collect(root)
+    cells = single_mode(collect(root))
     if cells.empty:
         return [f"## Further runs: `{root}`", "", "No run.json found.", ""]
     name = Path(root).name
@@ -649,7 +669,8 @@ def _add_figures(results: Path, out: Path) -> None:
     """Draw the figures into ``<out>/figures/`` and append a "Figures" section that links them to README.md."""
     from gcdbench.experiments.figures import CAPTIONS, draw_all
 
-    pngs = [p for p in draw_all(results, out / "figures") if p.suffix == ".png"]
+    pngs = [p for p in draw_all(results, out / "figures") if p.suffix == ".png"
+            and not p.stem.startswith("batch_")]   # the batch section shows its own figure
     lines = ["", "## Figures", "",
              f"Drawn by `python -m experiments.figures --results {results} --out {out / 'figures'}` (PNG and PDF). "
              "Hatched bars and × entries are cells that produced no masks (compile error, time-out, out-of-memory); "
@@ -661,14 +682,151 @@ def _add_figures(results: Path, out: Path) -> None:
         f.write("\n".join(lines))
 
 
+# --------------------------------------------------------------------------------------------------------------
+# batch mode
+# --------------------------------------------------------------------------------------------------------------
+def is_batch(cells: pd.DataFrame) -> pd.Series:
+    """True for batch-mode cells (their identity has a batch size)."""
+    if cells.empty or "batch_size" not in cells:
+        return pd.Series(False, index=cells.index)
+    return cells["batch_size"].notna()
+
+
+def single_mode(cells: pd.DataFrame) -> pd.DataFrame:
+    """The single-mode cells of ``collect``'s frame (Table 1 and the other single-mode tables and figures)."""
+    out = cells[~is_batch(cells)]
+    out.attrs.update(cells.attrs)
+    return out
+
+
+def batch_stats(run_dir: Path) -> dict:
+    """A batch-mode cell's numbers from its stored files: ``cell_stats`` plus the batch size B, the threads its
+    engine used, and the step latency (one ``fill_masks`` call) and per-sequence cost (step time / live
+    sequences) over its *full* steps (all B slots live); a cell without a full step (fewer samples than B, or
+    cut short by a limit) uses every step and says so (``step_basis``)."""
+    row = cell_stats(run_dir)
+    meta = read_cell_file(run_dir, "run.json")
+    b = meta.get("batch") or {}
+    row.update(B=int(row["batch_size"]), threads=b.get("threads"), threads_option=b.get("threads_option"))
+    bs = read_cell_file(run_dir, "batch_steps.parquet")
+    if bs is None or bs.empty:
+        row.update(batch_steps=0, full_steps=0, step_basis=None)
+        return row
+    full = bs[bs["live"] == bs["size"]]
+    use = full if len(full) else bs
+    us = use["step_us"].to_numpy()
+    row.update(batch_steps=int(len(bs)), full_steps=int(len(full)), step_basis="full" if len(full) else "all",
+               live_mean=float(bs["live"].mean()), fallback_steps=int((bs["fallback"] > 0).sum()),
+               batch_path_errors=int((bs["fallback"] == 2).sum()),
+               step_mean_us=float(us.mean()), step_p50_us=float(np.percentile(us, 50)),
+               step_p99_us=float(np.percentile(us, 99)), step_max_us=float(us.max()),
+               per_seq_us=float((use["step_us"] / use["live"]).mean()),
+               commit_per_seq_us=float((use["commit_us"] / use["live"]).mean()))
+    return row
+
+
+def collect_batch(roots) -> pd.DataFrame:
+    """One row per readable batch-mode cell under ``roots`` (``batch_stats``); damaged cells are skipped with a
+    warning (as in ``collect``)."""
+    rows = []
+    for root in roots:
+        for r in find_runs(Path(root)):
+            try:
+                meta = read_cell_file(r, "run.json")
+                if not (meta.get("identity") or {}).get("batch"):
+                    continue
+                rows.append(batch_stats(r))
+            except Unreadable as err:
+                warn(f"{err}: cell {r} skipped")
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.drop_duplicates("path").sort_values(["dataset", "tokenizer", "config", "B"]).reset_index(drop=True)
+    return df
+
+
+def batch_table(bcells: pd.DataFrame) -> pd.DataFrame:
+    """The batch section's table: per dataset, engine config (its threads) and B: steps, step latency p50/p99,
+    per-sequence cost and its gain over B=1 of the same config, outcomes, audit agreement."""
+    rows = []
+    for _, c in bcells.iterrows():
+        base = bcells[(bcells["config"] == c["config"]) & (bcells["dataset"] == c["dataset"])
+                      & (bcells["tokenizer"] == c["tokenizer"]) & (bcells["B"] == 1)]
+        b1 = _get(base.iloc[0], "per_seq_us") if len(base) else None
+        per = _get(c, "per_seq_us")
+        audit = ""
+        if _get(c, "audit_steps"):
+            audit = f"{int(_get(c, 'audit_agree_documented') or 0)}/{int(c['audit_steps'])}"
+            if _get(c, "audit_agree_single_mode") is not None:
+                audit += f", single {int(c['audit_agree_single_mode'])}/{int(c['audit_steps'])}"
+        err = _get(c, "compile_error")
+        rows.append({
+            "dataset": c["dataset"], "config": c["config"], "threads": _get(c, "threads"), "B": int(c["B"]),
+            "steps (full)": f"{int(_get(c, 'batch_steps') or 0)} ({int(_get(c, 'full_steps') or 0)})",
+            "step p50 µs": _fmt_us(_get(c, "step_p50_us")) + ("*" if c.get("step_basis") == "all" else ""),
+            "step p99 µs": _fmt_us(_get(c, "step_p99_us")),
+            "per-seq µs": _fmt_us(per),
+            "gain vs B=1": f"{b1 / per:.2f}×" if b1 and per else "–",
+            "outcomes": (f"× {err.splitlines()[0][:80]}" if err and not _get(c, "batch_steps") else
+                         (c.get("outcomes") or "")) + (f"; batch call failed where every sequence's own fill_mask "
+                                                      f"worked: {int(c['batch_path_errors'])} steps"
+                                                      if _get(c, "batch_path_errors") else ""),
+            "audit (agree, batch = single)": audit,
+        })
+    return pd.DataFrame(rows)
+
+
+def batch_section(roots, out: Path, single: pd.DataFrame | None = None) -> list[str]:
+    """README lines of the batch section (table, ``batch.csv``, figure) for the batch-mode cells under ``roots``.
+    An engine whose single-mode cell (``single``, e.g. Table 1's) on a dataset of the batch runs is a compile
+    error, and that has no batch cell there, is listed with that reason."""
+    from gcdbench.experiments.figures import _save, fig_batch
+
+    bcells = collect_batch(roots)
+    names = ", ".join(f"`{r}`" for r in roots)
+    if bcells.empty:
+        return ["## Batch decoding", "", f"No batch-mode cell under {names}.", ""]
+    bcells.drop(columns=["outcome_counts"], errors="ignore").to_csv(out / "batch.csv", index=False)
+    machines = sorted({str(m) for m in bcells["machine"].dropna()})
+    lines = [
+        "## Batch decoding", "",
+        f"From {names} (`python -m experiments.run -m experiment=batch_sweep`). B sequences are teacher-forced in "
+        "lock-step; one step is one `fill_masks` call over every live sequence (a finished sequence's slot takes "
+        "the next sample at once, as in continuous batching), timed as one. Step p50/p99 = latency of that call "
+        "over the cell's full steps (all B slots live; * = no full step, every step used). Per-seq = step time / "
+        "live sequences (mean); gain = per-seq at B=1 / per-seq at B, same config. Threads = the engine's thread "
+        "option (`threads`, `max_threads`; engines without one run their batch path on one thread). Audit = "
+        "audited steps agreeing with the reference (modulo documented differences), and steps whose batch row "
+        "equals the sequence's own `fill_mask`. Machines: " + "; ".join(machines) + ".", "",
+        _markdown(batch_table(bcells), parse_numbers=False), "",
+        "Every cell's numbers: `batch.csv`.", ""]
+    if single is not None and not single.empty and "compile_error" in single:
+        have = set(zip(bcells["engine"], bcells["dataset"]))
+        refused = single[single["dataset"].isin(set(bcells["dataset"])) & single["compile_error"].notna()]
+        notes = sorted({(c["config"], c["dataset"], str(c["compile_error"]).splitlines()[0][:200])
+                        for _, c in refused.iterrows() if (c["engine"], c["dataset"]) not in have})
+        if notes:
+            lines += ["Not run in batch mode (the engine does not compile the grammar in single mode):", "",
+                      *[f"- {cfg} × {ds}: {why}" for cfg, ds, why in notes], ""]
+    figs = out / "figures"
+    figs.mkdir(parents=True, exist_ok=True)
+    for tok in sorted(set(bcells["tokenizer"])):
+        fig = fig_batch(bcells, tok)
+        if fig is not None:
+            stem = f"batch_{tok}"
+            _save(fig, figs, stem)
+            lines += [f"![{stem}](figures/{stem}.png) ([PDF](figures/{stem}.pdf))", ""]
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default="results/runs", help="folder searched for run.json files")
     ap.add_argument("--out", default="results", help="where the tables and README.md go")
     ap.add_argument("--tokenizer", default="qwen3")
     ap.add_argument("--also", nargs="*", default=[], help="further run folders, each reported in its own section")
+    ap.add_argument("--batch", nargs="*", default=[], help="folders of batch-mode runs (experiment=batch_sweep)")
     args = ap.parse_args(argv)
-    print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also)))
+    print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also), tuple(args.batch)))
 
 
 if __name__ == "__main__":

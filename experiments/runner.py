@@ -15,6 +15,9 @@ writes each finished sample to ``parts/`` at once. What a run guarantees (README
   stops at once with one line naming the holder.
 * **Files.** ``run.json`` describes exactly the rows in the folder's parquet files; every file is replaced
   atomically, so a killed run leaves either the old or the new version, and its finished samples in ``parts/``.
+
+Batch mode (``batch.size`` = B >= 1, :func:`_run_batch`): the samples run B at a time in lock-step in one worker,
+one ``fill_masks`` call per step; a cell's identity then includes the batch size (README "Batch mode").
 """
 from __future__ import annotations
 
@@ -38,9 +41,10 @@ import pandas as pd
 import psutil
 from omegaconf import OmegaConf
 
-from gcdbench.experiments.worker import DETERMINISTIC_COMPILE_FAILURES, ROW_FIELDS, StepLog
+from gcdbench.experiments.worker import (BATCH_ROW_FIELDS, BATCH_STEP_FIELDS, DETERMINISTIC_COMPILE_FAILURES,
+                                         ROW_FIELDS, SlotJournal, StepLog)
 from gcdbench.parsers.base import CompileError, Outcome
-from gcdbench.parsers.limited import LimitedProcess, exit_description
+from gcdbench.parsers.limited import Event, LimitedProcess, exit_description
 
 STEP_COLUMNS = [
     "engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
@@ -51,7 +55,9 @@ SAMPLE_COLUMNS = [
     "peak_rss_mb", "session", "git_commit", "git_dirty", "host",
 ]
 MAX_MESSAGE = 2000
-RESULT_FILES = ("run.json", "samples.parquet", "steps.parquet", "audit.parquet")
+RESULT_FILES = ("run.json", "samples.parquet", "steps.parquet", "audit.parquet", "batch_steps.parquet")
+#: columns of batch_steps.parquet (batch mode): which worker run of which session, then BATCH_STEP_FIELDS
+BATCH_STEP_COLUMNS = ["session", "run", *BATCH_STEP_FIELDS]
 
 
 class CellError(ValueError):
@@ -147,22 +153,35 @@ def _plain(x):
     return json.loads(json.dumps(x, sort_keys=True, default=str))
 
 
-def cell_identity(engine: str, label: str, options: dict, dataset, dataset_options: dict, tokenizer, seed: int) -> dict:
-    """What makes two runs the same cell (see the module docstring); ``options`` with their defaults filled in."""
+def cell_identity(engine: str, label: str, options: dict, dataset, dataset_options: dict, tokenizer, seed: int,
+                  batch_size: int = 0) -> dict:
+    """What makes two runs the same cell (see the module docstring); ``options`` with their defaults filled in.
+    A batch-mode cell (``batch_size`` >= 1) also has ``batch`` (mode and size); a single-mode identity has none."""
     digest = hashlib.sha256()
     for s in dataset.samples:   # a stored token sequence (sampled datasets) is what is replayed: it is hashed too
         ids = "" if s.token_ids is None else ",".join(map(str, s.token_ids))
         digest.update(f"{s.id}\0{s.text}\0{ids}\0".encode())
-    return _plain({
+    ident = {
         "engine": engine, "config": label, "engine_options": options, "grammar_key": dataset.grammar.key(),
         "dataset": dataset.name, "dataset_options": dataset_options, "tokenizer": tokenizer.name,
         "tokenizer_key": tokenizer.key(), "seed": seed, "n_samples": len(dataset.samples),
         "samples_digest": digest.hexdigest()[:16], "sample_ids": [s.id for s in dataset.samples],
-    })
+    }
+    if batch_size:
+        ident["batch"] = {"mode": "batch", "size": int(batch_size)}
+    return _plain(ident)
 
 
-def _identity_diff(old: dict, new: dict) -> list[str]:
+def _identity_diff(old: dict, new: dict, option_defaults: dict | None = None) -> list[str]:
+    """What differs between a stored identity and this run's. An engine option the stored identity lacks and
+    this run has at its default (``option_defaults``) is no difference: the option was added to the engine later,
+    and its default keeps the behaviour the stored rows were run with."""
     out = []
+    if option_defaults and isinstance(old.get("engine_options"), dict) and isinstance(new.get("engine_options"), dict):
+        added = {k for k, v in new["engine_options"].items()
+                 if k not in old["engine_options"] and k in option_defaults and _plain(option_defaults[k]) == v}
+        if added:
+            new = {**new, "engine_options": {k: v for k, v in new["engine_options"].items() if k not in added}}
     for k in new:
         if k in ("sample_ids", "n_samples"):
             continue
@@ -246,7 +265,7 @@ def _clear(out: Path) -> None:
 class Cell:
     """A cell folder opened for one run: its identity checked, its stored rows and pending parts read."""
 
-    def __init__(self, out: Path, identity: dict):
+    def __init__(self, out: Path, identity: dict, option_defaults: dict | None = None):
         self.out = out
         self.parts = out / "parts"
         self.identity = identity
@@ -265,7 +284,7 @@ class Cell:
                 raise CellMismatch(f"{out} was written by an older gcdbench, without a cell identity, so a resume "
                                    "cannot be checked; re-run with fresh=true to start the cell over (its stored "
                                    "results are deleted), or run into another out_dir=")
-            diff = _identity_diff(old, identity)
+            diff = _identity_diff(old, identity, option_defaults)
             if diff:
                 raise CellMismatch(
                     f"{out} holds results of another cell ({'; '.join(diff)}). A resume must repeat the same engine "
@@ -273,7 +292,7 @@ class Cell:
                     "to start this cell over (its stored results are deleted), or run into another out_dir=")
         self.meta = meta or {}
         self.frames = {}
-        for name in ("samples", "steps", "audit"):
+        for name in ("samples", "steps", "audit", "batch_steps"):
             f = out / f"{name}.parquet"
             if f.exists():
                 try:
@@ -338,16 +357,37 @@ class Cell:
         _write_json(self.parts / f"{session['id']}.session.json", session)
 
     def write_part(self, session: dict, sample_id: str, outcome: Outcome, message: str, rows, wall_s: float,
-                   peak_rss_mb=None) -> None:
-        cols = {k: [r[i] for r in rows] for i, k in enumerate(ROW_FIELDS)} if rows else None
+                   peak_rss_mb=None, fields=ROW_FIELDS, extra: dict | None = None) -> None:
+        """One finished sample (rows in ``fields`` order; batch mode: BATCH_ROW_FIELDS); ``extra`` keys are kept
+        in the part for the audit (batch mode: ``single_check``)."""
+        cols = {k: [r[i] for r in rows] for i, k in enumerate(fields)} if rows else None
         if len(message) > MAX_MESSAGE:   # engines may quote the whole grammar in an error
             message = message[:MAX_MESSAGE] + f" ... [{len(message) - MAX_MESSAGE} more characters]"
         rec = {"sample_id": sample_id, "outcome": outcome.value, "message": message, "wall_s": wall_s,
                "n_steps": len(rows) if rows else 0, "peak_rss_mb": peak_rss_mb, "rows": cols, "audits": None,
                "session": session["id"], "git_commit": session["git_commit"], "git_dirty": session["git_dirty"],
-               "host": session["machine"].get("hostname")}
+               "host": session["machine"].get("hostname"), **(extra or {})}
         _write_json(self.parts / f"{sample_id}.sample.json", rec)
         session["samples_run"] = session.get("samples_run", 0) + 1
+
+    def write_batch_steps(self, session: dict, run: int, rows: list) -> None:
+        """The batch steps of one worker run (batch mode), rows in BATCH_STEP_FIELDS order."""
+        if rows:
+            _write_json(self.parts / f"{session['id']}-{run}.bsteps.json",
+                        {"session": session["id"], "run": run, "rows": [list(r) for r in rows]})
+
+    def _batch_step_parts(self) -> list[tuple[Path, pd.DataFrame]]:
+        out = []
+        for p in sorted(self.parts.glob("*.bsteps.json")):
+            rec = _load_json(p)
+            if rec is None:
+                p.unlink()
+                continue
+            df = pd.DataFrame(rec["rows"], columns=list(BATCH_STEP_FIELDS))
+            df.insert(0, "run", rec["run"])
+            df.insert(0, "session", rec["session"])
+            out.append((p, df))
+        return out
 
     def merge(self, dataset, tokenizer, current: int | None = None) -> dict:
         """Fold ``parts/`` into the parquet files, then write run.json from what the files hold; returns it.
@@ -376,14 +416,26 @@ class Cell:
         if step_df is not None:
             for k, v in key.items():
                 step_df[k] = v
-            step_df = step_df[STEP_COLUMNS]
+            step_df = step_df[STEP_COLUMNS + [c for c in BATCH_ROW_FIELDS if c not in STEP_COLUMNS and c in step_df]]
         sample_df = combine("samples", [pd.DataFrame(samples)] if samples else [])
         if sample_df is not None:
             sample_df = sample_df.reindex(columns=SAMPLE_COLUMNS)
             order = {s.id: i for i, s in enumerate(dataset.samples)}
             sample_df = sample_df.sort_values("sample_id", key=lambda c: c.map(order)).reset_index(drop=True)
         audit_df = combine("audit", [pd.DataFrame(audits)] if audits else [])
-        for name, df in (("steps", step_df), ("samples", sample_df), ("audit", audit_df)):
+        bparts = self._batch_step_parts()
+        bstep_df = self.frames.get("batch_steps")
+        if bparts:
+            new = pd.concat([df for _, df in bparts], ignore_index=True)
+            if bstep_df is not None:   # a part replaces the stored rows of the same worker run
+                runs = set(zip(new["session"], new["run"]))
+                bstep_df = bstep_df[[(s, r) not in runs for s, r in zip(bstep_df["session"], bstep_df["run"])]]
+                new = pd.concat([bstep_df, new], ignore_index=True)
+            bstep_df = new.sort_values(["session", "run", "batch_step"]).reset_index(drop=True)[BATCH_STEP_COLUMNS]
+            for col in ("session", "run", "batch_step", "size", "live", "fallback"):
+                bstep_df[col] = bstep_df[col].astype("int64")
+        for name, df in (("steps", step_df), ("samples", sample_df), ("audit", audit_df),
+                         ("batch_steps", bstep_df)):
             path = self.out / f"{name}.parquet"
             if df is None:
                 path.unlink(missing_ok=True)
@@ -394,10 +446,10 @@ class Cell:
         for s in sessions:
             if s.get("status") == "running" and s["id"] != current:
                 s["status"] = "interrupted"
-        meta = build_meta(self.identity, dataset, tokenizer, sessions, sample_df, audit_df)
+        meta = build_meta(self.identity, dataset, tokenizer, sessions, sample_df, audit_df, bstep_df)
         _write_json(self.out / "run.json", meta)
         self.meta = meta
-        for p in list(self.parts.glob("*.sample.json")) + list(self.parts.glob("*.session.json")):
+        for p in [*self.parts.glob("*.sample.json"), *self.parts.glob("*.session.json"), *(p for p, _ in bparts)]:
             p.unlink()
         try:
             self.parts.rmdir()
@@ -407,12 +459,20 @@ class Cell:
 
 
 def build_meta(identity: dict, dataset, tokenizer, sessions: list[dict], samples: pd.DataFrame | None,
-               audit: pd.DataFrame | None) -> dict:
+               audit: pd.DataFrame | None, batch_steps: pd.DataFrame | None = None) -> dict:
     """run.json: the identity, every session, and summaries computed from the stored rows only."""
     meta = {"identity": identity, **{k: identity[k] for k in ("engine", "config", "engine_options", "dataset",
                                                                "tokenizer", "grammar_key", "seed", "n_samples")},
             "grammar": dataset.grammar.name, "dataset_meta": dataset.meta, "vocab_size": tokenizer.vocab_size,
             "sessions": sessions}
+    if identity.get("batch"):
+        threads = [s["batch"].get("threads") for s in sessions if s.get("batch")]
+        meta["batch"] = {**identity["batch"], "threads": threads[-1] if threads else None,
+                         "threads_option": next((s["batch"].get("threads_option") for s in reversed(sessions)
+                                                 if s.get("batch")), None),
+                         "steps": 0 if batch_steps is None else int(len(batch_steps)),
+                         "full_steps": 0 if batch_steps is None else
+                         int((batch_steps["live"] == batch_steps["size"]).sum())}
     inits = [i for s in sessions for i in s.get("inits", [])]
     meta["inits"] = inits
     if inits:
@@ -462,20 +522,40 @@ def build_meta(identity: dict, dataset, tokenizer, sessions: list[dict], samples
 # the worker process, parent side
 # --------------------------------------------------------------------------------------------------------------
 class _Worker:
-    """The engine's child process (``gcdbench.experiments.worker``) and its StepLog."""
+    """The engine's child process (``gcdbench.experiments.worker``) and its StepLog (batch mode: the log of batch
+    steps, and the SlotJournal of the sequences in flight)."""
 
-    def __init__(self, engine: str, opts: dict, grammar, tokenizer_name: str, warmup_ids, on_progress):
-        self.log = StepLog.create()
+    def __init__(self, engine: str, opts: dict, grammar, tokenizer_name: str, warmup_ids, on_progress,
+                 batch: dict | None = None):
+        self.journal = None
+        if batch:
+            self.log = StepLog.create(width=len(BATCH_STEP_FIELDS))
+            self.journal = SlotJournal.create(int(batch["size"]), int(batch["capacity"]))
+            extra = ({"size": int(batch["size"]), "journal": self.journal.path,
+                      "warmup_budget_s": float(batch["warmup_budget_s"])},)
+        else:
+            self.log = StepLog.create()
+            extra = ()
         self.proc = LimitedProcess([sys.executable, "-m", "gcdbench.experiments.worker"], channel=True)
-        self.proc.send(("init", engine, opts, grammar, tokenizer_name, warmup_ids, self.log.path))
+        self.proc.send(("init", engine, opts, grammar, tokenizer_name, warmup_ids, self.log.path, *extra))
         self.on_progress = on_progress
         self.last_progress = None
         self.rows: list | None = None
+        self.bsteps: list = []
+        self.on_seq = None
 
     def _on_message(self, msg) -> bool:
         kind = msg[0]
-        if kind == "attached":   # both sides map the StepLog: its file can go
+        if kind == "attached":   # both sides map the StepLog (and the journal): their files can go
             self.log.unlink()
+            if self.journal is not None:
+                self.journal.unlink()
+            return True
+        if kind == "bsteps":   # the batch-step log was full
+            self.bsteps.extend(msg[1])
+            return True
+        if kind == "seq" and self.on_seq is not None:   # a sequence of the batch ended
+            self.on_seq(msg[1])
             return True
         if kind == "progress":
             self.last_progress = msg[1]
@@ -505,15 +585,60 @@ class _Worker:
         rows.extend(self.log.rows())
         return ev, rows
 
+    def run_batch(self, work: list, sample_timeout_s: float, run_left_s: float, memory_mb: float, on_seq):
+        """Send the whole queue and wait for ``batch_done``. ``on_seq(result)`` gets each sequence as it ends.
+
+        The parent also watches for a hang: when no batch step finishes within ``sample_timeout_s`` (a step that
+        long already exceeds the limit of every sequence in it), or the worker is still running
+        ``sample_timeout_s`` after the run's time is up, it kills the worker. Returns (event, in_flight, steps):
+        the ``batch_done`` message or what ended the wait (``timeout`` here = a hang); the rows of the sequences
+        still in flight (work index -> rows; empty unless the worker died or was killed); the batch-step rows."""
+        self.on_seq = on_seq
+        self.bsteps = []
+        self.log.reset()
+        seen, last_change = -1, time.monotonic()
+        hard_end = time.monotonic() + run_left_s + sample_timeout_s
+        if not self.proc.send(("batch", work, sample_timeout_s, run_left_s)):
+            ev = self.proc.wait(1.0)
+        else:
+            while True:
+                now = time.monotonic()
+                ev = self.wait(max(0.05, min(1.0, hard_end - now)), memory_mb)
+                if ev.kind != "timeout":
+                    break
+                done = len(self.bsteps) + self.log.count
+                now = time.monotonic()
+                if done != seen:
+                    seen, last_change = done, now
+                if now - last_change > sample_timeout_s:
+                    ev = Event("timeout", "stall")
+                    break
+                if now >= hard_end:
+                    ev = Event("timeout", "run")
+                    break
+        in_flight: dict = {}
+        if not (ev.kind == "message" and ev.value[0] == "batch_done"):
+            self.proc.kill()
+            self.proc.drain(lambda m: self._on_message(m))
+            in_flight = self.journal.in_flight()
+        self.on_seq = None
+        steps, self.bsteps = self.bsteps + self.log.raw_rows(), []
+        self.log.reset()
+        return ev, in_flight, steps
+
     def kill(self) -> None:
         self.proc.kill()
         self.proc.close()
         self.log.close(unlink=True)
+        if self.journal is not None:
+            self.journal.close(unlink=True)
 
     def stop(self) -> None:
         self.proc.send(("stop",))
         self.proc.close(grace_s=10)
         self.log.close(unlink=True)
+        if self.journal is not None:
+            self.journal.close(unlink=True)
 
 
 def _compile_failure(ev, worker: _Worker, limits) -> dict:
@@ -530,6 +655,14 @@ def _compile_failure(ev, worker: _Worker, limits) -> dict:
     if ev.kind == "exit":
         return {"message": f"worker died while compiling ({exit_description(ev.value)}){last}", "kind": "died"}
     return {"message": f"unexpected message from the worker while compiling: {ev.value!r:.200}", "kind": "crash"}
+
+
+def audited_samples(sample_ids: list[str], n) -> set[str]:
+    """The samples whose steps are audited: all (``n`` None), or the first ``n`` in the cell's order
+    (``audit.samples``; the order is already a seeded choice). Batch sweeps audit a few sequences per cell, since
+    the reference's full-vocabulary walk costs more than the masks it checks; the first ones run even in a cell
+    cut short by its time limit."""
+    return set(sample_ids if n is None else sample_ids[: int(n)])
 
 
 def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) -> list[int]:
@@ -568,18 +701,21 @@ def run(cfg) -> Path:
     engine_name = cfg.engine.name
     opts = {k: v for k, v in OmegaConf.to_container(cfg.engine, resolve=True).items() if k not in ("name", "label")}
     cls = engine_class(engine_name)
+    batch_size = int(cfg.batch.size)
+    if batch_size and cfg.batch.threads is not None and getattr(cls, "threads_option", None):
+        opts[cls.threads_option] = int(cfg.batch.threads)   # the engine's own option: in its label and identity
     probe = cls(**opts)   # unknown options and values outside an option's choices fail here, before any work
     label = cfg.engine.get("label") or engine_label(engine_name, opts, cls.options())
     tokenizer = load_tokenizer(cfg.tokenizer.name)
     dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=n, seed=cfg.seed)
     identity = cell_identity(engine_name, label, probe.opts, dataset, OmegaConf.to_container(cfg.dataset, resolve=True),
-                             tokenizer, int(cfg.seed))
-    out = Path(cfg.out_dir) / dataset.name / tokenizer.name / label
+                             tokenizer, int(cfg.seed), batch_size)
+    out = Path(cfg.out_dir) / dataset.name / tokenizer.name / (label + (f"__batch-{batch_size}" if batch_size else ""))
     out.mkdir(parents=True, exist_ok=True)
     with CellLock(out):
         if cfg.fresh:
             _clear(out)
-        cell = Cell(out, identity)
+        cell = Cell(out, identity, cls.options())
         if not (out / "run.json").exists():
             cell.merge(dataset, tokenizer)   # the identity is on disk before any row is
             cell.parts.mkdir(exist_ok=True)
@@ -607,16 +743,35 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join(["python", *sys.argv]),
         "git_commit": g["commit"], "git_dirty": g["dirty"], "machine": machine_info(), "versions": package_versions(),
         "engine_version": version, "limits": OmegaConf.to_container(limits, resolve=True),
-        "audit_per_sample": int(cfg.audit.per_sample), "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
+        "audit_per_sample": int(cfg.audit.per_sample), "audit_samples": cfg.audit.samples,
+        "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
     }
     failure = None
     if reuse:   # a deterministic refusal of this grammar by this engine version: not compiled again
         failure = session["compile_failure"] = {"message": reuse, "kind": "refused", "engine_version": version,
                                                 "reused": True}
     cell.save_session(session)
-    progress = _progress(len(dataset.samples), len(keep), f"{label} on {dataset.name}", cfg.progress)
+    batch_size = int(cfg.batch.size)
+    if batch_size:
+        option = getattr(type(probe), "threads_option", None)
+        session["batch"] = {"size": batch_size, "threads_option": option,
+                            "threads": int(probe.opts[option]) if option else 1}
+    progress = _progress(len(dataset.samples), len(keep), f"{label} on {dataset.name}"
+                         + (f" (batch {batch_size})" if batch_size else ""), cfg.progress)
     warm_ids = dataset.samples[0].ids(tokenizer) if cfg.warmup else None
     run_deadline = time.monotonic() + float(limits.run_timeout_s)
+    audited = audited_samples([s.id for s in dataset.samples], cfg.audit.samples)
+    if batch_size:
+        try:
+            _run_batch(cfg, session, cell, dataset, tokenizer, engine_name, opts, todo, failure, warm_ids, version,
+                       progress, run_deadline, audited)
+        finally:
+            progress.close()
+        session["status"] = "finished"
+        session["ended"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        _audit_pending(cell, session, dataset, tokenizer, engine_name, opts, probe, cfg)
+        cell.save_session(session)
+        return session["id"]
     worker = None
     try:
         for sample in todo:
@@ -637,7 +792,8 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                     progress.update(1)
                     continue
             ids = sample.ids(tokenizer)
-            audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed))
+            audit_at = audit_steps_for(sample.id, len(ids), int(cfg.audit.per_sample), int(cfg.seed)) \
+                if sample.id in audited else []
             left = run_deadline - time.monotonic()
             timeout = min(float(limits.sample_timeout_s), max(1.0, left))
             which = "limits.sample_timeout_s" if timeout == float(limits.sample_timeout_s) else "limits.run_timeout_s"
@@ -679,14 +835,17 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
     return session["id"]
 
 
-def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids, version, progress):
-    """(worker, None) once compiled and warmed up, or (None, failure) -- recorded in the session either way."""
+def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids, version, progress,
+                  batch: dict | None = None):
+    """(worker, None) once compiled and warmed up, or (None, failure) -- recorded in the session either way.
+    Batch mode (``batch``): the sequences are made within the compile's wait (``compile_timeout_s``; an engine
+    without ``fork()`` compiles copies), and the warm-up runs through the batch path (its own time budget)."""
     limits = cfg.limits
     mem = float(limits.memory_mb)
     while True:
         progress.set_postfix_str("compiling")
         worker = _Worker(engine_name, opts, dataset.grammar, tokenizer.name, warm_ids,
-                         lambda text: progress.set_postfix_str(f"compiling: {text}"[:80]))
+                         lambda text: progress.set_postfix_str(f"compiling: {text}"[:80]), batch)
         ev = worker.wait(float(limits.compile_timeout_s), mem)
         if not (ev.kind == "message" and ev.value[0] == "compiled"):
             failure = {**_compile_failure(ev, worker, limits), "engine_version": version}
@@ -721,6 +880,111 @@ def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, war
         warm_ids = None
 
 
+def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, todo, failure, warm_ids, version,
+               progress, run_deadline, audited: set[str]) -> None:
+    """Batch mode of :func:`_run_cell`: the samples ``todo`` run ``batch.size`` at a time in lock-step in one
+    worker (``worker.run_batch``); each sequence's outcome is written as a part the moment it ends.
+
+    A worker that dies (``crash``), runs out of memory (``oom``) or hangs (``timeout``: no batch step within
+    ``limits.sample_timeout_s``) takes every sequence in flight with it -- as in a batched server, the batch fails
+    together; each of them keeps the steps it finished (from the SlotJournal) and a message saying so. The
+    sequences that had ended are kept; the worker is compiled again for the samples not yet started. Samples not
+    started when the run's time is up are ``skipped``."""
+    limits = cfg.limits
+    mem = float(limits.memory_mb)
+    B = int(cfg.batch.size)
+    ids = {s.id: s.ids(tokenizer) for s in todo}
+    batch = {"size": B, "capacity": max(len(v) for v in ids.values()) + 2,
+             "warmup_budget_s": 0.5 * float(limits.sample_timeout_s)}
+    pending = list(todo)
+    run_no = 0
+    worker = None
+
+    def record(res: dict) -> None:
+        if res["audited"]:
+            np.savez(cell.parts / f"{res['sample_id']}.audit.npz", **{str(k): v for k, v in res["audited"].items()})
+        session["peak_rss_method"] = res.get("peak_rss_method")
+        cell.write_part(session, res["sample_id"], Outcome(res["outcome"]), res["message"], res["rows"],
+                        res["wall_s"], res.get("peak_rss_mb"), fields=BATCH_ROW_FIELDS,
+                        extra={"single_check": {str(k): v for k, v in res.get("single_check", {}).items()}})
+        progress.update(1)
+
+    try:
+        while pending:
+            # the time is up: the samples not started are skipped (a worker started in time runs one batch, of at
+            # least 1 s, as single mode runs one sample)
+            if failure is None and time.monotonic() >= run_deadline and (worker is None or run_no):
+                for s in pending:
+                    cell.write_part(session, s.id, Outcome.SKIPPED, f"run time limit of {limits.run_timeout_s:g} "
+                                    "s reached (limits.run_timeout_s)", None, 0.0)
+                    progress.update(1)
+                break
+            if failure is None and worker is None:
+                worker, failure = _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids,
+                                                version, progress, batch)
+            if failure is not None:
+                for s in pending:
+                    cell.write_part(session, s.id, Outcome.COMPILE_ERROR, failure["message"], None, 0.0)
+                    progress.update(1)
+                break
+            work = [(s.id, ids[s.id], audit_steps_for(s.id, len(ids[s.id]), int(cfg.audit.per_sample), int(cfg.seed))
+                     if s.id in audited else []) for s in pending]
+            reported: set[str] = set()
+
+            def on_seq(res, reported=reported):
+                reported.add(res["sample_id"])
+                record(res)
+
+            run_no += 1
+            t0 = time.monotonic()
+            ev, in_flight, steps = worker.run_batch(work, float(limits.sample_timeout_s),
+                                                    max(1.0, run_deadline - time.monotonic()), mem, on_seq)
+            cell.write_batch_steps(session, run_no, steps)
+            done = ev.kind == "message" and ev.value[0] == "batch_done"
+            session.setdefault("batch_runs", []).append({"run": run_no, "batch_steps": len(steps),
+                                                         "ended": ev.value[0] if ev.kind == "message" else ev.kind,
+                                                         **(ev.value[1] if done else {})})
+            if not (ev.kind == "message" and ev.value[0] == "batch_done"):
+                if ev.kind == "timeout" and ev.value == "run":
+                    kind, msg = Outcome.TIMEOUT, (f"the worker was still running {limits.sample_timeout_s:g} s after "
+                                                  f"the run time limit of {limits.run_timeout_s:g} s "
+                                                  "(limits.run_timeout_s)")
+                elif ev.kind == "timeout":
+                    kind, msg = Outcome.TIMEOUT, (f"no batch step finished within {limits.sample_timeout_s:g} s "
+                                                  "(limits.sample_timeout_s)")
+                elif ev.kind == "oom":
+                    kind, msg = Outcome.OOM, f"resident memory above {limits.memory_mb:g} MB (limits.memory_mb)"
+                elif ev.kind == "exit":
+                    kind, msg = Outcome.CRASH, f"worker died ({exit_description(ev.value)})"
+                else:
+                    kind, msg = Outcome.CRASH, f"unexpected message from the worker: {ev.value!r:.200}"
+                flight = {work[k][0]: rows for k, rows in in_flight.items() if work[k][0] not in reported}
+                for sid, rows in flight.items():
+                    cell.write_part(session, sid, kind,
+                                    f"{msg}; batch mode: the {len(flight)} sequence(s) in flight end together",
+                                    rows, time.monotonic() - t0, fields=BATCH_ROW_FIELDS)
+                    reported.add(sid)
+                    progress.update(1)
+                worker.kill()
+                worker = None
+            if worker is None and not reported:   # died before any sequence started: it would again
+                for s in pending:
+                    cell.write_part(session, s.id, kind, f"{msg}, before any sequence of the batch started", None,
+                                    0.0)
+                    reported.add(s.id)
+                    progress.update(1)
+            pending = [s for s in pending if s.id not in reported]
+            cell.save_session(session)
+    except BaseException:   # Ctrl-C or a bug: the worker goes at once; finished sequences stay in parts/
+        if worker is not None:
+            worker.kill()
+            worker = None
+        raise
+    finally:
+        if worker is not None:
+            worker.stop()
+
+
 def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, probe, cfg) -> None:
     """Compare the masks saved during the run (``<sample>.audit.npz``) with the reference, once no engine is being
     timed; each part gets its audit rows. A run stopped before this point audits them when resumed."""
@@ -745,6 +1009,10 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
             audited = {int(k): data[k] for k in data.files}
         sample = by_id[sample_id]
         rec["audits"] = auditor.check(sample.text, sample.ids(tokenizer), audited)
+        single = rec.get("single_check")
+        if single is not None:   # batch mode: the batch row equalled the sequence's own fill_mask
+            for a in rec["audits"]:
+                a["agree_single_mode"] = bool(single.get(str(a["step"]), False))
         _write_json(part, rec)
         npz.unlink()
 

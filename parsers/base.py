@@ -150,6 +150,9 @@ class Engine(ABC):
     artifact_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: options that take one of a few values: option -> the allowed values (checked on construction)
     option_choices: ClassVar[dict[str, tuple]] = {}
+    #: the option that sets how many threads the engine (its batch path ``fill_masks`` included) may use; the
+    #: runner's ``batch.threads`` sets it. None: the batch path runs on the calling thread only
+    threads_option: ClassVar[str | None] = None
 
     def __init__(self, **options):
         defaults = self.options()
@@ -207,8 +210,10 @@ class Engine(ABC):
 
     def fill_masks(self, seqs: Sequence["Engine"], out: np.ndarray) -> None:
         """Masks of several sequences (``self`` and forks of it) into the rows of ``out`` ([B, words] int32),
-        one call per decoding step of a batch. Default: one ``fill_mask`` per sequence; engines with a native
-        batch path override it."""
+        one call per decoding step of a batch; row ``i`` is ``seqs[i]``'s mask, exactly what its ``fill_mask``
+        writes. Default: one ``fill_mask`` per sequence; engines with a native batch path override it. An error
+        of the batch call may be raised as is: the runner then calls each sequence's ``fill_mask`` to find which
+        sequence failed."""
         for i, s in enumerate(seqs):
             s.fill_mask(out[i])
 

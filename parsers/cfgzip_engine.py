@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from typing import Sequence
+
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile
@@ -191,6 +193,7 @@ def check_gbnf_limits(ebnf: str, root: str = "root") -> None:
 
 class CFGzipEngine(Engine):
     name = "cfgzip"
+    threads_option = "max_threads"   # XGrammar's: its compiler and its batch matcher
 
     @classmethod
     def options(cls) -> dict:
@@ -353,6 +356,8 @@ class CFGzipEngine(Engine):
         self._valid = valid
         self.n_classes = n_classes
         self.matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=False)
+        self._compiled = compiled
+        self._batch_bufs: dict = {}
         self._cls_buf = xgr.allocate_token_bitmask(1, n_classes)
         self._cls_np = self._cls_buf.numpy()[0]
         self._bits = np.zeros(self._cls_np.shape[0] * 32 + 1, dtype=np.uint8)
@@ -390,3 +395,44 @@ class CFGzipEngine(Engine):
 
     def info(self) -> dict:
         return dict(self._info)
+
+    # -- batch ------------------------------------------------------------------------------------------
+    def fork(self) -> "CFGzipEngine":
+        """A new class-level matcher over the same compiled grammar and token classes, at the empty prefix."""
+        import xgrammar as xgr
+
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.opts = dict(self.opts)
+        other.matcher = xgr.GrammarMatcher(self._compiled, terminate_without_stop_token=False)
+        other._cls_buf = xgr.allocate_token_bitmask(1, self.n_classes)
+        other._cls_np = other._cls_buf.numpy()[0]
+        other._bits = np.zeros_like(self._bits)
+        other._full_bits = np.zeros_like(self._full_bits)
+        other._batch_bufs = self._batch_bufs
+        return other
+
+    def fill_masks(self, seqs: Sequence["CFGzipEngine"], out: np.ndarray) -> None:
+        """XGrammar's batch matcher fills the class masks of every sequence, then one gather over the token
+        classes expands all rows at once."""
+        import xgrammar as xgr
+
+        B = len(seqs)
+        for s in seqs:
+            if getattr(s, "_compiled", None) is not self._compiled:
+                raise ValueError("cfgzip: fill_masks takes this engine and its forks only (one compiled grammar)")
+        if out.ndim != 2 or out.shape[0] < B or not out.flags.c_contiguous or out.dtype != np.int32:
+            raise ValueError(f"cfgzip: out must be a C-contiguous [>= {B}, words] int32 array")
+        bufs = self._batch_bufs
+        if bufs.get("B", 0) < B:
+            cw = self._cls_np.shape[0]
+            bufs.update(B=B, cls=np.zeros((B, cw), dtype=np.int32), bits=np.zeros((B, cw * 32 + 1), dtype=np.uint8),
+                        full=np.zeros((B, out.shape[1] * 32), dtype=np.uint8),
+                        batch=bufs.get("batch") or xgr.BatchGrammarMatcher(max_threads=int(self.opts["max_threads"])))
+        cls, bits, full = bufs["cls"][:B], bufs["bits"][:B], bufs["full"][:B]
+        bufs["batch"].batch_fill_next_token_bitmask([s.matcher for s in seqs], cls)
+        n = cls.shape[1] * 32
+        bits[:, :n] = np.unpackbits(cls.view(np.uint8), axis=1, bitorder="little")
+        bits[:, self.n_classes:] = 0
+        np.take(bits, self._gather, axis=1, out=full[:, : self.vocab_size])
+        out[:B].view(np.uint8)[:] = np.packbits(full, axis=1, bitorder="little")[:, : out.shape[1] * 4]

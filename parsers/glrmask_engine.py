@@ -280,3 +280,12 @@ class GLRMaskEngine(Engine):
 
     def info(self) -> dict:
         return dict(self._info)
+
+    def fork(self) -> "GLRMaskEngine":
+        """A new state of the same compiled constraint, at the empty prefix. GLRMask 0.5.0 has no batch call
+        (a ``ConstraintState`` fills one mask), so ``fill_masks`` is the default loop, on one thread."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.opts = dict(self.opts)
+        other.reset()
+        return other

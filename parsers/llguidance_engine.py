@@ -4,8 +4,13 @@ The ``.lark`` source goes in as is (LLGuidance reads Lark syntax). LLGuidance le
 among the lexemes the parser allows, so its language can differ from the scannerless reference where one
 terminal's match extends another's (see README "Lexing differences"). Its parser has work limits; they are
 options here so a run can raise them (TreeBank needs that) and a hit limit is a recorded outcome.
+
+Batch mode: ``fork()`` is a new ``LLMatcher`` over the same grammar and tokenizer; ``fill_masks`` is LLGuidance's
+parallel fill (``llguidance.numpy.fill_next_token_bitmask_par`` on an ``LLExecutor`` of ``threads`` threads).
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -27,11 +32,14 @@ def ll_tokenizer(tokenizer):
 
 class LLGuidanceEngine(Engine):
     name = "llguidance"
+    threads_option = "threads"
+    LIMITS = ("step_max_items", "max_items_in_row", "step_lexer_fuel", "initial_lexer_fuel")
 
     @classmethod
     def options(cls) -> dict:
-        # None keeps LLGuidance's own default for that limit
-        return {"step_max_items": None, "max_items_in_row": None, "step_lexer_fuel": None, "initial_lexer_fuel": None}
+        # limits: None keeps LLGuidance's own default for that limit; threads: the batch path's LLExecutor
+        return {"step_max_items": None, "max_items_in_row": None, "step_lexer_fuel": None, "initial_lexer_fuel": None,
+                "threads": 1}
 
     def version(self) -> str:
         import importlib.metadata
@@ -59,7 +67,9 @@ class LLGuidanceEngine(Engine):
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grm, ll_tok)
         if is_error:
             raise CompileError(f"llguidance refused the grammar: {'; '.join(messages)}")
-        limits = llguidance.LLParserLimits(**{k: int(v) for k, v in self.opts.items() if v is not None})
+        if int(self.opts["threads"]) < 1:
+            raise ValueError(f"engine llguidance: threads must be >= 1, not {self.opts['threads']}")
+        limits = llguidance.LLParserLimits(**{k: int(self.opts[k]) for k in self.LIMITS if self.opts[k] is not None})
         self._args = (ll_tok, grm)
         self._limits = limits
         self.matcher = llguidance.LLMatcher(ll_tok, grm, limits=limits)
@@ -85,3 +95,38 @@ class LLGuidanceEngine(Engine):
         if self.matcher.is_error():
             raise EngineError(f"llguidance: {self.matcher.get_error()}")
         return bool(ok)
+
+    # -- batch ------------------------------------------------------------------------------------------
+    def fork(self) -> "LLGuidanceEngine":
+        """A new matcher over the same grammar and tokenizer, at the empty prefix."""
+        import llguidance
+
+        other = type(self)(**self.opts)
+        other._args, other._limits, other._fill = self._args, self._limits, self._fill
+        other._buf = np.zeros_like(self._buf)
+        other.matcher = llguidance.LLMatcher(*self._args, limits=self._limits)
+        other._executor = self._exec()
+        return other
+
+    def _exec(self):
+        if getattr(self, "_executor", None) is None:
+            import llguidance
+
+            self._executor = llguidance.LLExecutor(num_threads=int(self.opts["threads"]))
+        return self._executor
+
+    def fill_masks(self, seqs: Sequence["LLGuidanceEngine"], out: np.ndarray) -> None:
+        """LLGuidance's parallel fill over the sequences' matchers, straight into the rows of ``out``; an error
+        state of any matcher is an EngineError (the runner then finds which sequence it was)."""
+        from llguidance.numpy import fill_next_token_bitmask_par
+
+        B = len(seqs)
+        for s in seqs:
+            if getattr(s, "_args", None) is not self._args:
+                raise ValueError("llguidance: fill_masks takes this engine and its forks only (one grammar)")
+        if out.ndim != 2 or out.shape[0] < B or not out.flags.c_contiguous or out.dtype != np.int32:
+            raise ValueError(f"llguidance: out must be a C-contiguous [>= {B}, words] int32 array")
+        fill_next_token_bitmask_par(self._exec(), [(s.matcher, i) for i, s in enumerate(seqs)], out[:B])
+        for s in seqs:
+            if s.matcher.is_error():
+                raise EngineError(f"llguidance: {s.matcher.get_error()}")

@@ -389,3 +389,11 @@ class ReferenceEngine(Engine):
             return False
         self.state = self.checker.advance(self.state, data)
         return self.state != DEAD
+
+    def fork(self) -> "ReferenceEngine":
+        """A new sequence over the same checker (its memoised DFA is shared), at the empty prefix; batch mode
+        uses the default ``fill_masks`` loop."""
+        other = type(self)(**self.opts)
+        other.checker, other.tokenizer = self.checker, self.tokenizer
+        other.reset()
+        return other

@@ -151,14 +151,10 @@ class SynCodeEngine(Engine):
         return True
 
     def fork(self) -> "SynCodeEngine":
-        import copy
-
-        other = copy.copy(self)
-        other.gc = copy.copy(self.gc)   # shares the mask store; the parser state is rebuilt from the prefix
-        other.gc.inc_parser = copy.deepcopy(self.gc.inc_parser)
-        other.reset()
-        other._bits = np.zeros_like(self._bits)
-        return other
+        """Not available: SynCode's incremental parser cannot be copied (``copy.deepcopy`` fails on the ``re``
+        module its Lark lexer holds, and with that module shared it breaks Lark's parse table), and sharing it
+        between sequences would share its parser state. Batch mode then compiles a copy per sequence."""
+        raise NotImplementedError("syncode: its incremental parser cannot be copied; batch mode compiles copies")
 
     def info(self) -> dict:
         return {"mode": self.opts["mode"], "parser": self.opts["parser"], "store_cached": self.store_cached,

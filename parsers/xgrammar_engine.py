@@ -5,10 +5,16 @@ from Lark's rule trees, ``%ignore`` inlined after each terminal, repetition kept
 language from Lark's expanded BNF: optional parts multiplied out, repetition as left recursion) and
 ``lark`` (XGrammar's own ``Grammar.from_lark`` import, which folds case ASCII-only). All are scannerless,
 like the reference checker; results/README.md compares their speed.
+
+Batch mode: ``fork()`` is a new ``GrammarMatcher`` over the same compiled grammar, and ``fill_masks`` is
+XGrammar's own batch path, ``BatchGrammarMatcher.batch_fill_next_token_bitmask`` over the sequences' matchers,
+with ``max_threads`` threads (the same option sets the compiler's threads).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from typing import Sequence
 
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
 
@@ -34,6 +40,7 @@ class XGrammarEngine(Engine):
         return {"grammar_form": "ebnf", "max_threads": 1, "cache_enabled": False}
 
     option_choices = {"grammar_form": ("ebnf", "bnf", "lark")}
+    threads_option = "max_threads"
 
     def version(self) -> str:
         import importlib.metadata
@@ -96,3 +103,33 @@ class XGrammarEngine(Engine):
 
     def info(self) -> dict:
         return {"grammar_form": self.opts["grammar_form"]}
+
+    # -- batch ------------------------------------------------------------------------------------------
+    def fork(self) -> "XGrammarEngine":
+        """A new matcher over the same compiled grammar, at the empty prefix."""
+        import xgrammar as xgr
+
+        other = type(self)(**self.opts)
+        other.source, other.compiled, other.vocab_size, other._torch = (self.source, self.compiled,
+                                                                        self.vocab_size, self._torch)
+        other.matcher = xgr.GrammarMatcher(self.compiled, terminate_without_stop_token=False)
+        other._buf = xgr.allocate_token_bitmask(1, self.vocab_size)
+        other._buf_np = other._buf.numpy()[0]
+        other._batch = self._batcher()
+        return other
+
+    def _batcher(self):
+        if getattr(self, "_batch", None) is None:
+            import xgrammar as xgr
+
+            self._batch = xgr.BatchGrammarMatcher(max_threads=int(self.opts["max_threads"]))
+        return self._batch
+
+    def fill_masks(self, seqs: Sequence["XGrammarEngine"], out: np.ndarray) -> None:
+        """XGrammar's batch matcher over the sequences' matchers, straight into the rows of ``out``."""
+        for s in seqs:
+            if getattr(s, "compiled", None) is not self.compiled:
+                raise ValueError("xgrammar: fill_masks takes this engine and its forks only (one compiled grammar)")
+        if out.ndim != 2 or out.shape[0] < len(seqs) or not out.flags.c_contiguous or out.dtype != np.int32:
+            raise ValueError(f"xgrammar: out must be a C-contiguous [>= {len(seqs)}, words] int32 array")
+        self._batcher().batch_fill_next_token_bitmask([s.matcher for s in seqs], out)

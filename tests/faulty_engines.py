@@ -166,3 +166,23 @@ class ColdEngine(ReferenceEngine):
             self._warmed = True
             time.sleep(0.3)
         return super().fill_mask(out)
+
+
+class ForkRaiseEngine(ReferenceEngine):
+    """Its fork() raises (batch mode cannot make its sequences)."""
+
+    def fork(self):
+        raise TypeError("deliberate failure in fork")
+
+
+class BatchRaiseEngine(ReferenceEngine):
+    """Its batch call always raises; each sequence's own fill_mask works (a batch path that drifted)."""
+
+    def fork(self):
+        other = type(self)()
+        other.checker, other.tokenizer = self.checker, self.tokenizer
+        other.reset()
+        return other
+
+    def fill_masks(self, seqs, out):
+        raise RuntimeError("deliberate failure of the batch call")

@@ -32,6 +32,8 @@ PROFILES = {
     "cfgzip": Profile(),
     "cfgzip_fixed": Profile(),
     "pre3": Profile(lexing="standard"),   # front_end auto, before compile (it may pick bytes: then Profile())
+    "valiant_cuda": Profile(),
+    "pre3_cuda": Profile(lexing="standard"),
     "kbnf": Profile(),
     "llamacpp": Profile(),
     "syncode": Profile(lexing="standard", leading_ignore=True, case_fold="ascii"),

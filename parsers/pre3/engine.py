@@ -172,6 +172,7 @@ class _Shared:
 
 class Pre3Engine(Engine):
     name = "pre3"
+    threads_option = "threads"
     artifact_keys = {
         "front end": ("front_end",),
         "LALR states": ("lalr_states",),

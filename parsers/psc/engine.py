@@ -1,10 +1,16 @@
-"""PSC (parser stack classification) as the ``psc`` engine. See ``parsers/psc/README.md``."""
+"""PSC (parser stack classification) as the ``psc`` engine. See ``parsers/psc/README.md``.
+
+Batch mode: ``fork()`` shares the compiled artifact (and the cache of mask unions) and owns a lexer state and an
+LR stack; ``fill_masks`` walks each sequence's stack (Python, per sequence) and then writes every row whose mask
+is one precomputed mask with one vectorised gather from the mask table (single-threaded)."""
 from __future__ import annotations
 
 import os
 import pickle
 import time
 from pathlib import Path
+
+from typing import Sequence
 
 import numpy as np
 
@@ -306,7 +312,10 @@ class PSCEngine(Engine):
         if self.finished:
             out[:] = 0
             return
-        path = self.mask_path()
+        self._write(self.mask_path(), out)
+
+    def _write(self, path: tuple, out: np.ndarray) -> None:
+        """The mask of a classifier path: one precomputed mask, none, or their union (cached per path)."""
         if len(path) == 1:
             out[:] = self.masks[path[0]]
         elif not path:
@@ -322,6 +331,39 @@ class PSCEngine(Engine):
                     self._unions[path] = out.copy()
             else:
                 out[:] = m
+
+    def fork(self) -> "PSCEngine":
+        """A new sequence over the same compiled artifact, at the empty prefix."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.opts = dict(self.opts)
+        other.reset()
+        return other
+
+    def fill_masks(self, seqs: Sequence["PSCEngine"], out: np.ndarray) -> None:
+        """Every sequence's classifier path, then one gather for the rows whose mask is a single precomputed mask;
+        rows with a union of several (cached per path, as in ``fill_mask``) and finished rows are written apart."""
+        B = len(seqs)
+        for s in seqs:
+            if getattr(s, "masks", None) is not self.masks:
+                raise ValueError("psc: fill_masks takes this engine and its forks only (one compiled grammar)")
+        if out.ndim != 2 or out.shape[0] < B:
+            raise ValueError(f"psc: out must be a [>= {B}, words] int32 array")
+        one_row, one_mask = [], []
+        for i, s in enumerate(seqs):
+            if s.finished:
+                out[i] = 0
+                continue
+            path = s.mask_path()
+            if len(path) == 1:
+                one_row.append(i)
+                one_mask.append(path[0])
+            elif not path:
+                out[i] = 0
+            else:
+                s._write(path, out[i])   # a union: the cached one, or built and cached
+        if one_row:
+            out[np.asarray(one_row)] = self.masks[np.asarray(one_mask)]
 
     def _feed(self, t: int) -> bool:
         from lark.exceptions import UnexpectedToken

@@ -1,10 +1,15 @@
 """Engine ``valiant``: the incremental Valiant prefix recognizer (CNF chart by tiers + ANCESTOR sets) with
-scannerless token alignment. See chart.py (recognizer), align.py (tokens), search.py (tree search)."""
+scannerless token alignment. See chart.py (recognizer), align.py (tokens), search.py (tree search).
+
+Batch mode: ``fork()`` shares the compiled grammar and alignment and owns a chart store; on the CPU
+``fill_masks`` runs the sequences on a pool of ``threads`` threads (the numba functions release the GIL), each
+search on one thread. CUDA: one search launch per sequence (the default loop)."""
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -196,6 +201,7 @@ def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bo
 
 class ValiantEngine(Engine):
     name = "valiant"
+    threads_option = "threads"
     artifact_keys = {"CNF binary rules": ("cnf", "binary_rules"), "CNF nonterminals": ("cnf", "nonterminals"),
                      "left-child nonterminals (stored per tier)": ("cnf", "left_nonterminals"),
                      "terminals": ("cnf", "terminals"), "lexer states": ("lexer_states",),
@@ -339,8 +345,9 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent)
         return out
 
-    def search(self, base: int, needed: np.ndarray | None = None):
-        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU)."""
+    def search(self, base: int, needed: np.ndarray | None = None, threads: int | None = None):
+        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU), on ``threads``
+        threads (default: the engine's)."""
         store, g, al = self.store, self.comp.grammar, self.comp.align
         if needed is None:
             needed = np.ones(al.n_nodes, dtype=np.uint8)
@@ -350,7 +357,7 @@ class ValiantEngine(Engine):
         stride = g.node_words(n + D)
         scratch = store.used
         store._ensure(scratch + stride * (D + 1))
-        T = self.threads
+        T = self.threads if threads is None else threads
         tt = (al.child_start, al.child_ids, al.node_term)
         if T > 1:
             # one copy of every per-worker array per thread, and T scratch regions side by side
@@ -371,6 +378,10 @@ class ValiantEngine(Engine):
         return viable[:cnt]
 
     def fill_mask(self, out: np.ndarray) -> None:
+        self._fill(out, None)
+
+    def _fill(self, out: np.ndarray, threads: int | None) -> None:
+        """The mask into ``out``, each tree search on ``threads`` threads (None: the engine's)."""
         out[:] = 0
         u = out.view(np.uint32)
         al = self.comp.align
@@ -382,7 +393,7 @@ class ValiantEngine(Engine):
                 if self.backend is not None:
                     viable = self.backend.search(self.store, base, need)
                 else:
-                    viable = self.search(base, need)
+                    viable = self.search(base, need, threads)
                 if len(self._viable) > 64:
                     self._viable.clear()
                 self._viable[key] = viable
@@ -394,6 +405,53 @@ class ValiantEngine(Engine):
             u[eos >> 5] |= np.uint32(1 << (eos & 31))
         else:
             u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
+
+    # -- batch ---------------------------------------------------------------------------------------------
+    def fork(self) -> "ValiantEngine":
+        """A new sequence over the same compiled grammar and alignment (and CUDA backend), at the empty prefix,
+        with its own chart store and scratch."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.opts = dict(self.opts)
+        other._flags = np.zeros_like(self._flags)
+        other._pool = None
+        if self.backend is not None:
+            # the device tables are shared; the device arena mirrors one chart store, so each sequence gets its own
+            # (sharing one would re-copy a whole chart whenever the searched sequence changes)
+            import copy
+
+            b = other.backend = copy.copy(self.backend)
+            b.dmem, b.synced, b._store = None, 0, None
+            b.stats = dict.fromkeys(self.backend.stats, 0)
+            b.launched = []
+        other.reset()
+        return other
+
+    def fill_masks(self, seqs: Sequence["ValiantEngine"], out: np.ndarray) -> None:
+        """CPU, ``threads`` > 1 and several sequences: one sequence per pool thread at a time (its search on that
+        thread; the numba functions release the GIL, the chart bookkeeping between them holds it). Otherwise one
+        ``fill_mask`` per sequence (one sequence with ``threads`` > 1: its search runs on the threads, as in single
+        mode; CUDA: one search launch per sequence)."""
+        for s in seqs:
+            if getattr(s, "comp", None) is not self.comp:
+                raise ValueError("valiant: fill_masks takes this engine and its forks only (one compiled grammar)")
+        if out.ndim != 2 or out.shape[0] < len(seqs):
+            raise ValueError(f"valiant: out must be a [>= {len(seqs)}, words] int32 array")
+        if self.backend is not None or self.threads <= 1 or len(seqs) <= 1:
+            for i, s in enumerate(seqs):
+                s.fill_mask(out[i])
+            return
+        if getattr(self, "_pool", None) is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="valiant-batch")
+        for _ in self._pool.map(lambda i: seqs[i]._fill(out[i], 1), range(len(seqs))):
+            pass
+
+    def close(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def info(self) -> dict:
         m = self.comp.meta
