@@ -95,7 +95,6 @@ ENGINE_WORDS = re.compile(r"\b(" + "|".join(n for n in ENGINES if n != "referenc
 # Files that still name engines, each with who removes the names; a file listed here that names none any
 # more fails the test below, so the list shrinks as they are fixed.
 PENDING = {
-    "experiments/audit.py": "known_differences() picks causes by engine name (the audit rewrite around profiles)",
     "experiments/bench_valiant.py": "an engine's own benchmark; belongs beside it (parsers/valiant/)",
     "experiments/gpu_agenda.py": "Valiant's own GPU agenda summary (issue 13); belongs beside it (parsers/valiant/)",
 }
