@@ -234,7 +234,6 @@ class Completer:
 
     def complete(self, sid: int, max_states: int = 20_000) -> bytes | None:
         """A short byte string that takes state ``sid`` to a sentence (checked), or None."""
-        from gcdbench.parsers.reference import DEAD
 
         rc = self.rc
         if rc.accepts(sid):
@@ -383,7 +382,7 @@ def sample_sequence(checker, tokenizer, rng: random.Random, target: int, gold_vo
 def check_sequence(grammar, tokenizer, ids: list[int], lexings=("scannerless", "longest_match")) -> str | None:
     """None when every prefix of ``ids`` is viable and the whole text is a sentence under each reading in
     ``lexings``; else what fails."""
-    from gcdbench.parsers.reference import DEAD, ReferenceChecker
+    from gcdbench.parsers.reference import DEAD
 
     for lexing in lexings:
         rc = _checker(grammar, lexing)

@@ -119,7 +119,6 @@ def cells_table(cells: pd.DataFrame) -> pd.DataFrame:
                 out.append(row)
                 continue
             init = _get(c, "init_s")
-            audit_steps = int(_get(c, "audit_steps") or 0)
             row.update({
                 "init": "–" if init is None else (f"{init:.2f}s" if init < 100 else f"{init:.0f}s"),
                 "mean µs": _fmt_us(_get(c, "mask_mean_us")),

@@ -19,7 +19,6 @@ import json
 import re
 import sys
 import time
-from pathlib import Path
 
 import numba
 

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path

@@ -12,13 +12,12 @@ import itertools
 import random
 import re
 
-import numpy as np
 import pytest
 
 from gcdbench.parsers.base import CompileError, GrammarSpec, Profile
 from gcdbench.parsers.reference import ReferenceChecker
 from gcdbench.parsers.regex_fsm import (
-    UNIVERSE, ByteDFA, CharFSM, _ascii_letter_folds, _normalize, byte_dfa, re_set, simple_case_fold,
+    ByteDFA, CharFSM, _ascii_letter_folds, byte_dfa, re_set, simple_case_fold,
 )
 
 WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) \

@@ -31,7 +31,7 @@ def letters(tmp_path):
     g.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
     s = tmp_path / "letters.txt"
     s.write_text("abc de\nazb\nxy\n")
-    return [f"dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}"]
+    return ["dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}"]
 
 
 def outcomes(out: Path) -> dict:

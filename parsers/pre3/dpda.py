@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gcdbench.parsers.base import CompileError
-from gcdbench.parsers.pre3.lalr import END, Tables
+from gcdbench.parsers.pre3.lalr import Tables
 
 SHIFT, ACCEPT, TO_R, GOTO = 0, 1, 2, 3
 KIND_NAMES = {SHIFT: "shift", ACCEPT: "accept", TO_R: "reduce-state", GOTO: "goto"}

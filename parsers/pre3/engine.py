@@ -8,15 +8,13 @@ current lexer class on its own overlay of the committed stack, in parallel (``ke
 """
 from __future__ import annotations
 
-import os
-import pickle
 import time
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, allocate_mask
+from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
 from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
 from gcdbench.parsers.pre3.front import build_jobs, byte_class_transducer
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
@@ -233,40 +231,22 @@ class Pre3Engine(Engine):
         self._check_options()
         t0 = time.perf_counter()
         o = self.opts
-        path = None
-        art = None
-        cache_hit = False
+        path = art = None
         if o["use_cache"]:
-            root = Path(os.path.expanduser(o["cache_dir"] or "~/.cache/gcdbench/pre3"))
-            path = root / (f"{grammar.key()}-{tokenizer.key()}-{o['front_end']}-li{int(bool(o['leading_ignore']))}"
-                           f"-k{int(o['inline_max'])}-c{int(o['chunk'])}-d{int(o['dense_min'])}-v{FORMAT}.pkl")
-            if path.exists():
-                try:
-                    with open(path, "rb") as fh:
-                        art = pickle.load(fh)
-                    cache_hit = art.get("format") == FORMAT
-                except Exception:
-                    art = None
-                if not cache_hit:
-                    art = None
+            path = artifact_path("pre3", o["cache_dir"], grammar, tokenizer, o["front_end"],
+                                 f"li{int(bool(o['leading_ignore']))}", f"k{int(o['inline_max'])}",
+                                 f"c{int(o['chunk'])}", f"d{int(o['dense_min'])}", fmt=FORMAT)
+            art = load_artifact(path, FORMAT)
+        cache_hit = art is not None
         if art is None:
             art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
                                  int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
                                  int(o["dense_min"]))
             if path is not None:
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_suffix(f".tmp{os.getpid()}")
-                    with open(tmp, "wb") as fh:
-                        pickle.dump(art, fh, protocol=5)
-                    os.replace(tmp, path)
-                except OSError:
-                    pass
+                save_artifact(path, art)
         self._shared = _Shared(art, tokenizer, o)
-        # warm-up: load (or compile) the jitted kernels now, so that init, not the first mask, pays for it
-        self.reset()
-        self.fill_mask(allocate_mask(tokenizer.vocab_size))
-        self.commit(tokenizer.eos_id)
+        # no mask here: init is compile only (the jitted kernels load on first use, which the runner's untimed
+        # warm-up sample pays for)
         self.reset()
         self._info = {"cache_hit": cache_hit, "init_s": round(time.perf_counter() - t0, 3), "backend": o["backend"],
                       **art["stats"]}

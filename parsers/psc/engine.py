@@ -5,15 +5,13 @@ LR stack; ``fill_masks`` walks each sequence's stack (Python, per sequence) and 
 is one precomputed mask with one vectorised gather from the mask table (single-threaded)."""
 from __future__ import annotations
 
-import os
-import pickle
 import time
-from pathlib import Path
 
 from typing import Sequence
 
 import numpy as np
 
+from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, n_mask_words
 from gcdbench.parsers.psc.build import (END, Progress, SeqTrie, VocabTrie, _Classifier, lalr_tables,
                                         minimize_classifier, realizable, table_from_plain, table_to_plain)
@@ -226,37 +224,18 @@ class PSCEngine(Engine):
         if self.opts["lexer"] != "standard":
             raise CompileError(f"psc: lexer={self.opts['lexer']!r} is not implemented (only 'standard')")
         t0 = time.perf_counter()
-        cache_hit = False
-        art = None
-        path = None
+        path = art = None
         if self.opts["use_cache"]:
-            root = Path(os.path.expanduser(self.opts["cache_dir"] or "~/.cache/gcdbench/psc"))
-            li = "li1" if self.opts["leading_ignore"] else "li0"
-            from gcdbench.parsers.regex_fsm import SEMANTICS
-
-            path = root / f"{grammar.key()}-{tokenizer.key()}-{li}-v{FORMAT}-{SEMANTICS}.pkl"
-            if path.exists():
-                try:
-                    with open(path, "rb") as fh:
-                        art = pickle.load(fh)
-                    cache_hit = art.get("format") == FORMAT
-                except Exception:
-                    art = None
-                if not cache_hit:
-                    art = None
+            path = artifact_path("psc", self.opts["cache_dir"], grammar, tokenizer,
+                                 "li1" if self.opts["leading_ignore"] else "li0", fmt=FORMAT)
+            art = load_artifact(path, FORMAT)
+        cache_hit = art is not None
         if art is None:
             art = build_artifact(grammar, tokenizer, float(self.opts["max_build_s"]), int(self.opts["max_states"]),
                                  bool(self.opts["leading_ignore"]), float(self.opts["lalr_timeout_s"]),
                                  max_lexer_states=int(self.opts["max_lexer_states"]))
             if path is not None:
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_suffix(f".tmp{os.getpid()}")
-                    with open(tmp, "wb") as fh:
-                        pickle.dump(art, fh, protocol=5)
-                    os.replace(tmp, path)
-                except OSError:
-                    pass
+                save_artifact(path, art)
         self._load(art, tokenizer)
         self._info = {"cache_hit": cache_hit, "init_s": round(time.perf_counter() - t0, 3), **art["stats"]}
         self.reset()
