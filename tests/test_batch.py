@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
+from engines_here import engine_params, installed
 from expected_refusals import compile_or_refuse
 from gcdbench.experiments.config import ConfigError, register
 from gcdbench.experiments.runner import _identity_diff, run
@@ -73,7 +74,7 @@ def _batch_masks(engine, copy, tok, texts, B: int) -> list[list[np.ndarray]]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("name", sorted(n for n in ENGINES))
+@pytest.mark.parametrize("name", engine_params())
 def test_batch_masks_equal_single_mode_at_every_step(name, case, bytes_tokenizer):
     """Batch and single mode give identical masks on every step (B = 3, sequences at different positions, slots
     refilled as sequences end); an engine without fork() runs on compiled copies (the runner's fallback)."""
@@ -99,7 +100,7 @@ def test_batch_masks_equal_single_mode_at_every_step(name, case, bytes_tokenizer
             assert np.array_equal(a, b), f"{name} on {case}: sample {k} step {step}: batch row != single mask"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in ENGINES if engine_class(n).threads_option))
+@pytest.mark.parametrize("name", engine_params(where=lambda cls: cls.threads_option))
 def test_threaded_batch_path_equals_single_mode(name, bytes_tokenizer):
     """With 2 threads (the engine's thread option) the batch rows are still the single-mode masks."""
     import numba
@@ -208,6 +209,8 @@ def test_fill_masks_refuses_sequences_of_another_grammar(bytes_tokenizer):
 def test_thread_options_are_declared():
     """The option batch.threads sets exists on every engine that names one."""
     for name in ENGINES:
+        if not installed(name):
+            continue
         cls = engine_class(name)
         if cls.threads_option is not None:
             assert cls.threads_option in cls.options(), name

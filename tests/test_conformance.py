@@ -16,6 +16,7 @@ import pytest
 from gcdbench.datasets.base import load_grammar
 from gcdbench.datasets.spider import to_spop
 from conformance_check import APPROXIMATE, check_masks
+from engines_here import engine_params as optional_aware
 from expected_refusals import compile_or_refuse
 from gcdbench.parsers.base import GrammarSpec
 from gcdbench.parsers.registry import ENGINES, engine_class
@@ -30,7 +31,6 @@ CASES = {
     "spider_spop": (load_grammar("spider_spop").lark, [to_spop(q) for q in (SAMPLE / "queries.sql").read_text().splitlines()[6:10]]),
 }
 SLOW_ENGINES = {"reference"}
-OPTIONAL_ENGINES = {"llamacpp", "syncode"}   # extras installed by hand (README "Other engines")
 
 
 # (engine, case) where the declared profile must make a visible difference from the harness's language
@@ -40,18 +40,7 @@ VARIANTS = {"xgrammar_lark": ("xgrammar", {"grammar_form": "lark"}), "xgrammar_b
 
 
 def engine_params():
-    out = [pytest.param(v, id=v) for v in VARIANTS]
-    for name in ENGINES:
-        if name in SLOW_ENGINES:
-            continue
-        try:
-            engine_class(name)
-            out.append(pytest.param(name, id=name))
-        except ValueError as err:
-            if name not in OPTIONAL_ENGINES:
-                raise   # a dependency of the project that does not import is a failure, not a skip
-            out.append(pytest.param(name, id=name, marks=pytest.mark.skip(reason=f"optional engine absent: {err}")))
-    return out
+    return [pytest.param(v, id=v) for v in VARIANTS] + optional_aware([n for n in ENGINES if n not in SLOW_ENGINES])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
