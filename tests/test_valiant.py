@@ -660,3 +660,25 @@ def test_compile_computes_no_mask(backend, monkeypatch):
     monkeypatch.setattr(cuda_kernels.CudaSearch, "search", lambda self, *a, **k: calls.append("cuda search"))
     e = _engine(spec("tiny_sql"), byte_level(), backend=backend)
     assert calls == ([] if backend == "cpu" else ["cuda init"]) and e.store.used > 0
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_pruned_alignment_numba_equals_readable(name):
+    """Dropping dominated token tuples: the numba pruning gives the readable pruning's lists, and it drops
+    something where a token is listed both whole and split at a deeper node (all but the ambiguous grammar)."""
+    from gcdbench.parsers.valiant.align import prune_dominated as readable
+    from gcdbench.parsers.valiant.align_nb import build_alignment, prune_dominated
+    from gcdbench.parsers.valiant.lexer import build_lexer
+
+    sp = spec(name)
+    ir = load_ir(sp)
+    cnf = to_cnf(ir)
+    lex = build_lexer(ir, cnf.terminals)
+    tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b"\xc3", b"\xa9llo", b"\x82\xac1"])
+    al = build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id)
+    a, b = readable(al), prune_dominated(al)
+    assert _canonical(a) == _canonical(b)
+    before, after = _canonical(al), _canonical(b)
+    assert all(after[k] <= before[k] for k in ("bnd0", "bnd1", "cont"))
+    dropped = sum(len(before[k]) - len(after[k]) for k in ("bnd0", "bnd1", "cont"))
+    assert dropped > 0 or name == "ambiguous"

@@ -2,10 +2,10 @@
 
 Terminals ``t_0 .. t_{m-1}`` committed so far; positions are the gaps ``0 .. m``.
 
-* ``TIER[n][row]`` (tier ``n`` is added when ``t_n`` is committed): the nonterminals deriving
-  ``t_{n-row} .. t_n``, i.e. the span of length ``row+1`` ending at ``t_n``. A tier is computed once and never
-  written again, so branches share the tiers below them. Only left-capable nonterminals are stored
-  (``0 .. n_left-1``): an older tier is read only as a left child.
+* ``TIER[n][row]`` (tier ``n`` is added when ``t_n`` is committed): the nonterminals ``A`` deriving
+  ``t_{n-row} .. t_n`` **that are in ``ANC[n-row]``** (top-down filter, below), i.e. the span of length ``row+1``
+  ending at ``t_n``. A tier is computed once and never written again, so branches share the tiers below them.
+  Only left-capable nonterminals are stored (``0 .. n_left-1``): an older tier is read only as a left child.
   Recurrence (right child in the tier being built, left child in an older tier ``e``):
   ``V in TIER[n][n-s]`` iff ``V -> A B``, ``A in TIER[e][e-s]`` and ``B in TIER[n][n-e-1]`` for some
   ``s <= e < n``. For a fixed ``e`` and rule, all rows at once: if ``B`` is in row ``n-e-1`` then
@@ -20,11 +20,17 @@ Terminals ``t_0 .. t_{m-1}`` committed so far; positions are the gaps ``0 .. m``
   Then every viable next terminal comes in one pass: ``EXPECT[m] = {a : X -> a, X in ANC[m]}`` and
   ``t_0 .. t_{m-1} a`` is a viable prefix iff ``a in EXPECT[m]`` (the grammar has no useless symbols).
   The prefix is a sentence iff ``S in TIER[m-1][m-1]`` (or ``m = 0`` and S is nullable).
+* **Top-down filter.** A node of a derivation of a viable prefix that starts at ``t_i`` is in ``ANC[i]``, and
+  ``ANC[i]`` is closed under FIRST. So a cell ``A`` over ``t_i..t_n`` with ``A`` not in ``ANC[i]`` takes no part
+  in any ANC, EXPECT or acceptance: for ``V in ANC[s]``, every rule ``V -> A B`` over ``t_s..t_n`` has ``A`` in
+  ``ANC[s]`` (FIRST) and ``B`` in ``ANC[e+1]`` (``S =>* t_0..t_e B ...``), and the seeds of ``ANC`` only use
+  ``A in FIRST(Z)`` for ``Z in ANC[i]``. Dropping such cells changes none of them and leaves far fewer cells.
 
 Packed layout: a tier ``n`` is ``n_left`` blocks of ``W(n) = ceil((n+1)/64)`` uint64 words (bit ``row``)
 followed by ``WL`` words marking the left nonterminals present in it (the step visits only those);
-``ANC`` is ``WN`` words over nonterminals, ``EXPECT`` ``WT`` words over terminals. Everything lives in one
-``uint64`` arena; a chart node is (offset of its tier, of its ANC, of its EXPECT).
+``ANC`` is ``WN`` words over nonterminals, ``EXPECT`` ``WT`` words over terminals, then one INFO word (accept,
+old items, idem terminal: ``kernels_common.certify``). Everything lives in one ``uint64`` arena; a chart node
+is (offset of its tier, of its ANC, of its EXPECT).
 
 The step itself (numba, CPU and CUDA from one source) is ``kernels_common.chart_step``; ``extend`` is its CPU
 entry point. This module holds the packed grammar and the readable chart.
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cnf import CNF
-from .kernels_common import Grammar, extend  # noqa: F401  (extend: the CPU step, re-exported)
+from .kernels_common import Grammar, extend, pack_grammar  # noqa: F401  (extend: the CPU step, re-exported)
 
 U64 = np.uint64
 
@@ -68,6 +74,7 @@ class PackedGrammar:
     term_nts: np.ndarray      # uint64 [T, WN]   V -> t
     first: np.ndarray         # uint64 [NT, WN]  FIRST closure
     first_term: np.ndarray    # uint64 [NT, WT]  terminals starting V
+    term_z: np.ndarray | None = None   # uint64 [T, WN]  parents Z of Z -> A X with A -> t (derived when None)
 
     @classmethod
     def from_cnf(cls, cnf: CNF) -> "PackedGrammar":
@@ -118,33 +125,51 @@ class PackedGrammar:
         if R:
             azx[inv.ravel(), right] = True
         self.azx = pack_rows(azx) if ukey.size else np.zeros((0, WN), U64)
+        # terminal t -> parents Z of rules Z -> A X with A -> t (A left-capable): the items t can close
+        if self.term_z is None:
+            tz = np.zeros((self.n_term, WN), dtype=U64)
+            for t in range(self.n_term):
+                for a in range(nl):
+                    if (int(self.term_nts[t, a >> 6]) >> (a & 63)) & 1:
+                        tz[t] |= self.za[a]
+            self.term_z = tz
 
     def record(self) -> Grammar:
         """The arrays the chart step reads, as one record (``kernels_common.Grammar``)."""
         return Grammar(self.n_nt, self.n_left, self.WN, self.WT, self.start, self.term_nts, self.first,
                        self.first_term, self.rb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
-                       self.azx)
+                       self.azx, self.term_z)
 
     @property
     def dev(self) -> tuple:
-        """:meth:`record` as a plain tuple: what the jitted entry points take (numba's fast dispatch path)."""
+        """:meth:`record` as a plain tuple: what the CUDA kernels take (numba types a plain tuple on its fast path)."""
         return tuple(self.record())
 
+    @property
+    def packed(self) -> tuple:
+        """:meth:`record` as three flat arrays ``(gu, gi, gm)`` (``kernels_common.pack_grammar``): what the CPU entry
+        points take (fewer array arguments, cheaper numba dispatch)."""
+        got = getattr(self, "_packed", None)
+        if got is None:
+            got = self._packed = pack_grammar(self.record())
+        return got
+
     def scratch_words(self, n: int) -> int:
-        """Scratch of a step on tier ``n``: the working tier (all nonterminals) and its row-major copy."""
-        return self.n_nt * words(n + 1) + (n + 1) * self.WN
+        """Scratch of a step on tier ``n``: the working tier (all nonterminals), its row-major copy, the row
+        summary and a flag word."""
+        return self.n_nt * words(n + 1) + (n + 1) * self.WN + words(n + 1) + 1
 
     def root(self, mem: np.ndarray, p_off: int, e_off: int) -> None:
-        """Write ANC[0] and EXPECT[0] of the empty prefix."""
+        """Write ANC[0], EXPECT[0] and the INFO word (0) of the empty prefix."""
         mem[p_off:p_off + self.WN] = 0
-        mem[e_off:e_off + self.WT] = 0
+        mem[e_off:e_off + self.WT + 1] = 0
         if self.start >= 0:
             mem[p_off:p_off + self.WN] = self.first[self.start]
             mem[e_off:e_off + self.WT] = self.first_term[self.start]
 
     def node_words(self, n: int) -> int:
-        """Arena words of the chart node made by committing terminal number ``n`` (tier + ANC + EXPECT)."""
-        return self.n_left * words(n + 1) + self.WL + self.WN + self.WT
+        """Arena words of the chart node made by committing terminal number ``n`` (tier + ANC + EXPECT + INFO)."""
+        return self.n_left * words(n + 1) + self.WL + self.WN + self.WT + 1
 
     @property
     def WL(self) -> int:
@@ -159,10 +184,13 @@ class PackedGrammar:
 # Readable form: the same chart with Python sets (for tests and for reading)
 # --------------------------------------------------------------------------------------------------
 class ReadableChart:
-    """``tiers[n][row]`` = set of nonterminals (all of them, not only left-capable), ``anc[i]``, ``expect[i]``."""
+    """``tiers[n][row]`` = set of nonterminals (all of them, not only left-capable) over ``t_{n-row}..t_n`` that
+    are in ``anc[n-row]``, ``anc[i]``, ``expect[i]``. ``unfiltered=True`` keeps every cell (plain CYK), to check
+    that the filter changes no ANC, EXPECT or acceptance."""
 
-    def __init__(self, cnf: CNF):
+    def __init__(self, cnf: CNF, unfiltered: bool = False):
         self.cnf = cnf
+        self.unfiltered = unfiltered
         self.by_term: dict[int, set[int]] = {}
         for p, t in cnf.unary:
             self.by_term.setdefault(t, set()).add(p)
@@ -184,8 +212,11 @@ class ReadableChart:
         return out
 
     def push(self, t: int) -> None:
+        """Append terminal ``t``: its tier (cells in the ancestor set of their start only), ANC and EXPECT."""
         n = len(self.tiers)
-        tier = [set(self.by_term.get(t, ()))]
+        everything = set(range(len(self.cnf.nonterminals)))
+        keep = (lambda i: everything) if self.unfiltered else (lambda i: self.anc[i])
+        tier = [set(self.by_term.get(t, ())) & keep(n)]
         for row in range(1, n + 1):
             s = n - row
             cell = set()
@@ -193,7 +224,7 @@ class ReadableChart:
                 for e in range(s, n):   # left child spans s..e (tier e, row e-s), right child e+1..n (this tier)
                     if a in self.tiers[e][e - s] and b in tier[n - e - 1]:
                         cell.add(v)
-            tier.append(cell)
+            tier.append(cell & keep(s))
         self.tiers.append(tier)
         m = n + 1
         seeds = set()

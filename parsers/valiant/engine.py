@@ -11,15 +11,15 @@ import numpy as np
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
 from gcdbench.parsers.grammar import load_ir
 
-from .align import Aligner, Alignment
-from .align_nb import build_alignment
+from .align import Aligner, Alignment, prune_dominated as prune_dominated_readable
+from .align_nb import build_alignment, prune_dominated
 from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
-from .kernels_common import extend, tree_search, tree_search_par
-from .search import close_upward, dense_lists, fill_tokens, needed_nodes
+from .kernels_common import N_STATS, ST_ALIASED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend
+from .search import close_upward, dense_lists, mask_base, mask_base_par, needed_nodes, pack_statics, search_nodes, work_words
 
-VERSION = "gcdbench-valiant-2"
+VERSION = "gcdbench-valiant-3"
 START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
 
 
@@ -29,14 +29,14 @@ class ChartStore:
 
     def __init__(self, g: PackedGrammar):
         self.g = g
-        self.gt = g.dev
+        self.gp = g.packed
         self.mem = np.zeros(1 << 16, dtype=np.uint64)
         self.used = 0
         self.parent = [-1]
         self.term = [-1]
         self.depth = [0]
         self.tier_off = [-1]
-        p = self._alloc(g.WN + g.WT)
+        p = self._alloc(g.WN + g.WT + 1)
         self.p_off = [p]
         self.e_off = [p + g.WN]
         g.root(self.mem, p, p + g.WN)
@@ -44,6 +44,8 @@ class ChartStore:
         self.kids: dict[tuple[int, int], int] = {}
         self.cur = np.zeros(64, dtype=np.uint64)
         self.seeds = np.zeros(g.WN, dtype=np.uint64)
+        self.steps = 0                     # chart steps computed (extend calls)
+        self._paths: dict[int, tuple[np.ndarray, np.ndarray]] = {0: (np.zeros(0, np.int64), np.array([p], np.int64))}
 
     def _ensure(self, total: int) -> None:
         if total > self.mem.size:
@@ -63,18 +65,23 @@ class ChartStore:
             self.cur = np.zeros(2 * need, dtype=np.uint64)
         return self.cur
 
+    def _path(self, node: int) -> tuple[np.ndarray, np.ndarray]:
+        """(tier offsets 0 .. n-1, ANC offsets 0 .. n) of ``node``, memoised (a node's path never changes)."""
+        got = self._paths.get(node)
+        if got is None:
+            pt, pp = self._path(self.parent[node])
+            got = self._paths[node] = (np.append(pt, self.tier_off[node]), np.append(pp, self.p_off[node]))
+        return got
+
     def path(self, node: int, extra: int = 0):
-        """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots."""
-        n = self.depth[node]
+        """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots (fresh
+        arrays: the callers write past ``n``)."""
+        pt, pp = self._path(node)
+        n = pt.size
         tiers = np.zeros(n + extra + 1, dtype=np.int64)
         ps = np.zeros(n + extra + 2, dtype=np.int64)
-        c = node
-        while c > 0:
-            d = self.depth[c]
-            tiers[d - 1] = self.tier_off[c]
-            ps[d] = self.p_off[c]
-            c = self.parent[c]
-        ps[0] = self.p_off[0]
+        tiers[:n] = pt
+        ps[:n + 1] = pp
         return tiers, ps
 
     def child(self, node: int, t: int) -> int:
@@ -88,7 +95,9 @@ class ChartStore:
         off = self._alloc(g.node_words(n))
         t_off, p_off = off, off + g.tier_words(n)
         e_off = p_off + g.WN
-        acc = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds, self.gt)
+        info = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds, self.term[node],
+                      *self.gp)
+        self.steps += 1
         c = self.kids[key] = len(self.parent)
         self.parent.append(node)
         self.term.append(t)
@@ -96,7 +105,7 @@ class ChartStore:
         self.tier_off.append(t_off)
         self.p_off.append(p_off)
         self.e_off.append(e_off)
-        self.accept.append(bool(acc))
+        self.accept.append(bool(info & 1))
         return c
 
     def expects(self, node: int, t: int) -> bool:
@@ -145,6 +154,8 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
             al = build_alignment(lex, cnf.follow, tokenizer.token_bytes, tokenizer.eos_id)
         except ValueError as err:   # a token with too many ways to be cut into terminals
             raise CompileError(f"valiant: {err}") from err
+    n_tuples = _tuples(al)
+    al = prune_dominated_readable(al) if aligner == "python" else prune_dominated(al)
     t2 = time.perf_counter()
     arrays = {
         "rule_lstart": g.rule_lstart, "rule_parent": g.rule_parent, "rule_right": g.rule_right,
@@ -156,11 +167,14 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
         "n_nt": g.n_nt, "n_left": g.n_left, "n_term": g.n_term, "WN": g.WN, "WT": g.WT, "start": g.start,
         "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
         "lexer_states": lex.n_states, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
-        "trie_depth": al.max_depth, "tuples": int(al.bnd_tok[0].size + al.bnd_tok[1].size + al.call_tok.size
-                                                   + al.cont_tok.size),
+        "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
         "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},
     }
     return Compiled(arrays, meta)
+
+
+def _tuples(al: Alignment) -> int:
+    return int(al.bnd_tok[0].size + al.bnd_tok[1].size + al.call_tok.size + al.cont_tok.size)
 
 
 def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer) -> Path:
@@ -233,13 +247,16 @@ class ValiantEngine(Engine):
         self.comp, self.cache_hit = load_or_build(grammar, tokenizer, self.opts["cache_dir"], self.opts["cache"])
         self.vocab_size = tokenizer.vocab_size
         al = self.comp.align
-        self._flags = np.zeros(al.n_nodes, dtype=np.uint8)
-        self._dense = dense_lists(al, self.vocab_size)
+        dense, *dense_idx = dense_lists(al, self.vocab_size)
         self._need_b = []
         for f in range(2):     # nodes that some token's boundary walk refers to, closed upward
             flags = (np.diff(al.bnd_start[f]) > 0).astype(np.uint8)
             close_upward(flags, al.node_parent)
             self._need_b.append(flags)
+        self._statics = (*pack_statics(self.comp.grammar.packed, al, dense_idx, *self._need_b), dense)
+        N = al.n_nodes
+        self._flags = np.zeros(2 * N, dtype=np.uint8)      # needed nodes, then fill_tokens' zeroed scratch
+        self._vbuf = np.zeros(N, dtype=np.int32)
         self._depth = al.max_depth
         self.backend = None
         if self.opts["backend"] == "cuda":
@@ -252,10 +269,16 @@ class ValiantEngine(Engine):
 
     def reset(self) -> None:
         self.store = ChartStore(self.comp.grammar)
+        if not hasattr(self, "counters"):
+            # work done so far (load-independent; bench_valiant reports them per mask): tree searches and their
+            # memo hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain
+            # nodes taken without a step (certify)
+            self.counters = dict.fromkeys(("searches", "search_memo_hits", "chart_steps", "base_steps",
+                                           "nodes_checked", "viable_nodes", "chain_aliases"), 0)
         self.configs: list[tuple[int, int]] = [(0, START)]
         # (base chart node, lists in use) -> viable trie nodes. A chart node never changes, so neither does
         # its search: steps that stay inside one piece (long names, strings) reuse it.
-        self._viable: dict[tuple, np.ndarray] = {}
+        self._memo: dict[tuple, np.ndarray] = {}
 
     # -- the lexer over configurations -----------------------------------------------------------
     def _step(self, configs, byte: int):
@@ -337,58 +360,100 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent)
         return out
 
+    def _scratch(self, base: int):
+        """Arena room for the search's tiers, and (work, step scratch) sized for it (grown as needed)."""
+        store, g, D = self.store, self.comp.grammar, self._depth
+        n = store.depth[base]
+        T = self.threads
+        stride = g.node_words(n + D)
+        store._ensure(store.used + T * stride * (D + 2))
+        ww = work_words(D, n)
+        sw = g.WN + g.scratch_words(n + D)
+        got = getattr(self, "_ws", None)
+        if got is None or got[0].shape[-1] < ww or got[1].shape[-1] < sw:
+            ww, sw = max(ww, work_words(D, 2 * n + 64)), max(sw, g.WN + g.scratch_words(2 * n + 64 + D))
+            shape = (T,) if T > 1 else ()
+            self._ws = got = (np.zeros(shape + (ww,), np.int64), np.zeros(shape + (sw,), np.uint64))
+        return stride, got
+
+    def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, need=None) -> int:
+        """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes); returns the number
+        of viable nodes (``self._vbuf`` holds them after a search)."""
+        store = self.store
+        pt, pp = store._path(base)
+        n = pt.size
+        stride, (work, scr) = self._scratch(base)
+        search = memo is None
+        viable = self._vbuf if search else memo
+        L = self._depth + 2
+        if need is not None:      # the CUDA backend searched: assemble only
+            search, viable = False, memo
+        if self.threads > 1:
+            T = self.threads
+            vb = getattr(self, "_vb2", None)
+            if vb is None:
+                vb = self._vb2 = (np.zeros((T, self._vbuf.size), np.int32), np.zeros(T, np.int64))
+            nv = mask_base_par(u, store.mem, pt, pp, n, store.e_off[base], store.term[base], b0, b1, xs, search,
+                               viable, 0 if search else viable.size, work, L, self._flags, scr, store.used, stride,
+                               vb[0], vb[1], *self._statics)
+            if search:
+                self._count_search(work[:, 4 * L:4 * L + N_STATS].sum(axis=0))
+        else:
+            nv = mask_base(u, store.mem, pt, pp, n, store.e_off[base], store.term[base], b0, b1, xs, search, viable,
+                           0 if search else viable.size, work, L, self._flags, scr, store.used, stride, *self._statics)
+            if search:
+                self._count_search(work[4 * L:4 * L + N_STATS])
+        return nv
+
     def search(self, base: int, needed: np.ndarray | None = None):
-        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU)."""
-        store, g, al = self.store, self.comp.grammar, self.comp.align
+        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU, one thread)."""
+        store, al = self.store, self.comp.align
         if needed is None:
             needed = np.ones(al.n_nodes, dtype=np.uint8)
-        n = store.depth[base]
-        D = self._depth
-        tiers, ps = store.path(base, extra=D + 1)
-        stride = g.node_words(n + D)
-        scratch = store.used
-        store._ensure(scratch + stride * (D + 1))
-        T = self.threads
-        tt = (al.child_start, al.child_ids, al.node_term)
-        if T > 1:
-            # one copy of every per-worker array per thread, and T scratch regions side by side
-            store._ensure(scratch + T * stride * (D + 1))
-            cur = store._scratch_cur(n + D)
-            return tree_search_par(
-                store.mem, np.tile(tiers, (T, 1)), np.tile(ps, (T, 1)), n, store.e_off[base], scratch, stride, D + 1,
-                tt, needed, np.zeros((T, al.n_nodes), dtype=np.int32), np.zeros(T, dtype=np.int64),
-                np.zeros((T, D + 2), dtype=np.int32), np.zeros((T, D + 2), dtype=np.int32),
-                np.zeros((T, D + 2), dtype=np.int64), np.zeros((T, cur.size), dtype=np.uint64),
-                np.zeros((T, store.seeds.size), dtype=np.uint64), store.gt)
+        pt, pp = store._path(base)
+        stride, (work, scr) = self._scratch(base)
+        if work.ndim > 1:
+            work, scr = work[0], scr[0]
         viable = np.zeros(al.n_nodes, dtype=np.int32)
-        stack = np.zeros(D + 2, dtype=np.int32)
-        ci = np.zeros(D + 2, dtype=np.int32)
-        eo = np.zeros(D + 2, dtype=np.int64)
-        cnt = tree_search(store.mem, tiers, ps, n, store.e_off[base], scratch, stride, tt, needed, viable, stack, ci, eo,
-                          store._scratch_cur(n + D), store.seeds, al.child_start[0], 1, store.gt)
+        L = self._depth + 2
+        cnt = search_nodes(store.mem, pt, pp, pt.size, store.e_off[base], store.term[base], needed, viable, work, L,
+                           scr, store.used, stride, *self._statics[:3])
+        self._count_search(work[4 * L:4 * L + N_STATS])
         return viable[:cnt]
+
+    def _count_search(self, stats: np.ndarray) -> None:
+        c = self.counters
+        c["searches"] += 1
+        c["chart_steps"] += int(stats[ST_STEPS])
+        c["nodes_checked"] += int(stats[ST_CHECKED])
+        c["viable_nodes"] += int(stats[ST_VIABLE])
+        c["chain_aliases"] += int(stats[ST_ALIASED])
 
     def fill_mask(self, out: np.ndarray) -> None:
         out[:] = 0
         u = out.view(np.uint32)
-        al = self.comp.align
+        steps0 = self.store.steps
         for base, (b0, b1, xs) in self._bases().items():
             key = (base, b0, b1, tuple(xs))
-            viable = self._viable.get(key)
-            if viable is None:
-                need = self.needed(b0, b1, xs)
-                if self.backend is not None:
-                    viable = self.backend.search(self.store, base, need)
-                else:
-                    viable = self.search(base, need)
-                if len(self._viable) > 64:
-                    self._viable.clear()
-                self._viable[key] = viable
-            fill_tokens(u, viable, viable.size, self._flags, b0, b1, np.array(xs, dtype=np.int32), al.bnd_start,
-                        al.bnd_tok[0], al.bnd_tok[1], al.call_start, al.call_tok, al.cont_xstart, al.cont_nodes,
-                        al.cont_nstart, al.cont_tok, *self._dense)
+            memo = self._memo.get(key)
+            xa = np.array(xs, dtype=np.int32)
+            if memo is not None:
+                self.counters["search_memo_hits"] += 1
+                self._base_mask(u, base, b0, b1, xa, memo)
+                continue
+            if self.backend is not None:
+                memo = self.backend.search(self.store, base, self.needed(b0, b1, xs))
+                self._base_mask(u, base, b0, b1, xa, memo, need=True)
+            else:
+                nv = self._base_mask(u, base, b0, b1, xa, None)
+                memo = self._vbuf[:nv].copy()
+            if len(self._memo) > 64:
+                self._memo.clear()
+            self._memo[key] = memo
         eos = self.tokenizer.eos_id
-        if self.accepting():
+        acc = self.accepting()
+        self.counters["base_steps"] += self.store.steps - steps0
+        if acc:
             u[eos >> 5] |= np.uint32(1 << (eos & 31))
         else:
             u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
