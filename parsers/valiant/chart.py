@@ -96,26 +96,51 @@ class PackedGrammar:
         )
 
     def __post_init__(self):
-        """Pair indexes for the sparse step: (left A, right B) -> parents, (left A, parent Z) -> right children."""
+        """Pair indexes for the sparse step: (left A, right B) -> direct parents, (left A, parent Z) -> right
+        children, and the cover relation that gives the other parents."""
         nn, nl, WN = self.n_nt, self.n_left, self.WN
         R = self.rule_parent.size
         left = np.repeat(np.arange(nl, dtype=np.int64), np.diff(self.rule_lstart))
         par, right = self.rule_parent.astype(np.int64), self.rule_right.astype(np.int64)
-        rb = np.zeros((nl, nn), dtype=bool)
+        lb = np.zeros((nn, nl), dtype=bool)
         za = np.zeros((nl, nn), dtype=bool)
         if R:
-            rb[left, right] = True
+            lb[right, left] = True
             za[left, par] = True
-        self.rb = pack_rows(rb) if nl else np.zeros((0, WN), U64)          # right children of A
+        self.lb = pack_rows(lb) if nn else np.zeros((0, self.WL), U64)    # left children A per right child B
         self.za = pack_rows(za) if nl else np.zeros((0, WN), U64)          # parents with left child A
-        # (A, B) pairs -> parents (CSR)
+        # cover[V] = {X != V : rules(X) include rules(V)} (binary pairs and terminals): a cell V makes X a cell
+        # too, so a rule pair needs only its parents not covered by another of its parents (direct parents).
         key = left * nn + right
-        order = np.argsort(key, kind="stable")
-        ukey, start = np.unique(key[order], return_index=True) if R else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        ukey, pair = np.unique(key, return_inverse=True) if R else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        inc = np.zeros((nn, ukey.size + self.n_term), dtype=np.float32)
+        if R:
+            inc[par, pair.ravel()] = 1
+        tn = np.unpackbits(self.term_nts.view(np.uint8), axis=1, bitorder="little")[:, :nn].astype(bool) \
+            if self.n_term else np.zeros((0, nn), bool)
+        inc[:, ukey.size:] = tn.T
+        has = inc.sum(axis=1) > 0
+        missing = inc @ (1 - inc).T                    # [V, X] = rules of V that X lacks
+        cover = (missing == 0) & has[:, None] & has[None, :]
+        np.fill_diagonal(cover, False)
+        self.cover = pack_rows(cover) if nn else np.zeros((0, WN), U64)
+        self.has_cover = pack_rows(cover.any(axis=1)[None, :]) if nn else np.zeros((1, WN), U64)
+        # (A, B) pairs -> direct parents (CSR): drop X when another parent V of the pair has X in its cover (of
+        # two parents covering each other, the smaller id stays)
         self.ab_id = np.full((nl, nn), -1, dtype=np.int32)
         self.ab_id[ukey // max(nn, 1), ukey % max(nn, 1)] = np.arange(ukey.size, dtype=np.int32)
-        self.ab_start = np.append(start, R).astype(np.int32)
-        self.ab_parent = par[order].astype(np.int32)
+        starts, parents = [0], []
+        order = np.argsort(key, kind="stable")
+        bounds = np.searchsorted(key[order], ukey) if R else np.zeros(0, np.int64)
+        bounds = np.append(bounds, R)
+        for i in range(ukey.size):
+            ps = par[order[bounds[i]:bounds[i + 1]]].tolist()
+            for x in ps:
+                if not any(cover[v, x] and not (cover[x, v] and v > x) for v in ps if v != x):
+                    parents.append(x)
+            starts.append(len(parents))
+        self.ab_start = np.array(starts, dtype=np.int32)
+        self.ab_parent = np.array(parents, dtype=np.int32)
         # (A, Z) pairs -> bitset of right children X
         key = left * nn + par
         ukey, inv = np.unique(key, return_inverse=True) if R else (np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -137,8 +162,8 @@ class PackedGrammar:
     def record(self) -> Grammar:
         """The arrays the chart step reads, as one record (``kernels_common.Grammar``)."""
         return Grammar(self.n_nt, self.n_left, self.WN, self.WT, self.start, self.term_nts, self.first,
-                       self.first_term, self.rb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
-                       self.azx, self.term_z)
+                       self.first_term, self.lb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
+                       self.azx, self.term_z, self.cover, self.has_cover)
 
     @property
     def dev(self) -> tuple:
@@ -156,8 +181,8 @@ class PackedGrammar:
 
     def scratch_words(self, n: int) -> int:
         """Scratch of a step on tier ``n``: the working tier (all nonterminals), its row-major copy, the row
-        summary and a flag word."""
-        return self.n_nt * words(n + 1) + (n + 1) * self.WN + words(n + 1) + 1
+        summary, a flag word and ``WN`` words for the closure of a row."""
+        return self.n_nt * words(n + 1) + (n + 1) * self.WN + words(n + 1) + 1 + self.WN
 
     def root(self, mem: np.ndarray, p_off: int, e_off: int) -> None:
         """Write ANC[0], EXPECT[0] and the INFO word (0) of the empty prefix."""

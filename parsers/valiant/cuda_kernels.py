@@ -198,7 +198,7 @@ def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all
         ci = level_ci[i]
         u_term = base_term if u == 0 else np.int64(T.node_term[u])
         dfs_gpu(mem, tiers, ps, m + 1, u, e_off, u_term, ci, T.child_start[u + 1] - ci, scratch, stride, T, needed,
-                flags, 0, stack_node, stack_ci, e_offs, lv_n, cur_all[w], seeds_all[w], stats_all[w], G)
+                flags, 0, stack_node, stack_ci, e_offs, lv_n, cur_all[w], seeds_all[w], stats_all[w], -1, stats_all[w], G)
 
 
 @cuda.jit

@@ -16,7 +16,7 @@ from .align_nb import build_alignment, prune_dominated
 from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
-from .kernels_common import N_STATS, ST_ALIASED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend
+from .kernels_common import N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend
 from .search import close_upward, dense_lists, mask_base, mask_base_par, needed_nodes, pack_statics, search_nodes, work_words
 
 VERSION = "gcdbench-valiant-3"
@@ -45,6 +45,9 @@ class ChartStore:
         self.cur = np.zeros(64, dtype=np.uint64)
         self.seeds = np.zeros(g.WN, dtype=np.uint64)
         self.steps = 0                     # chart steps computed (extend calls)
+        self.adopted = 0                   # chart nodes adopted from searches
+        # node -> (terminal -> tier offset or -1) of the charts a search from ``node`` kept for its root's children
+        self.kept: dict[int, tuple[np.ndarray]] = {}
         self._paths: dict[int, tuple[np.ndarray, np.ndarray]] = {0: (np.zeros(0, np.int64), np.array([p], np.int64))}
 
     def _ensure(self, total: int) -> None:
@@ -85,19 +88,29 @@ class ChartStore:
         return tiers, ps
 
     def child(self, node: int, t: int) -> int:
+        """The chart node of ``node`` plus terminal ``t``: memoised, adopted from a search's kept chart, or one
+        chart step."""
         key = (node, t)
         c = self.kids.get(key)
         if c is not None:
             return c
         g = self.g
         n = self.depth[node]
-        tiers, ps = self.path(node)
-        off = self._alloc(g.node_words(n))
-        t_off, p_off = off, off + g.tier_words(n)
-        e_off = p_off + g.WN
-        info = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds, self.term[node],
-                      *self.gp)
-        self.steps += 1
+        kept = self.kept.get(node)
+        t_off = int(kept[0][t]) if kept is not None else -1
+        if t_off >= 0:            # the search from ``node`` computed this chart already (kernels_common.dfs)
+            p_off = t_off + g.tier_words(n)
+            e_off = p_off + g.WN
+            info = int(self.mem[e_off + g.WT])
+            self.adopted += 1
+        else:
+            tiers, ps = self.path(node)
+            off = self._alloc(g.node_words(n))
+            t_off, p_off = off, off + g.tier_words(n)
+            e_off = p_off + g.WN
+            info = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
+                          self.term[node], *self.gp)
+            self.steps += 1
         c = self.kids[key] = len(self.parent)
         self.parent.append(node)
         self.term.append(t)
@@ -257,6 +270,12 @@ class ValiantEngine(Engine):
         N = al.n_nodes
         self._flags = np.zeros(2 * N, dtype=np.uint8)      # needed nodes, then fill_tokens' zeroed scratch
         self._vbuf = np.zeros(N, dtype=np.int32)
+        # root children (the trie's depth-1 nodes, one per terminal at most) and terminal -> child index (or K)
+        self._k_root = int(al.child_start[1] - al.child_start[0])
+        rc = np.full(self.comp.grammar.n_term + 1, self._k_root, dtype=np.int64)
+        kids = al.child_ids[al.child_start[0]:al.child_start[1]]
+        rc[al.node_term[kids]] = np.arange(self._k_root)
+        self._root_child_of = rc[:-1]
         self._depth = al.max_depth
         self.backend = None
         if self.opts["backend"] == "cuda":
@@ -272,9 +291,10 @@ class ValiantEngine(Engine):
         if not hasattr(self, "counters"):
             # work done so far (load-independent; bench_valiant reports them per mask): tree searches and their
             # memo hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain
-            # nodes taken without a step (certify)
+            # nodes taken without a step (certify), base charts adopted from an earlier search
             self.counters = dict.fromkeys(("searches", "search_memo_hits", "chart_steps", "base_steps",
-                                           "nodes_checked", "viable_nodes", "chain_aliases"), 0)
+                                           "nodes_checked", "viable_nodes", "chain_aliases", "leaves_certified",
+                                           "adopted_charts"), 0)
         self.configs: list[tuple[int, int]] = [(0, START)]
         # (base chart node, lists in use) -> viable trie nodes. A chart node never changes, so neither does
         # its search: steps that stay inside one piece (long names, strings) reuse it.
@@ -361,49 +381,73 @@ class ValiantEngine(Engine):
         return out
 
     def _scratch(self, base: int):
-        """Arena room for the search's tiers, and (work, step scratch) sized for it (grown as needed)."""
+        """Arena room for the kept root-child charts and the search's tiers, and (work, step scratch) sized for it
+        (grown as needed). Returns (stride, kept-chart words per worker, (work, scratch))."""
         store, g, D = self.store, self.comp.grammar, self._depth
         n = store.depth[base]
         T = self.threads
         stride = g.node_words(n + D)
-        store._ensure(store.used + T * stride * (D + 2))
-        ww = work_words(D, n)
+        keep = self._k_root * g.node_words(n)
+        store._ensure(store.used + T * (keep + stride * (D + 2)))
+        ww = work_words(D, n, self._k_root)
         sw = g.WN + g.scratch_words(n + D)
         got = getattr(self, "_ws", None)
         if got is None or got[0].shape[-1] < ww or got[1].shape[-1] < sw:
-            ww, sw = max(ww, work_words(D, 2 * n + 64)), max(sw, g.WN + g.scratch_words(2 * n + 64 + D))
+            ww = max(ww, work_words(D, 2 * n + 64, self._k_root))
+            sw = max(sw, g.WN + g.scratch_words(2 * n + 64 + D))
             shape = (T,) if T > 1 else ()
             self._ws = got = (np.zeros(shape + (ww,), np.int64), np.zeros(shape + (sw,), np.uint64))
-        return stride, got
+        return stride, keep, got
 
     def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, need=None) -> int:
         """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes); returns the number
-        of viable nodes (``self._vbuf`` holds them after a search)."""
+        of viable nodes (``self._vbuf`` holds them after a search). A search keeps the charts of the root's viable
+        children in the arena: the store adopts them when the next mask's base charts are among them."""
         store = self.store
         pt, pp = store._path(base)
         n = pt.size
-        stride, (work, scr) = self._scratch(base)
-        search = memo is None
+        stride, keep, (work, scr) = self._scratch(base)
+        search = memo is None and need is None
         viable = self._vbuf if search else memo
         L = self._depth + 2
-        if need is not None:      # the CUDA backend searched: assemble only
-            search, viable = False, memo
+        K = self._k_root
+        keep_off = store.used if search and K and base not in store.kept else -1
         if self.threads > 1:
             T = self.threads
             vb = getattr(self, "_vb2", None)
             if vb is None:
                 vb = self._vb2 = (np.zeros((T, self._vbuf.size), np.int32), np.zeros(T, np.int64))
+            scratch = store.used + T * keep
             nv = mask_base_par(u, store.mem, pt, pp, n, store.e_off[base], store.term[base], b0, b1, xs, search,
-                               viable, 0 if search else viable.size, work, L, self._flags, scr, store.used, stride,
-                               vb[0], vb[1], *self._statics)
+                               viable, 0 if search else viable.size, work, L, self._flags, scr, scratch, stride,
+                               keep_off, keep, vb[0], vb[1], *self._statics)
             if search:
                 self._count_search(work[:, 4 * L:4 * L + N_STATS].sum(axis=0))
+                if keep_off >= 0:
+                    maps = work[:, work.shape[1] - K - 1:]
+                    if maps[:, K].any():
+                        end = max(keep_off + w * keep + int(maps[w, K]) * (keep // K) for w in range(T))
+                        self._keep(base, maps[:, :K].max(axis=0), end)
         else:
+            scratch = store.used + keep
             nv = mask_base(u, store.mem, pt, pp, n, store.e_off[base], store.term[base], b0, b1, xs, search, viable,
-                           0 if search else viable.size, work, L, self._flags, scr, store.used, stride, *self._statics)
+                           0 if search else viable.size, work, L, self._flags, scr, scratch, stride, keep_off,
+                           *self._statics)
             if search:
                 self._count_search(work[4 * L:4 * L + N_STATS])
+                if keep_off >= 0:
+                    m = work[work.size - K - 1:]
+                    if m[K]:
+                        self._keep(base, m[:K], keep_off + m[K] * (keep // K))
         return nv
+
+    def _keep(self, base: int, by_child: np.ndarray, end: int) -> None:
+        """Record the charts a search from ``base`` kept (tier offset per root child, or -1) and claim the arena
+        up to ``end``."""
+        ext = np.full(self._k_root + 1, -1, dtype=np.int64)
+        ext[:-1] = by_child
+        self.store.kept[base] = (ext[self._root_child_of],)
+        self.store.used = max(self.store.used, int(end))
 
     def search(self, base: int, needed: np.ndarray | None = None):
         """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU, one thread)."""
@@ -411,7 +455,7 @@ class ValiantEngine(Engine):
         if needed is None:
             needed = np.ones(al.n_nodes, dtype=np.uint8)
         pt, pp = store._path(base)
-        stride, (work, scr) = self._scratch(base)
+        stride, _, (work, scr) = self._scratch(base)
         if work.ndim > 1:
             work, scr = work[0], scr[0]
         viable = np.zeros(al.n_nodes, dtype=np.int32)
@@ -428,11 +472,12 @@ class ValiantEngine(Engine):
         c["nodes_checked"] += int(stats[ST_CHECKED])
         c["viable_nodes"] += int(stats[ST_VIABLE])
         c["chain_aliases"] += int(stats[ST_ALIASED])
+        c["leaves_certified"] += int(stats[ST_CERTIFIED])
 
     def fill_mask(self, out: np.ndarray) -> None:
         out[:] = 0
         u = out.view(np.uint32)
-        steps0 = self.store.steps
+        steps0, adopted0 = self.store.steps, self.store.adopted
         for base, (b0, b1, xs) in self._bases().items():
             key = (base, b0, b1, tuple(xs))
             memo = self._memo.get(key)
@@ -453,6 +498,7 @@ class ValiantEngine(Engine):
         eos = self.tokenizer.eos_id
         acc = self.accepting()
         self.counters["base_steps"] += self.store.steps - steps0
+        self.counters["adopted_charts"] += self.store.adopted - adopted0
         if acc:
             u[eos >> 5] |= np.uint32(1 << (eos & 31))
         else:

@@ -57,14 +57,16 @@ Grammar = namedtuple("Grammar", [
     "term_nts",    # uint64 [T, WN]   V -> t
     "first",       # uint64 [NT, WN]  FIRST closure
     "first_term",  # uint64 [NT, WT]  terminals starting V
-    "rb",          # uint64 [n_left, WN]  right children B of rules V -> A B, per left child A
+    "lb",          # uint64 [NT, WL]  left children A of rules V -> A B, per right child B
     "ab_id",       # int32 [n_left, NT]  (A, B) -> pair id, or -1
-    "ab_start",    # int32 [pairs+1]     CSR of parents V per (A, B) pair
-    "ab_parent",   # int32 [R]
+    "ab_start",    # int32 [pairs+1]     CSR of the direct parents V per (A, B) pair (the others: ``cover``)
+    "ab_parent",   # int32 [R']
     "za",          # uint64 [n_left, WN]  parents Z of rules Z -> A X, per left child A
     "az_id",       # int32 [n_left, NT]  (A, Z) -> pair id, or -1
     "azx",         # uint64 [pairs, WN]  right children X per (A, Z) pair
     "term_z",      # uint64 [T, WN]   parents Z of rules Z -> A X with A -> t (the items a terminal can close)
+    "cover",       # uint64 [NT, WN]  X != V having every rule V has (so X derives whatever V derives)
+    "has_cover",   # uint64 [1, WN]   the V with a non-empty cover
 ])
 Trie = namedtuple("Trie", ["child_start", "child_ids", "node_term"])
 
@@ -73,9 +75,10 @@ INFO_ACCEPT = 1
 INFO_OLD = 2
 IDEM_SHIFT = 2
 MAX_IDEM_PAIRS = 16    # certify gives up (soundly) on larger item sets
-# per-search work counters (``stats``): chart steps, trie nodes checked, viable nodes, chain nodes aliased
-ST_STEPS, ST_CHECKED, ST_VIABLE, ST_ALIASED = 0, 1, 2, 3
-N_STATS = 4
+# per-search work counters (``stats``): chart steps, trie nodes checked, viable nodes, chain nodes aliased, leaf
+# children proven viable without their parent's chart (_row0_certifies)
+ST_STEPS, ST_CHECKED, ST_VIABLE, ST_ALIASED, ST_CERTIFIED = 0, 1, 2, 3, 4
+N_STATS = 5
 
 _cpu = numba.njit(cache=True, nogil=True)
 _cpu_small = numba.njit(cache=True, nogil=True)   # tiny primitives: LLVM inlines them
@@ -152,6 +155,38 @@ def _or_track(cur, voff, d, val, rows, WN, v, rowsum):
             _or_word(rows, row * WN + vw, vb)
 
 
+@_cpu_inline
+def _close_row(cur, rows, rk, r, pa, mem, W, acc, tid, nth, G):
+    """Close row ``r`` of the working tier (row-major words at ``rows[rk:]``) under ``cover``: every X covering
+    a cell V of the row (X has all of V's rules) is a cell too, when X is in the ancestor set at ``pa`` of the
+    row's start (other cells are never read). The step ORs only the direct parents of a rule pair; this adds the
+    rest once per cell instead of once per derivation. ``acc`` is WN words of scratch; the threads share the
+    words ``tid, tid + nth ...``; ends with every thread past a ``_sync``."""
+    one = np.uint64(1)
+    WN = G.WN
+    rbit = one << np.uint64(r & 63)
+    rw = r >> 6
+    for j in range(tid, WN, nth):      # each thread owns its words of acc: no sync before the end
+        acc[j] = 0
+    for jv in range(WN):
+        vbits = rows[rk + jv] & G.has_cover[0, jv]
+        while vbits:
+            vl = vbits & (~vbits + one)
+            vbits ^= vl
+            v = jv * 64 + _ctz(vl)
+            for j in range(tid, WN, nth):
+                acc[j] |= G.cover[v, j]
+    for j in range(tid, WN, nth):
+        new = acc[j] & mem[pa + j] & ~rows[rk + j]
+        if new:
+            rows[rk + j] |= new
+            while new:
+                xl = new & (~new + one)
+                new ^= xl
+                _or_word(cur, (j * 64 + _ctz(xl)) * W + rw, rbit)
+    _sync()
+
+
 @_cpu
 def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G):
     """Compute tier ``n`` for terminal ``t`` (tiers 0..n-1 at ``tier_offs``, ANC[0..n] at ``p_offs``) and write
@@ -172,6 +207,7 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
     rows = cur[n_nt * W:]
     rs = n_nt * W + (n + 1) * WN      # row summary (W words) after the row-major copy, then a flag word
     rowsum = cur[rs:]
+    acc = cur[rs + W + 1:]            # then WN words for _close_row
     for i in range(tid, rs + W + 1, nth):
         cur[i] = 0
     for i in range(tid, WN, nth):
@@ -202,6 +238,7 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
         e = n - 1 - r
         rk = r * WN
         pe = p_offs[e + 1]            # the right child starts at t_{e+1}
+        _close_row(cur, rows, rk, r, pe, mem, W, acc, tid, nth, G)
         live = np.uint64(0)
         for j in range(WN):
             live |= rows[rk + j] & mem[pe + j]
@@ -213,15 +250,15 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
             base = tier_offs[e]
             pres = base + n_left * We
             skip = tid
-            for aw in range(WL):
-                abits = mem[pres + aw]
-                while abits:
-                    alow = abits & (~abits + one)
-                    abits ^= alow
-                    a = aw * 64 + _ctz(alow)
-                    aoff = base + a * We
-                    for j in range(WN):
-                        cand = G.rb[a, j] & rows[rk + j] & mem[pe + j]
+            # right children B (row r, in ANC[e+1]) x left children A present in tier e with a rule V -> A B
+            for j in range(WN):
+                bbits = rows[rk + j] & mem[pe + j]
+                while bbits:
+                    blow = bbits & (~bbits + one)
+                    bbits ^= blow
+                    b = j * 64 + _ctz(blow)
+                    for aw in range(WL):
+                        cand = G.lb[b, aw] & mem[pres + aw]
                         while cand:
                             low = cand & (~cand + one)
                             cand ^= low
@@ -229,7 +266,9 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
                                 skip -= 1
                                 continue
                             skip = nth - 1
-                            pid = G.ab_id[a, j * 64 + _ctz(low)]
+                            a = aw * 64 + _ctz(low)
+                            aoff = base + a * We
+                            pid = G.ab_id[a, b]
                             for q in range(G.ab_start[pid], G.ab_start[pid + 1]):
                                 v = G.ab_parent[q]
                                 voff = v * W
@@ -259,6 +298,8 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
     WL = (n_left + 63) // 64
     one = np.uint64(1)
     flag = n_nt * W + (n + 1) * WN + W     # the old-items flag word, after the row summary
+    # row n is never a right child: close it here
+    _close_row(cur, cur[n_nt * W:], n * WN, n, p_offs[0], mem, W, cur[flag + 1:], tid, nth, G)
     for i in range(tid, WL, nth):
         mem[out_tier + n_left * W + i] = 0
     for i in range(tid, WN, nth):
@@ -459,8 +500,63 @@ def certify(mem, p_offs, m, a, prev_info, info, prev_term, G):
 
 
 @_cpu
+def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
+    """True when every needed child of trie node ``v`` (terminal ``a``, parent chart C with ANC at ``pm`` at its end)
+    is a leaf whose terminal is surely in EXPECT(C + a): in the lower bound given by the items ``a`` closes on its
+    own, ``first_term(X)`` for ``Z`` in ANC, ``Z -> A X``, ``A -> a`` (row 0 of the tier C + a would compute; the
+    full step adds only more). Then the step for ``v`` decides nothing. ``seeds`` (WN words) and ``cur`` (WT words)
+    are scratch; the threads share the words and end past a ``_sync`` with the same answer."""
+    one = np.uint64(1)
+    tid, nth = _tid(), _nth()
+    for ci in range(T.child_start[v], T.child_start[v + 1]):
+        k = T.child_ids[ci]
+        if needed[k] and T.child_start[k + 1] > T.child_start[k]:
+            return False
+    WN, WT = G.WN, G.WT
+    for j in range(tid, WN, nth):       # each thread owns its words of seeds and of the bound
+        seeds[j] = 0
+    for aw in range((G.n_left + 63) // 64):
+        abits = G.term_nts[a, aw] & mem[pm + aw]
+        while abits:
+            alow = abits & (~abits + one)
+            abits ^= alow
+            A = aw * 64 + _ctz(alow)
+            if A >= G.n_left:
+                break
+            for j in range(WN):
+                cz = G.za[A, j] & mem[pm + j]
+                while cz:
+                    zl = cz & (~cz + one)
+                    cz ^= zl
+                    pid = G.az_id[A, j * 64 + _ctz(zl)]
+                    for jj in range(tid, WN, nth):
+                        seeds[jj] |= G.azx[pid, jj]
+    _sync()
+    for tw in range(tid, WT, nth):
+        lb = np.uint64(0)
+        for j in range(WN):
+            xs = seeds[j]
+            while xs:
+                xl = xs & (~xs + one)
+                xs ^= xl
+                lb |= G.first_term[j * 64 + _ctz(xl), tw]
+        cur[tw] = lb
+    _sync()
+    ok = True
+    for ci in range(T.child_start[v], T.child_start[v + 1]):
+        k = T.child_ids[ci]
+        if needed[k]:
+            c = np.int64(T.node_term[k])
+            if not (cur[c >> 6] >> np.uint64(c & 63)) & one:
+                ok = False
+                break
+    _sync()
+    return ok
+
+
+@_cpu
 def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, stride, T, needed, viable, cnt,
-        stack_node, stack_ci, e_offs, lv_n, cur, seeds, stats, G):
+        stack_node, stack_ci, e_offs, lv_n, cur, seeds, stats, keep_off, keep_map, G):
     """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
     ANC in ``p_offs``), EXPECT at ``e_off`` (its INFO word follows) and last terminal ``u_term``; of ``u``'s own
     children only ``first, first + step, ...`` (child indices) are taken. A child is viable iff its terminal is
@@ -468,7 +564,12 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
     ``_emit(viable, cnt, v)``; a viable node with children gets its chart: its parent's own chart when the parent's
     is idem for its terminal (no step), else one more tier in the per-depth slot ``scratch_off + depth * stride``,
     its offsets written into ``tier_offs[m]`` / ``p_offs[m + 1]`` (``m`` its tier index; shared by the threads:
-    thread 0 writes). Work is counted in ``stats`` (thread 0). Returns ``cnt`` plus the number of viable nodes."""
+    thread 0 writes). Work is counted in ``stats`` (thread 0). Returns ``cnt`` plus the number of viable nodes.
+
+    ``keep_off >= 0`` (CPU): the charts of ``u``'s own children are kept, one after another from ``keep_off``
+    instead of in slot 0, and ``keep_map[k]`` gets the tier offset of child index ``first + k`` of ``u`` (its
+    last entry counts the charts kept), so the caller can adopt them as chart nodes (the next mask's base charts
+    are often among them)."""
     one = np.uint64(1)
     n_left, WN, WT = G.n_left, G.WN, G.WT
     tid = _tid()
@@ -509,8 +610,28 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
                     e_offs[d] = ex
                     lv_n[d] = m
                     continue
+                if _row0_certifies(mem, ex - WN, a, v, needed, cur, seeds, T, G):
+                    # every needed child is a leaf proven viable without C_x + a: emit them, no step
+                    for cj in range(T.child_start[v], T.child_start[v + 1]):
+                        k = T.child_ids[cj]
+                        if needed[k]:
+                            _emit(viable, cnt, k)
+                            cnt += 1
+                            if tid == 0:
+                                stats[ST_CHECKED] += 1
+                                stats[ST_VIABLE] += 1
+                                stats[ST_CERTIFIED] += 1
+                    continue
                 t_off = scratch_off + d * stride
                 p_off = t_off + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64
+                if d == 0 and keep_off >= 0:
+                    K = keep_map.size - 1
+                    nw = p_off - t_off + WN + WT + 1
+                    t_off = keep_off + keep_map[K] * nw
+                    p_off = t_off + nw - (WN + WT + 1)
+                    if tid == 0:
+                        keep_map[ci - T.child_start[x]] = t_off
+                        keep_map[K] += 1
                 info = chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G)
                 if tid == 0:
                     tier_offs[m] = t_off
@@ -531,7 +652,8 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
 
 
 # Shared functions in dependency order: what for_cuda compiles, each seeing the CUDA versions of the others.
-SHARED = (_or_track, step_epilogue, chart_step, _has_self_item, _in_first_of_rights, certify, dfs)
+SHARED = (_or_track, _close_row, step_epilogue, chart_step, _has_self_item, _in_first_of_rights, certify,
+          _row0_certifies, dfs)
 
 
 def for_cuda(primitives: dict) -> dict:
@@ -553,9 +675,10 @@ def for_cuda(primitives: dict) -> dict:
 
 # -- the grammar packed into three arrays (CPU entry points: each array argument costs about 1,000 instructions
 #    of numba dispatch, so the 16 tables travel as three flat arrays and are viewed again inside) -------------
-_U_TABLES = ("term_nts", "first", "first_term", "rb", "za", "azx", "term_z")     # uint64, 2-D
+_U_TABLES = ("term_nts", "first", "first_term", "lb", "za", "azx", "term_z", "cover", "has_cover")  # uint64, 2-D
 _I_TABLES = ("ab_id", "ab_start", "ab_parent", "az_id")                          # int32, 2-D / 1-D / 1-D / 2-D
 _GM_HEAD = 5     # n_nt, n_left, WN, WT, start
+GM_LEN = _GM_HEAD + 3 * (len(_U_TABLES) + len(_I_TABLES))   # pack_grammar's header length
 
 
 def pack_grammar(G) -> tuple:
@@ -595,10 +718,11 @@ def _tab1(flat, gm, k):
 @_cpu_inline
 def unpack_grammar(gu, gi, gm):
     """The :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy)."""
-    nu = 7
+    nu = 9
     return Grammar(gm[0], gm[1], gm[2], gm[3], gm[4], _tab2(gu, gm, 0), _tab2(gu, gm, 1), _tab2(gu, gm, 2),
                    _tab2(gu, gm, 3), _tab2(gi, gm, nu + 0), _tab1(gi, gm, nu + 1), _tab1(gi, gm, nu + 2),
-                   _tab2(gu, gm, 4), _tab2(gi, gm, nu + 3), _tab2(gu, gm, 5), _tab2(gu, gm, 6))
+                   _tab2(gu, gm, 4), _tab2(gi, gm, nu + 3), _tab2(gu, gm, 5), _tab2(gu, gm, 6), _tab2(gu, gm, 7),
+                   _tab2(gu, gm, 8))
 
 
 # -- CPU entry point of one chart step (the tree search's are in search.py) -----------------------------------
@@ -615,3 +739,181 @@ def extend(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, pre
     if info2 != info:
         mem[out_e + G.WT] = np.uint64(info2)
     return info2
+
+
+# -- CPU entry points of a mask: needed nodes, tree search, token assembly, in one call per base chart ----------
+# (in this file with the device logic they call: numba's on-disk cache is per source file, so a caller in another
+# file would keep stale machine code of a changed callee)
+Tables = namedtuple("Tables", [
+    "child_start", "child_ids", "node_term", "node_parent",      # the trie (int32)
+    "bnd_tok0", "bnd_tok1", "call_tok", "cont_nodes", "cont_tok",  # token lists (int32)
+    "d_b0", "d_b1", "d_call", "d_cont",                           # row of each list in ``dense``, or -1 (int32)
+    "need_b0", "need_b1",                                         # nodes some boundary list needs (int32 0/1)
+    "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
+])
+_I_FIELDS = Tables._fields[:15]
+_L_FIELDS = Tables._fields[15:]
+
+
+@_cpu_inline
+def _set_list(out, toks, lo, hi, dense_id, dense):
+    """OR tokens toks[lo:hi] into ``out``; long lists have a packed copy (``dense_id >= 0``) OR-ed word-wise."""
+    if dense_id >= 0:
+        row = dense[dense_id]
+        for w in range(out.size):
+            out[w] |= row[w]
+        return
+    one = np.uint32(1)
+    for j in range(lo, hi):
+        tok = toks[j]
+        out[tok >> 5] |= one << np.uint32(tok & 31)
+
+
+@_cpu
+def fill_tokens(out, viable, cnt, flags, use_b0, use_b1, xs, A, dense):
+    """OR into the packed mask ``out`` (uint32) the tokens of the viable nodes for one base chart.
+    ``flags`` is a zeroed uint8 [n_nodes] scratch, left zeroed. ``A`` is the :data:`Tables` record."""
+    for k in range(cnt):
+        flags[viable[k]] = 1
+    for k in range(cnt):
+        v = viable[k]
+        if use_b0:
+            _set_list(out, A.bnd_tok0, A.bnd_start[0, v], A.bnd_start[0, v + 1], A.d_b0[v], dense)
+        if use_b1:
+            _set_list(out, A.bnd_tok1, A.bnd_start[1, v], A.bnd_start[1, v + 1], A.d_b1[v], dense)
+    for i in range(xs.size):
+        x = xs[i]
+        _set_list(out, A.call_tok, A.call_start[x], A.call_start[x + 1], A.d_call[x], dense)
+        for gi in range(A.cont_xstart[x], A.cont_xstart[x + 1]):
+            if flags[A.cont_nodes[gi]]:
+                _set_list(out, A.cont_tok, A.cont_nstart[gi], A.cont_nstart[gi + 1], A.d_cont[gi], dense)
+    for k in range(cnt):
+        flags[viable[k]] = 0
+
+
+@_cpu
+def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent):
+    """Nodes a search from one base has to visit: those of the boundary lists in use, those of the
+    continuation groups of its lexer states ``xs``, and all their ancestors."""
+    for v in range(out.size):
+        out[v] = (use_b0 and need_b0[v]) or (use_b1 and need_b1[v])
+    out[0] = 1
+    for i in range(xs.size):
+        x = xs[i]
+        for gi in range(cont_xstart[x], cont_xstart[x + 1]):
+            v = cont_nodes[gi]
+            while not out[v]:
+                out[v] = 1
+                v = node_parent[v]
+
+
+_GM_LEN = GM_LEN
+
+
+@_cpu_inline
+def _v(flat, sl, k):
+    o = sl[_GM_LEN + 2 * k]
+    return flat[o:o + sl[_GM_LEN + 2 * k + 1]]
+
+
+@_cpu_inline
+def unpack_tables(si, sl):
+    """The :data:`Tables` record viewed from :func:`pack_statics`'s arrays (no copy)."""
+    bs = _v(sl, sl, 15)
+    return Tables(_v(si, sl, 0), _v(si, sl, 1), _v(si, sl, 2), _v(si, sl, 3), _v(si, sl, 4), _v(si, sl, 5),
+                  _v(si, sl, 6), _v(si, sl, 7), _v(si, sl, 8), _v(si, sl, 9), _v(si, sl, 10), _v(si, sl, 11),
+                  _v(si, sl, 12), _v(si, sl, 13), _v(si, sl, 14), bs.reshape((2, bs.size // 2)), _v(sl, sl, 16),
+                  _v(sl, sl, 17), _v(sl, sl, 18))
+
+
+def work_words(depth: int, n_max: int, k_root: int) -> int:
+    """int64 workspace of one search from a base of at most ``n_max`` tiers: four stacks of ``depth + 2``
+    levels, the work counters, the tier and ANC offsets of the path (``n_max + depth + 2`` and one more), and the
+    map of kept root-child charts (``k_root + 1``: see ``kernels_common.dfs``)."""
+    return 4 * (depth + 2) + N_STATS + 2 * (n_max + depth + 2) + 1 + k_root + 1
+
+
+@_cpu_inline
+def _search_one(mem, pt, pp, n, e_off, term, first, step, needed, viable, cnt, work, L, scr, scratch_off, stride, WN,
+                keep_off, K, T, G):
+    """One DFS from a base (path ``pt``/``pp``) with the stacks, counters, path tables and the kept-chart map
+    (last ``K + 1`` words) carved out of ``work`` and the step scratch out of ``scr`` (seeds first)."""
+    st = 4 * L
+    keep_map = work[work.size - K - 1:]
+    keep_map[:K] = -1
+    keep_map[K] = 0
+    tiers = work[st + N_STATS:]
+    ps = tiers[L + n:]
+    tiers[:n] = pt
+    ps[:n + 1] = pp
+    return dfs(mem, tiers, ps, n, 0, e_off, term, first, step, scratch_off, stride, T, needed, viable, cnt, work[:L],
+               work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L], scr[WN:], scr[:WN], work[st:st + N_STATS], keep_off,
+               keep_map, G)
+
+
+@_cpu
+def mask_base(out, mem, pt, pp, n, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
+              stride, keep_off, su, si, sl, dense):
+    """One base chart's part of a mask: if ``search``, the needed nodes and the tree search (viable nodes into
+    ``viable``, root first; else ``viable[:nv]`` holds a memoised result), then their tokens OR-ed into ``out``.
+    ``pt``/``pp`` are the base's tier and ANC offsets, ``L`` the levels of a DFS stack (trie depth + 2),
+    ``flags`` uint8 scratch of 2 x nodes (the second half zeroed), ``work`` int64 of :func:`work_words`, ``scr``
+    uint64 of ``WN + scratch_words(n + depth)``; the charts of the root's children are kept from ``keep_off``
+    (if >= 0; map at the end of ``work``). Returns the number of viable nodes."""
+    A = unpack_tables(si, sl)
+    N = A.node_parent.size
+    if search:
+        G = unpack_grammar(su, si, sl)
+        needed = flags[:N]
+        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
+        work[4 * L:4 * L + N_STATS] = 0
+        viable[0] = 0
+        nv = _search_one(mem, pt, pp, n, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr,
+                         scratch_off, stride, G.WN, keep_off, A.child_start[1] - A.child_start[0],
+                         Trie(A.child_start, A.child_ids, A.node_term), G)
+    fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+    return nv
+
+
+@_cpu
+def search_nodes(mem, pt, pp, n, e_off, term, needed, viable, work, L, scr, scratch_off, stride, su, si, sl):
+    """The viable trie nodes of a search from a base among ``needed`` (into ``viable``, root first); returns how
+    many. For tests and the CUDA comparison (masks use :func:`mask_base`)."""
+    A = unpack_tables(si, sl)
+    G = unpack_grammar(su, si, sl)
+    work[4 * L:4 * L + N_STATS] = 0
+    viable[0] = 0
+    return _search_one(mem, pt, pp, n, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
+                       stride, G.WN, -1, A.child_start[1] - A.child_start[0], Trie(A.child_start, A.child_ids,
+                                                                                   A.node_term), G)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def mask_base_par(out, mem, pt, pp, n, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
+                  stride, keep_off, keep_words, vbuf, counts, su, si, sl, dense):
+    """:func:`mask_base` with the search split over ``W = vbuf.shape[0]`` threads (numba ``prange``): worker w
+    searches the root's children w, w + W, ... with its own row of ``work``, ``scr`` and ``vbuf``, its own
+    scratch region ``scratch_off + w * stride * L`` and kept-chart region ``keep_off + w * keep_words``. Chart
+    tiers below the base are shared and only read."""
+    A = unpack_tables(si, sl)
+    N = A.node_parent.size
+    if search:
+        G = unpack_grammar(su, si, sl)
+        needed = flags[:N]
+        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
+        T = Trie(A.child_start, A.child_ids, A.node_term)
+        W = vbuf.shape[0]
+        K = A.child_start[1] - A.child_start[0]
+        for w in numba.prange(W):
+            work[w, 4 * L:4 * L + N_STATS] = 0
+            counts[w] = _search_one(mem, pt, pp, n, e_off, term, A.child_start[0] + w, W, needed, vbuf[w], 0, work[w],
+                                    L, scr[w], scratch_off + w * stride * L, stride, G.WN,
+                                    keep_off + w * keep_words if keep_off >= 0 else -1, K, T, G)
+        viable[0] = 0
+        nv = 1
+        for w in range(W):
+            for i in range(counts[w]):
+                viable[nv] = vbuf[w, i]
+                nv += 1
+    fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+    return nv
