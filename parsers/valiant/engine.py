@@ -25,7 +25,8 @@ START = -1     # lexer state of the empty prefix: a grammar terminal must start 
 
 class ChartStore:
     """Chart nodes (one per committed terminal sequence) in one uint64 arena; tiers are never rewritten,
-    a child node only adds its own tier, so branches share everything below them."""
+    a child node only adds its own tier, so branches share everything below them. Each node's (parent, depth,
+    tier offset, ANC offset) is also a row of ``nodes`` (int64), from which the jitted code walks a path."""
 
     def __init__(self, g: PackedGrammar):
         self.g = g
@@ -41,14 +42,18 @@ class ChartStore:
         self.e_off = [p + g.WN]
         g.root(self.mem, p, p + g.WN)
         self.accept = [False]
+        self.nodes = np.zeros((256, 4), dtype=np.int64)
+        self.nodes[0] = (-1, 0, -1, p)
         self.kids: dict[tuple[int, int], int] = {}
         self.cur = np.zeros(64, dtype=np.uint64)
         self.seeds = np.zeros(g.WN, dtype=np.uint64)
+        self.pathbuf = np.zeros(64, dtype=np.int64)
         self.steps = 0                     # chart steps computed (extend calls)
         self.adopted = 0                   # chart nodes adopted from searches
-        # node -> (terminal -> tier offset or -1) of the charts a search from ``node`` kept for its root's children
-        self.kept: dict[int, tuple[np.ndarray]] = {}
-        self._paths: dict[int, tuple[np.ndarray, np.ndarray]] = {0: (np.zeros(0, np.int64), np.array([p], np.int64))}
+        # node -> tier offset per root child (or -1) of the charts a search from ``node`` kept
+        self.kept: dict[int, np.ndarray] = {}
+        self.root_child_of: np.ndarray | None = None   # terminal -> root child index (the engine sets it)
+        self._expected: dict[int, list[int]] = {}
 
     def _ensure(self, total: int) -> None:
         if total > self.mem.size:
@@ -66,25 +71,21 @@ class ChartStore:
         need = self.g.scratch_words(n)
         if self.cur.size < need:
             self.cur = np.zeros(2 * need, dtype=np.uint64)
+            self.pathbuf = np.zeros(4 * n + 64, dtype=np.int64)
         return self.cur
 
-    def _path(self, node: int) -> tuple[np.ndarray, np.ndarray]:
-        """(tier offsets 0 .. n-1, ANC offsets 0 .. n) of ``node``, memoised (a node's path never changes)."""
-        got = self._paths.get(node)
-        if got is None:
-            pt, pp = self._path(self.parent[node])
-            got = self._paths[node] = (np.append(pt, self.tier_off[node]), np.append(pp, self.p_off[node]))
-        return got
-
     def path(self, node: int, extra: int = 0):
-        """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots (fresh
-        arrays: the callers write past ``n``)."""
-        pt, pp = self._path(node)
-        n = pt.size
+        """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots."""
+        n = self.depth[node]
         tiers = np.zeros(n + extra + 1, dtype=np.int64)
         ps = np.zeros(n + extra + 2, dtype=np.int64)
-        tiers[:n] = pt
-        ps[:n + 1] = pp
+        c = node
+        while c > 0:
+            d = self.depth[c]
+            tiers[d - 1] = self.tier_off[c]
+            ps[d] = self.p_off[c]
+            c = self.parent[c]
+        ps[0] = self.p_off[0]
         return tiers, ps
 
     def child(self, node: int, t: int) -> int:
@@ -97,19 +98,22 @@ class ChartStore:
         g = self.g
         n = self.depth[node]
         kept = self.kept.get(node)
-        t_off = int(kept[0][t]) if kept is not None else -1
+        t_off = -1
+        if kept is not None:
+            k = self.root_child_of[t]
+            if k < kept.size:
+                t_off = int(kept[k])
         if t_off >= 0:            # the search from ``node`` computed this chart already (kernels_common.dfs)
             p_off = t_off + g.tier_words(n)
             e_off = p_off + g.WN
             info = int(self.mem[e_off + g.WT])
             self.adopted += 1
         else:
-            tiers, ps = self.path(node)
             off = self._alloc(g.node_words(n))
             t_off, p_off = off, off + g.tier_words(n)
             e_off = p_off + g.WN
-            info = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
-                          self.term[node], *self.gp)
+            info = extend(self.mem, self.nodes, node, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
+                          self.pathbuf, self.term[node], *self.gp)
             self.steps += 1
         c = self.kids[key] = len(self.parent)
         self.parent.append(node)
@@ -119,6 +123,9 @@ class ChartStore:
         self.p_off.append(p_off)
         self.e_off.append(e_off)
         self.accept.append(bool(info & 1))
+        if c >= self.nodes.shape[0]:
+            self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
+        self.nodes[c] = (node, n + 1, t_off, p_off)
         return c
 
     def expects(self, node: int, t: int) -> bool:
@@ -126,9 +133,13 @@ class ChartStore:
         return bool((int(w) >> (t & 63)) & 1)
 
     def expected(self, node: int) -> list[int]:
-        e = self.e_off[node]
-        bits = np.unpackbits(self.mem[e:e + self.g.WT].view(np.uint8), bitorder="little")
-        return np.flatnonzero(bits[: self.g.n_term]).tolist()
+        """EXPECT of ``node`` (terminal ids, ascending; memoised: a chart node never changes)."""
+        got = self._expected.get(node)
+        if got is None:
+            e = self.e_off[node]
+            bits = np.unpackbits(self.mem[e:e + self.g.WT].view(np.uint8), bitorder="little")
+            got = self._expected[node] = np.flatnonzero(bits[: self.g.n_term]).tolist()
+        return got
 
 
 class Compiled:
@@ -277,6 +288,17 @@ class ValiantEngine(Engine):
         rc[al.node_term[kids]] = np.arange(self._k_root)
         self._root_child_of = rc[:-1]
         self._depth = al.max_depth
+        # Python lists of the lexer tables (faster than numpy scalars in the per-configuration loops)
+        c_ = self.comp
+        self._term_of, self._accept = c_.term_of.tolist(), c_.accept.tolist()
+        self._trans, self._start_of = c_.trans.tolist(), c_.start_of.tolist()
+        self._xs_arrays: dict[tuple, np.ndarray] = {}
+        self._ws_n = -1
+        self._sizes: dict[int, tuple] = {}
+        if self.threads > 1:
+            self._vb2 = (np.zeros((self.threads, N), np.int32), np.zeros(self.threads, np.int64))
+        self._tot = np.zeros(N_STATS + 1, dtype=np.int64)    # search work counters (+ searches), summed in numba
+        self._memo_hits = self._steps_done = self._adopted_done = 0
         self.backend = None
         if self.opts["backend"] == "cuda":
             from .cuda_kernels import CudaSearch
@@ -287,14 +309,12 @@ class ValiantEngine(Engine):
         self.reset()
 
     def reset(self) -> None:
+        old = getattr(self, "store", None)
+        if old is not None:
+            self._steps_done += old.steps
+            self._adopted_done += old.adopted
         self.store = ChartStore(self.comp.grammar)
-        if not hasattr(self, "counters"):
-            # work done so far (load-independent; bench_valiant reports them per mask): tree searches and their
-            # memo hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain
-            # nodes taken without a step (certify), base charts adopted from an earlier search
-            self.counters = dict.fromkeys(("searches", "search_memo_hits", "chart_steps", "base_steps",
-                                           "nodes_checked", "viable_nodes", "chain_aliases", "leaves_certified",
-                                           "adopted_charts"), 0)
+        self.store.root_child_of = self._root_child_of
         self.configs: list[tuple[int, int]] = [(0, START)]
         # (base chart node, lists in use) -> viable trie nodes. A chart node never changes, so neither does
         # its search: steps that stay inside one piece (long names, strings) reuse it.
@@ -302,27 +322,29 @@ class ValiantEngine(Engine):
 
     # -- the lexer over configurations -----------------------------------------------------------
     def _step(self, configs, byte: int):
-        c_ = self.comp
-        trans, accept, term_of, start_of, ng = c_.trans, c_.accept, c_.term_of, c_.start_of, c_.n_grammar
+        trans, accept, term_of, start_of = self._trans, self._accept, self._term_of, self._start_of
+        ng = self.comp.n_grammar
+        ignored = range(ng, len(start_of))
         store = self.store
         out = set()
         for c, x in configs:
             if x == START:
                 for u in store.expected(c):
                     s0 = start_of[u]
-                    if s0 >= 0 and trans[s0, byte] >= 0:
-                        out.add((c, int(trans[s0, byte])))
+                    if s0 >= 0 and trans[s0][byte] >= 0:
+                        out.add((c, trans[s0][byte]))
                 continue
-            g = trans[x, byte]
+            g = trans[x][byte]
             if g >= 0:
-                out.add((c, int(g)))
+                out.add((c, g))
             if accept[x]:
-                t = int(term_of[x])
+                t = term_of[x]
                 b = store.child(c, t) if t < ng else c
-                for u in store.expected(b) + list(range(ng, start_of.size)):
-                    s0 = start_of[u]
-                    if s0 >= 0 and trans[s0, byte] >= 0:
-                        out.add((b, int(trans[s0, byte])))
+                for us in (store.expected(b), ignored):
+                    for u in us:
+                        s0 = start_of[u]
+                        if s0 >= 0 and trans[s0][byte] >= 0:
+                            out.add((b, trans[s0][byte]))
         return out
 
     def commit(self, token_id: int) -> bool:
@@ -341,37 +363,39 @@ class ValiantEngine(Engine):
         return True
 
     def accepting(self) -> bool:
-        c_ = self.comp
-        for c, x in self.configs:
-            if x == START:
-                if c_.start_nullable:
-                    return True
-            elif c_.accept[x]:
-                t = int(c_.term_of[x])
-                if t < c_.n_grammar:
-                    if self.store.accept[self.store.child(c, t)]:
-                        return True
-                elif self.store.accept[c] or (c == 0 and c_.start_nullable):
-                    return True
-        return False
+        return self._bases_acc()[1]
 
     # -- masks -------------------------------------------------------------------------------------
-    def _bases(self):
-        """base chart -> (boundary without leading ignore, boundary with leading ignore, [x ...])"""
-        c_ = self.comp
+    def _bases_acc(self):
+        """({base chart: [boundary without leading ignore, boundary with leading ignore, [x ...]]}, whether the
+        prefix is a sentence), in one pass over the configurations."""
+        term_of, accept, ng, store = self._term_of, self._accept, self.comp.n_grammar, self.store
+        nullable = self.comp.start_nullable
         bases: dict[int, list] = {}
+        acc = False
         for c, x in self.configs:
             if x == START:
-                e = bases.setdefault(c, [False, False, []])
+                e = bases.get(c)
+                if e is None:
+                    e = bases[c] = [False, False, []]
                 e[0] = True
+                acc = acc or nullable
                 continue
-            t = int(c_.term_of[x])
-            b = self.store.child(c, t) if t < c_.n_grammar else c
-            e = bases.setdefault(b, [False, False, []])
+            t = term_of[x]
+            b = store.child(c, t) if t < ng else c
+            e = bases.get(b)
+            if e is None:
+                e = bases[b] = [False, False, []]
             e[2].append(x)
-            if c_.accept[x]:
+            if accept[x]:
                 e[0] = e[1] = True
-        return bases
+                if not acc:
+                    acc = store.accept[b] if t < ng else (store.accept[c] or (c == 0 and nullable))
+        return bases, acc
+
+    def _bases(self):
+        """base chart -> (boundary without leading ignore, boundary with leading ignore, [x ...])"""
+        return self._bases_acc()[0]
 
     def needed(self, b0: bool, b1: bool, xs) -> np.ndarray:
         al = self.comp.align
@@ -380,129 +404,114 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent)
         return out
 
-    def _scratch(self, base: int):
-        """Arena room for the kept root-child charts and the search's tiers, and (work, step scratch) sized for it
-        (grown as needed). Returns (stride, kept-chart words per worker, (work, scratch))."""
-        store, g, D = self.store, self.comp.grammar, self._depth
-        n = store.depth[base]
-        T = self.threads
-        stride = g.node_words(n + D)
-        keep = self._k_root * g.node_words(n)
-        store._ensure(store.used + T * (keep + stride * (D + 2)))
-        ww = work_words(D, n, self._k_root)
-        sw = g.WN + g.scratch_words(n + D)
-        got = getattr(self, "_ws", None)
-        if got is None or got[0].shape[-1] < ww or got[1].shape[-1] < sw:
-            ww = max(ww, work_words(D, 2 * n + 64, self._k_root))
-            sw = max(sw, g.WN + g.scratch_words(2 * n + 64 + D))
+    def _scratch(self, n: int):
+        """Arena room for the kept root-child charts and the search's tiers from a base of ``n`` tiers, and (work,
+        step scratch) sized for it (grown as needed). Returns (stride, kept-chart words per worker, (work, scratch))."""
+        sz = self._sizes.get(n)
+        if sz is None:
+            g, D = self.comp.grammar, self._depth
+            sz = self._sizes[n] = (g.node_words(n + D), self._k_root * g.node_words(n),
+                                   self.threads * (self._k_root * g.node_words(n) + g.node_words(n + D) * (D + 2)))
+        self.store._ensure(self.store.used + sz[2])
+        if n > self._ws_n:
+            g, D, T = self.comp.grammar, self._depth, self.threads
+            m = 2 * n + 64
             shape = (T,) if T > 1 else ()
-            self._ws = got = (np.zeros(shape + (ww,), np.int64), np.zeros(shape + (sw,), np.uint64))
-        return stride, keep, got
+            self._ws = (np.zeros(shape + (work_words(D, m, self._k_root),), np.int64),
+                        np.zeros(shape + (g.WN + g.scratch_words(m + D),), np.uint64))
+            self._ws_n = m
+        return sz[0], sz[1], self._ws
 
-    def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, need=None) -> int:
-        """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes); returns the number
-        of viable nodes (``self._vbuf`` holds them after a search). A search keeps the charts of the root's viable
-        children in the arena: the store adopts them when the next mask's base charts are among them."""
+    def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, clear: bool, eos: int, acc: bool,
+                   need=None) -> int:
+        """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes; zeroing ``u`` first
+        if ``clear``; setting the EOS bit to ``acc`` if ``eos >= 0``); returns the number of viable nodes
+        (``self._vbuf`` holds them after a search). A search keeps the charts of the root's viable children in the
+        arena: the store adopts them when the next mask's base charts are among them."""
         store = self.store
-        pt, pp = store._path(base)
-        n = pt.size
-        stride, keep, (work, scr) = self._scratch(base)
+        stride, keep, (work, scr) = self._scratch(store.depth[base])
         search = memo is None and need is None
         viable = self._vbuf if search else memo
+        nv = 0 if search else viable.size
         L = self._depth + 2
         K = self._k_root
         keep_off = store.used if search and K and base not in store.kept else -1
         if self.threads > 1:
             T = self.threads
-            vb = getattr(self, "_vb2", None)
-            if vb is None:
-                vb = self._vb2 = (np.zeros((T, self._vbuf.size), np.int32), np.zeros(T, np.int64))
-            scratch = store.used + T * keep
-            nv = mask_base_par(u, store.mem, pt, pp, n, store.e_off[base], store.term[base], b0, b1, xs, search,
-                               viable, 0 if search else viable.size, work, L, self._flags, scr, scratch, stride,
-                               keep_off, keep, vb[0], vb[1], *self._statics)
-            if search:
-                self._count_search(work[:, 4 * L:4 * L + N_STATS].sum(axis=0))
-                if keep_off >= 0:
-                    maps = work[:, work.shape[1] - K - 1:]
-                    if maps[:, K].any():
-                        end = max(keep_off + w * keep + int(maps[w, K]) * (keep // K) for w in range(T))
-                        self._keep(base, maps[:, :K].max(axis=0), end)
+            nv = mask_base_par(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs,
+                               search, viable, nv, work, L, self._flags, scr, store.used + T * keep, stride, keep_off,
+                               clear, eos, acc, self._tot, keep, self._vb2[0], self._vb2[1], *self._statics)
+            if keep_off >= 0:
+                maps = work[:, work.shape[1] - K - 1:]
+                if maps[:, K].any():
+                    store.kept[base] = maps[:, :K].max(axis=0)
+                    store.used = max(keep_off + w * keep + int(maps[w, K]) * (keep // K) for w in range(T))
         else:
-            scratch = store.used + keep
-            nv = mask_base(u, store.mem, pt, pp, n, store.e_off[base], store.term[base], b0, b1, xs, search, viable,
-                           0 if search else viable.size, work, L, self._flags, scr, scratch, stride, keep_off,
-                           *self._statics)
-            if search:
-                self._count_search(work[4 * L:4 * L + N_STATS])
-                if keep_off >= 0:
-                    m = work[work.size - K - 1:]
-                    if m[K]:
-                        self._keep(base, m[:K], keep_off + m[K] * (keep // K))
+            nv = mask_base(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs, search,
+                           viable, nv, work, L, self._flags, scr, store.used + keep, stride, keep_off, clear, eos, acc,
+                           self._tot, *self._statics)
+            if keep_off >= 0:
+                used = int(work[-1])
+                if used:
+                    store.kept[base] = work[-K - 1:-1].copy()
+                    store.used = keep_off + used * (keep // K)
         return nv
-
-    def _keep(self, base: int, by_child: np.ndarray, end: int) -> None:
-        """Record the charts a search from ``base`` kept (tier offset per root child, or -1) and claim the arena
-        up to ``end``."""
-        ext = np.full(self._k_root + 1, -1, dtype=np.int64)
-        ext[:-1] = by_child
-        self.store.kept[base] = (ext[self._root_child_of],)
-        self.store.used = max(self.store.used, int(end))
 
     def search(self, base: int, needed: np.ndarray | None = None):
         """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU, one thread)."""
         store, al = self.store, self.comp.align
         if needed is None:
             needed = np.ones(al.n_nodes, dtype=np.uint8)
-        pt, pp = store._path(base)
-        stride, _, (work, scr) = self._scratch(base)
+        stride, _, (work, scr) = self._scratch(store.depth[base])
         if work.ndim > 1:
             work, scr = work[0], scr[0]
         viable = np.zeros(al.n_nodes, dtype=np.int32)
         L = self._depth + 2
-        cnt = search_nodes(store.mem, pt, pp, pt.size, store.e_off[base], store.term[base], needed, viable, work, L,
+        cnt = search_nodes(store.mem, store.nodes, base, store.e_off[base], store.term[base], needed, viable, work, L,
                            scr, store.used, stride, *self._statics[:3])
-        self._count_search(work[4 * L:4 * L + N_STATS])
         return viable[:cnt]
 
-    def _count_search(self, stats: np.ndarray) -> None:
-        c = self.counters
-        c["searches"] += 1
-        c["chart_steps"] += int(stats[ST_STEPS])
-        c["nodes_checked"] += int(stats[ST_CHECKED])
-        c["viable_nodes"] += int(stats[ST_VIABLE])
-        c["chain_aliases"] += int(stats[ST_ALIASED])
-        c["leaves_certified"] += int(stats[ST_CERTIFIED])
+    @property
+    def counters(self) -> dict:
+        """Work done so far (load-independent; bench_valiant reports them per mask): tree searches and their memo
+        hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
+        without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
+        from an earlier search's kept charts."""
+        t = self._tot.tolist()
+        return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits, "chart_steps": t[ST_STEPS],
+                "base_steps": self._steps_done + self.store.steps, "nodes_checked": t[ST_CHECKED],
+                "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED], "leaves_certified": t[ST_CERTIFIED],
+                "adopted_charts": self._adopted_done + self.store.adopted}
 
     def fill_mask(self, out: np.ndarray) -> None:
-        out[:] = 0
         u = out.view(np.uint32)
-        steps0, adopted0 = self.store.steps, self.store.adopted
-        for base, (b0, b1, xs) in self._bases().items():
+        bases, acc = self._bases_acc()
+        eos = self.tokenizer.eos_id
+        if not bases:
+            u[:] = 0
+            u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
+            return
+        last = len(bases) - 1
+        for i, (base, (b0, b1, xs)) in enumerate(bases.items()):
             key = (base, b0, b1, tuple(xs))
             memo = self._memo.get(key)
-            xa = np.array(xs, dtype=np.int32)
+            xa = self._xs_arrays.get(key[3])
+            if xa is None:
+                xa = self._xs_arrays[key[3]] = np.array(xs, dtype=np.int32)
+            e = eos if i == last else -1
             if memo is not None:
-                self.counters["search_memo_hits"] += 1
-                self._base_mask(u, base, b0, b1, xa, memo)
+                self._memo_hits += 1
+                self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc)
                 continue
             if self.backend is not None:
                 memo = self.backend.search(self.store, base, self.needed(b0, b1, xs))
-                self._base_mask(u, base, b0, b1, xa, memo, need=True)
+                self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc, need=True)
             else:
-                nv = self._base_mask(u, base, b0, b1, xa, None)
+                nv = self._base_mask(u, base, b0, b1, xa, None, i == 0, e, acc)
                 memo = self._vbuf[:nv].copy()
             if len(self._memo) > 64:
                 self._memo.clear()
             self._memo[key] = memo
-        eos = self.tokenizer.eos_id
-        acc = self.accepting()
-        self.counters["base_steps"] += self.store.steps - steps0
-        self.counters["adopted_charts"] += self.store.adopted - adopted0
-        if acc:
-            u[eos >> 5] |= np.uint32(1 << (eos & 31))
-        else:
-            u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
 
     def info(self) -> dict:
         m = self.comp.meta

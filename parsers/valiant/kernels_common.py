@@ -726,11 +726,30 @@ def unpack_grammar(gu, gi, gm):
 
 
 # -- CPU entry point of one chart step (the tree search's are in search.py) -----------------------------------
+@_cpu_inline
+def _fill_path(nodes, node, tiers, ps):
+    """Tier offsets (0 .. n-1) and ANC offsets (0 .. n) of chart node ``node`` from the store's node rows
+    (parent, depth, tier offset, ANC offset); returns n."""
+    n = nodes[node, 1]
+    c = node
+    while c > 0:
+        d = nodes[c, 1]
+        tiers[d - 1] = nodes[c, 2]
+        ps[d] = nodes[c, 3]
+        c = nodes[c, 0]
+    ps[0] = nodes[0, 3]
+    return n
+
+
 @_cpu
-def extend(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, prev_term, gu, gi, gm):
-    """:func:`chart_step` on the CPU (one thread), then :func:`certify` against the parent chart (tiers 0..n-1,
-    last terminal ``prev_term``, EXPECT at ``p_offs[n] + WN``). ``p_offs`` has room for ANC[n+1]. Returns the
-    INFO word."""
+def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, prev_term, gu, gi, gm):
+    """:func:`chart_step` on the CPU (one thread) from chart node ``node`` (rows of ``nodes``; ``pathbuf`` int64
+    scratch of 2 (n + 2)), then :func:`certify` against that parent chart (last terminal ``prev_term``). Returns
+    the INFO word."""
+    n = nodes[node, 1]
+    tier_offs = pathbuf[:n + 1]
+    p_offs = pathbuf[n + 1:2 * n + 3]
+    _fill_path(nodes, node, tier_offs, p_offs)
     G = unpack_grammar(gu, gi, gm)
     info = chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G)
     prev_info = np.int64(mem[p_offs[n] + G.WN + G.WT])
@@ -834,69 +853,91 @@ def work_words(depth: int, n_max: int, k_root: int) -> int:
 
 
 @_cpu_inline
-def _search_one(mem, pt, pp, n, e_off, term, first, step, needed, viable, cnt, work, L, scr, scratch_off, stride, WN,
+def _search_one(mem, nodes, base, e_off, term, first, step, needed, viable, cnt, work, L, scr, scratch_off, stride, WN,
                 keep_off, K, T, G):
-    """One DFS from a base (path ``pt``/``pp``) with the stacks, counters, path tables and the kept-chart map
-    (last ``K + 1`` words) carved out of ``work`` and the step scratch out of ``scr`` (seeds first)."""
+    """One DFS from chart node ``base`` with the stacks, counters, path tables and the kept-chart map (last
+    ``K + 1`` words) carved out of ``work`` and the step scratch out of ``scr`` (seeds first)."""
     st = 4 * L
     keep_map = work[work.size - K - 1:]
     keep_map[:K] = -1
     keep_map[K] = 0
+    n = nodes[base, 1]
     tiers = work[st + N_STATS:]
     ps = tiers[L + n:]
-    tiers[:n] = pt
-    ps[:n + 1] = pp
+    _fill_path(nodes, base, tiers, ps)
     return dfs(mem, tiers, ps, n, 0, e_off, term, first, step, scratch_off, stride, T, needed, viable, cnt, work[:L],
                work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L], scr[WN:], scr[:WN], work[st:st + N_STATS], keep_off,
                keep_map, G)
 
 
+@_cpu_inline
+def _mask_ends(out, clear, eos, acc):
+    """``clear``: zero ``out`` (the first base of a mask); ``eos >= 0``: set the EOS bit to ``acc`` (the last)."""
+    if clear:
+        out[:] = 0
+    if eos >= 0:
+        b = np.uint32(1) << np.uint32(eos & 31)
+        if acc:
+            out[eos >> 5] |= b
+        else:
+            out[eos >> 5] &= ~b
+
+
 @_cpu
-def mask_base(out, mem, pt, pp, n, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
-              stride, keep_off, su, si, sl, dense):
+def mask_base(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
+              stride, keep_off, clear, eos, acc, tot, su, si, sl, dense):
     """One base chart's part of a mask: if ``search``, the needed nodes and the tree search (viable nodes into
     ``viable``, root first; else ``viable[:nv]`` holds a memoised result), then their tokens OR-ed into ``out``.
-    ``pt``/``pp`` are the base's tier and ANC offsets, ``L`` the levels of a DFS stack (trie depth + 2),
+    ``nodes`` are the chart store's node rows, ``L`` the levels of a DFS stack (trie depth + 2),
     ``flags`` uint8 scratch of 2 x nodes (the second half zeroed), ``work`` int64 of :func:`work_words`, ``scr``
     uint64 of ``WN + scratch_words(n + depth)``; the charts of the root's children are kept from ``keep_off``
-    (if >= 0; map at the end of ``work``). Returns the number of viable nodes."""
+    (if >= 0; map at the end of ``work``); the search's work counters are added to ``tot``; ``clear`` / ``eos``,
+    ``acc``: see :func:`_mask_ends`. Returns the number of viable nodes."""
     A = unpack_tables(si, sl)
     N = A.node_parent.size
+    if clear:
+        out[:] = 0
     if search:
         G = unpack_grammar(su, si, sl)
         needed = flags[:N]
         needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
         work[4 * L:4 * L + N_STATS] = 0
         viable[0] = 0
-        nv = _search_one(mem, pt, pp, n, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr,
+        nv = _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr,
                          scratch_off, stride, G.WN, keep_off, A.child_start[1] - A.child_start[0],
                          Trie(A.child_start, A.child_ids, A.node_term), G)
+        for i in range(N_STATS):
+            tot[i] += work[4 * L + i]
+        tot[N_STATS] += 1
     fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+    _mask_ends(out, False, eos, acc)
     return nv
 
 
 @_cpu
-def search_nodes(mem, pt, pp, n, e_off, term, needed, viable, work, L, scr, scratch_off, stride, su, si, sl):
+def search_nodes(mem, nodes, base, e_off, term, needed, viable, work, L, scr, scratch_off, stride, su, si, sl):
     """The viable trie nodes of a search from a base among ``needed`` (into ``viable``, root first); returns how
     many. For tests and the CUDA comparison (masks use :func:`mask_base`)."""
     A = unpack_tables(si, sl)
     G = unpack_grammar(su, si, sl)
     work[4 * L:4 * L + N_STATS] = 0
     viable[0] = 0
-    return _search_one(mem, pt, pp, n, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
+    return _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
                        stride, G.WN, -1, A.child_start[1] - A.child_start[0], Trie(A.child_start, A.child_ids,
                                                                                    A.node_term), G)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def mask_base_par(out, mem, pt, pp, n, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
-                  stride, keep_off, keep_words, vbuf, counts, su, si, sl, dense):
+def mask_base_par(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr,
+                  scratch_off, stride, keep_off, clear, eos, acc, tot, keep_words, vbuf, counts, su, si, sl, dense):
     """:func:`mask_base` with the search split over ``W = vbuf.shape[0]`` threads (numba ``prange``): worker w
     searches the root's children w, w + W, ... with its own row of ``work``, ``scr`` and ``vbuf``, its own
     scratch region ``scratch_off + w * stride * L`` and kept-chart region ``keep_off + w * keep_words``. Chart
     tiers below the base are shared and only read."""
     A = unpack_tables(si, sl)
     N = A.node_parent.size
+    if clear:
+        out[:] = 0
     if search:
         G = unpack_grammar(su, si, sl)
         needed = flags[:N]
@@ -906,7 +947,7 @@ def mask_base_par(out, mem, pt, pp, n, e_off, term, b0, b1, xs, search, viable, 
         K = A.child_start[1] - A.child_start[0]
         for w in numba.prange(W):
             work[w, 4 * L:4 * L + N_STATS] = 0
-            counts[w] = _search_one(mem, pt, pp, n, e_off, term, A.child_start[0] + w, W, needed, vbuf[w], 0, work[w],
+            counts[w] = _search_one(mem, nodes, base, e_off, term, A.child_start[0] + w, W, needed, vbuf[w], 0, work[w],
                                     L, scr[w], scratch_off + w * stride * L, stride, G.WN,
                                     keep_off + w * keep_words if keep_off >= 0 else -1, K, T, G)
         viable[0] = 0
@@ -915,5 +956,9 @@ def mask_base_par(out, mem, pt, pp, n, e_off, term, b0, b1, xs, search, viable, 
             for i in range(counts[w]):
                 viable[nv] = vbuf[w, i]
                 nv += 1
+            for i in range(N_STATS):
+                tot[i] += work[w, 4 * L + i]
+        tot[N_STATS] += 1
     fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+    _mask_ends(out, False, eos, acc)
     return nv
