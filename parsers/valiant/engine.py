@@ -17,7 +17,8 @@ from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
 from .kernels_common import N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend
-from .search import close_upward, dense_lists, mask_base, mask_base_par, needed_nodes, pack_statics, search_nodes, work_words
+from .search import (close_upward, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
+                     search_nodes, work_words)
 
 VERSION = "gcdbench-valiant-3"
 START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
@@ -68,9 +69,11 @@ class ChartStore:
         return off
 
     def _scratch_cur(self, n: int) -> np.ndarray:
+        """Step scratch for tier ``n`` (and ``pathbuf`` room for a path of ``n`` tiers: 2 (n + 2) words)."""
         need = self.g.scratch_words(n)
         if self.cur.size < need:
             self.cur = np.zeros(2 * need, dtype=np.uint64)
+        if self.pathbuf.size < 2 * n + 4:
             self.pathbuf = np.zeros(4 * n + 64, dtype=np.int64)
         return self.cur
 
@@ -297,7 +300,9 @@ class ValiantEngine(Engine):
         self._sizes: dict[int, tuple] = {}
         if self.threads > 1:
             self._vb2 = (np.zeros((self.threads, N), np.int32), np.zeros(self.threads, np.int64))
-        self._tot = np.zeros(N_STATS + 1, dtype=np.int64)    # search work counters (+ searches), summed in numba
+        # search work counters, then searches and base charts skipped (mask_virtual), summed in numba
+        self._tot = np.zeros(N_STATS + 2, dtype=np.int64)
+        self._ws1 = np.zeros(c_.grammar.WN + c_.grammar.WT + 1, dtype=np.uint64)   # mask_virtual's scratch
         self._memo_hits = self._steps_done = self._adopted_done = 0
         self.backend = None
         if self.opts["backend"] == "cuda":
@@ -366,31 +371,50 @@ class ValiantEngine(Engine):
         return self._bases_acc()[1]
 
     # -- masks -------------------------------------------------------------------------------------
-    def _bases_acc(self):
+    def _bases_acc(self, lazy: bool = False):
         """({base chart: [boundary without leading ignore, boundary with leading ignore, [x ...]]}, whether the
-        prefix is a sentence), in one pass over the configurations."""
+        prefix is a sentence), in one pass over the configurations. With ``lazy``, a base chart ``c + t`` that
+        only non-final lexer states need and that is not computed yet is keyed ``(c, t)`` instead (``fill_mask``
+        may not need it at all: ``mask_virtual``)."""
         term_of, accept, ng, store = self._term_of, self._accept, self.comp.n_grammar, self.store
         nullable = self.comp.start_nullable
-        bases: dict[int, list] = {}
+        groups: dict = {}
         acc = False
         for c, x in self.configs:
             if x == START:
-                e = bases.get(c)
+                e = groups.get(c)
                 if e is None:
-                    e = bases[c] = [False, False, []]
+                    e = groups[c] = [False, False, []]
                 e[0] = True
                 acc = acc or nullable
                 continue
             t = term_of[x]
-            b = store.child(c, t) if t < ng else c
-            e = bases.get(b)
+            key = (c, t) if t < ng else c
+            e = groups.get(key)
             if e is None:
-                e = bases[b] = [False, False, []]
+                e = groups[key] = [False, False, []]
             e[2].append(x)
             if accept[x]:
                 e[0] = e[1] = True
                 if not acc:
-                    acc = store.accept[b] if t < ng else (store.accept[c] or (c == 0 and nullable))
+                    acc = store.accept[store.child(c, t)] if t < ng else (store.accept[c] or (c == 0 and nullable))
+        bases: dict = {}
+        for key, e in groups.items():
+            if type(key) is tuple:
+                b = store.kids.get(key)
+                if b is None:
+                    if lazy and not e[0]:
+                        bases[key] = e
+                        continue
+                    b = store.child(*key)
+                key = b
+            got = bases.get(key)
+            if got is None:
+                bases[key] = e
+            else:                      # START and a chart reached two ways: one base
+                got[0] |= e[0]
+                got[1] |= e[1]
+                got[2].extend(e[2])
         return bases, acc
 
     def _bases(self):
@@ -476,16 +500,16 @@ class ValiantEngine(Engine):
         """Work done so far (load-independent; bench_valiant reports them per mask): tree searches and their memo
         hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
         without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
-        from an earlier search's kept charts."""
+        from an earlier search's kept charts, base charts a mask did without (mask_virtual)."""
         t = self._tot.tolist()
         return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits, "chart_steps": t[ST_STEPS],
                 "base_steps": self._steps_done + self.store.steps, "nodes_checked": t[ST_CHECKED],
                 "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED], "leaves_certified": t[ST_CERTIFIED],
-                "adopted_charts": self._adopted_done + self.store.adopted}
+                "adopted_charts": self._adopted_done + self.store.adopted, "base_charts_skipped": t[N_STATS + 1]}
 
     def fill_mask(self, out: np.ndarray) -> None:
         u = out.view(np.uint32)
-        bases, acc = self._bases_acc()
+        bases, acc = self._bases_acc(lazy=self.backend is None)
         eos = self.tokenizer.eos_id
         if not bases:
             u[:] = 0
@@ -493,12 +517,20 @@ class ValiantEngine(Engine):
             return
         last = len(bases) - 1
         for i, (base, (b0, b1, xs)) in enumerate(bases.items()):
-            key = (base, b0, b1, tuple(xs))
-            memo = self._memo.get(key)
-            xa = self._xs_arrays.get(key[3])
+            xt = tuple(xs)
+            xa = self._xs_arrays.get(xt)
             if xa is None:
-                xa = self._xs_arrays[key[3]] = np.array(xs, dtype=np.int32)
+                xa = self._xs_arrays[xt] = np.array(xs, dtype=np.int32)
             e = eos if i == last else -1
+            if type(base) is tuple:    # c + t, needed only by lexer states inside t: maybe no chart at all
+                c, t = base
+                s_ = self._statics
+                if mask_virtual(u, self.store.mem, self.store.nodes, c, t, xa, self._vbuf, self._flags, self._ws1, i == 0,
+                                e, acc, self._tot, *s_) >= 0:
+                    continue
+                base = self.store.child(c, t)
+            key = (base, b0, b1, xt)
+            memo = self._memo.get(key)
             if memo is not None:
                 self._memo_hits += 1
                 self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc)

@@ -502,16 +502,18 @@ def certify(mem, p_offs, m, a, prev_info, info, prev_term, G):
 @_cpu
 def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
     """True when every needed child of trie node ``v`` (terminal ``a``, parent chart C with ANC at ``pm`` at its end)
-    is a leaf whose terminal is surely in EXPECT(C + a): in the lower bound given by the items ``a`` closes on its
-    own, ``first_term(X)`` for ``Z`` in ANC, ``Z -> A X``, ``A -> a`` (row 0 of the tier C + a would compute; the
+    has no needed child itself and has a terminal surely in EXPECT(C + a): in the lower bound given by the items
+    ``a`` closes on its own, ``first_term(X)`` for ``Z`` in ANC, ``Z -> A X``, ``A -> a`` (row 0 of the tier C + a would compute; the
     full step adds only more). Then the step for ``v`` decides nothing. ``seeds`` (WN words) and ``cur`` (WT words)
     are scratch; the threads share the words and end past a ``_sync`` with the same answer."""
     one = np.uint64(1)
     tid, nth = _tid(), _nth()
     for ci in range(T.child_start[v], T.child_start[v + 1]):
         k = T.child_ids[ci]
-        if needed[k] and T.child_start[k + 1] > T.child_start[k]:
-            return False
+        if needed[k]:
+            for cj in range(T.child_start[k], T.child_start[k + 1]):
+                if needed[T.child_ids[cj]]:
+                    return False
     WN, WT = G.WN, G.WT
     for j in range(tid, WN, nth):       # each thread owns its words of seeds and of the bound
         seeds[j] = 0
@@ -925,6 +927,37 @@ def search_nodes(mem, nodes, base, e_off, term, needed, viable, work, L, scr, sc
     return _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
                        stride, G.WN, -1, A.child_start[1] - A.child_start[0], Trie(A.child_start, A.child_ids,
                                                                                    A.node_term), G)
+
+
+@_cpu
+def mask_virtual(out, mem, nodes, c, t, xs, viable, flags, scr, clear, eos, acc, tot, su, si, sl, dense):
+    """A base chart ``c + t`` that only lexer states ``xs`` still inside ``t`` need (no boundary lists): if every
+    trie node they need is a root child without needed children whose terminal the items ``t`` closes on its own
+    surely predict (``_row0_certifies`` from ``c``'s ANC), the viable nodes are known without the chart: OR their
+    tokens into ``out`` (``clear``, ``eos``, ``acc``: see :func:`_mask_ends`) and return how many; else return -1
+    and touch nothing but scratch."""
+    A = unpack_tables(si, sl)
+    G = unpack_grammar(su, si, sl)
+    N = A.node_parent.size
+    needed = flags[:N]
+    needed_nodes(needed, A.need_b0, A.need_b1, False, False, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
+    T = Trie(A.child_start, A.child_ids, A.node_term)
+    if not _row0_certifies(mem, nodes[c, 3], t, 0, needed, scr[G.WN:], scr[:G.WN], T, G):
+        return -1
+    viable[0] = 0
+    nv = 1
+    for ci in range(T.child_start[0], T.child_start[1]):
+        k = T.child_ids[ci]
+        if needed[k]:
+            viable[nv] = k
+            nv += 1
+    tot[ST_CERTIFIED] += nv - 1
+    tot[ST_VIABLE] += nv - 1
+    tot[N_STATS + 1] += 1
+    _mask_ends(out, clear, -1, False)
+    fill_tokens(out, viable, nv, flags[N:], False, False, xs, A, dense)
+    _mask_ends(out, False, eos, acc)
+    return nv
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

@@ -21,8 +21,8 @@ import numba
 import numpy as np
 
 from .kernels_common import (  # noqa: F401  (the jitted mask entry points live beside the device logic they call)
-    _GM_LEN, _I_FIELDS, _L_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, needed_nodes, search_nodes,
-    unpack_tables, work_words)
+    _GM_LEN, _I_FIELDS, _L_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, mask_virtual, needed_nodes,
+    search_nodes, unpack_tables, work_words)
 
 
 def dense_lists(al, vocab_size: int, min_len: int = 512):
