@@ -46,6 +46,8 @@ CAPTIONS = {   # by file stem prefix, for the report's README
     "batch": "Batch mode: step latency (one `fill_masks` call over the live sequences; p50 over full steps, band "
              "to p99) and per-sequence cost (step time / live sequences) against the batch size B, log axes; "
              "× = a B at which the cell produced no step.",
+    "growth": "Per-mask time at each prefix length (tokens), p50 solid and p99 dashed, before and after a change; "
+              "dotted: the target.",
 }
 _MARKERS = "osD^v<>ph*"
 
@@ -264,6 +266,62 @@ def fig_mask_vs_prefix(steps: pd.DataFrame, cells: pd.DataFrame, tokenizer: str,
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle("Per-mask time against prefix length")
     return fig
+
+
+def prefix_percentiles(steps: pd.DataFrame) -> pd.DataFrame:
+    """p50, p99, mean and count of ``mask_us`` per (dataset, prefix length in tokens): one row per length, no
+    buckets (a growth figure's input; ``bench_valiant`` writes the same columns as its ``per_prefix`` records)."""
+    cols = ["dataset", "prefix_tokens", "masks", "p50_us", "p99_us", "mean_us"]
+    if steps.empty:
+        return pd.DataFrame(columns=cols)
+    g = steps.groupby(["dataset", "prefix_tokens"])["mask_us"]
+    return g.agg(masks="size", p50_us="median", p99_us=lambda x: float(np.percentile(x, 99)),
+                 mean_us="mean").reset_index()[cols]
+
+
+def fig_growth(tables: dict[str, pd.DataFrame], limit_us: float | None = None):
+    """Per-mask time against exact prefix length, p50 (solid) and p99 (dashed), one line pair per labelled table
+    (for example ``{"before": ..., "after": ...}`` of :func:`prefix_percentiles`), one panel per dataset; a dotted
+    line at ``limit_us`` (a target) when given."""
+    tables = {k: v for k, v in tables.items() if v is not None and not v.empty}
+    if not tables:
+        return None
+    datasets = _datasets(pd.concat([t["dataset"] for t in tables.values()]))
+    styles = _styles(set(tables))
+    fig, axes = _panels(len(datasets))
+    for ax, ds in zip(axes, datasets):
+        for label in tables:
+            d = tables[label]
+            d = d[d["dataset"] == ds].sort_values("prefix_tokens")
+            if d.empty:
+                continue
+            color, marker = styles[label]
+            ax.plot(d["prefix_tokens"], d["p50_us"], color=color, marker=marker, ms=2, label=f"{label} p50")
+            ax.plot(d["prefix_tokens"], d["p99_us"], color=color, ls="--", lw=0.9, label=f"{label} p99")
+        if limit_us:
+            ax.axhline(limit_us, color="0.4", ls=":", lw=1, label=f"target {_fmt_us(limit_us)}")
+        ax.set_yscale("log")
+        _us_formatter(ax)
+        ax.set_title(ds)
+        ax.set_xlabel("prefix length (tokens)")
+        ax.set_ylabel("time per mask (log)")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle("Per-mask time by prefix length (p50, p99)")
+    return fig
+
+
+def draw_growth(before: Path | str, after: Path | str, out_dir: Path | str, limit_us: float | None = None,
+                labels: tuple[str, str] = ("before", "after")) -> list[Path]:
+    """:func:`fig_growth` of the runs stored under ``before`` and ``after`` (two results roots) into ``out_dir`` as
+    ``growth.png``/``.pdf``; returns the files (none when neither root holds steps)."""
+    fig = fig_growth({labels[0]: prefix_percentiles(load_steps(before)),
+                      labels[1]: prefix_percentiles(load_steps(after))}, limit_us)
+    if fig is None:
+        return []
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _save(fig, out_dir, "growth")
 
 
 def fig_mask_vs_workers(cells: pd.DataFrame):

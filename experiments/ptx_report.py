@@ -63,7 +63,7 @@ def launch_signatures() -> dict:
     store = ChartStore(g)
     tiers, ps = store.path(0, extra=1)
     w = np.zeros(4, np.uint64)
-    step_args = (store.mem, tiers, ps, 0, 0, 0, 0, 0, w, w, g.dev, np.zeros(1, np.int64))
+    step_args = (store.mem, tiers, ps, 0, 0, 0, 0, 0, w, w, g.dev, -1, np.zeros(1, np.int64))
     out["step_kernel"] = (ck.step_kernel, tuple(numba.typeof(a) for a in step_args))
     missing = set(ck.KERNELS) - set(out)
     if missing:

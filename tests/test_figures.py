@@ -284,3 +284,21 @@ def test_checker_catches_a_failed_cell_drawn_as_complete(results, monkeypatch):
     monkeypatch.setattr(figures, "_label", lambda config, status: config)
     with pytest.raises(AssertionError):
         assert_no_incomplete_cell_drawn_as_complete(figures.figures(steps, cells), cells)
+
+
+def test_growth_figure_per_prefix_length(tmp_path):
+    """Per-prefix-length p50/p99 of two result roots (before/after a change), one panel per dataset, target line."""
+    before, after = tmp_path / "before", tmp_path / "after"
+    write_cell(before, "valiant", "valiant", "treebank", base_us=400, seed=1)
+    write_cell(after, "valiant", "valiant", "treebank", base_us=100, seed=2)
+    t = figures.prefix_percentiles(figures.load_steps(before))
+    s = figures.load_steps(before)
+    row = t[t["prefix_tokens"] == 3].iloc[0]
+    x = s[s["prefix_tokens"] == 3]["mask_us"]
+    assert row["masks"] == len(x) and row["p50_us"] == pytest.approx(np.median(x))
+    assert row["p99_us"] == pytest.approx(np.percentile(x, 99))
+    paths = figures.draw_growth(before, after, tmp_path / "figs", limit_us=1000)
+    assert {p.name for p in paths} == {"growth.png", "growth.pdf"} and all(p.stat().st_size > 1000 for p in paths)
+    fig = figures.fig_growth({"before": t, "after": figures.prefix_percentiles(figures.load_steps(after))}, 1000)
+    text = _texts(fig)
+    assert "before p99" in text and "after p50" in text and "target 1 ms" in text and "treebank" in text

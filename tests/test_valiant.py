@@ -637,3 +637,206 @@ def test_compile_computes_no_mask(backend, monkeypatch):
     monkeypatch.setattr(cuda_kernels.CudaSearch, "search", lambda self, *a, **k: calls.append("cuda search"))
     e = _engine(spec("tiny_sql"), byte_level(), backend=backend)
     assert calls == ([] if backend == "cpu" else ["cuda init"]) and e.store.used > 0
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_pruned_alignment_numba_equals_readable(name):
+    """Dropping dominated token tuples: the numba pruning gives the readable pruning's lists, and it drops
+    something where a token is listed both whole and split at a deeper node (all but the ambiguous grammar)."""
+    from gcdbench.parsers.valiant.align import prune_dominated as readable
+    from gcdbench.parsers.valiant.align_nb import build_alignment, prune_dominated
+    from gcdbench.parsers.valiant.lexer import build_lexer
+
+    sp = spec(name)
+    ir = load_ir(sp)
+    cnf = to_cnf(ir)
+    lex = build_lexer(ir, cnf.terminals)
+    tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b"\xc3", b"\xa9llo", b"\x82\xac1"])
+    al = build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id)
+    a, b = readable(al), prune_dominated(al)
+    assert _canonical(a) == _canonical(b)
+    before, after = _canonical(al), _canonical(b)
+    assert all(after[k] <= before[k] for k in ("bnd0", "bnd1", "cont"))
+    dropped = sum(len(before[k]) - len(after[k]) for k in ("bnd0", "bnd1", "cont"))
+    assert dropped > 0 or name == "ambiguous"
+
+
+# ----------------------------------------------------------------------------------------------
+# issue 14: the tables and shortcuts that make a step cheap, each against a readable form
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_step_tables_equal_readable(name):
+    """The packed tables the step reads, against readable sets from the CNF: left children per right child
+    (``lb``), the items a terminal closes (``term_z``), and the cover relation with the direct parents of each
+    rule pair: a pair's parents are exactly its direct parents and everything covering them."""
+    cnf = to_cnf(load_ir(spec(name)))
+    g = PackedGrammar.from_cnf(cnf)
+    nn = g.n_nt
+
+    def members(row, n):
+        return set(np.flatnonzero(np.unpackbits(np.asarray(row, np.uint64).view(np.uint8), bitorder="little")[:n]))
+
+    rules = {v: set() for v in range(nn)}
+    for p, a, b in cnf.binary:
+        rules[p].add((a, b))
+    for p, t in cnf.unary:
+        rules[p].add(("t", t))
+    for b in range(nn):
+        assert members(g.lb[b], g.n_left) == {a for _, a, bb in cnf.binary if bb == b}
+    for t in range(len(cnf.terminals)):
+        lefts = {p for p, tt in cnf.unary if tt == t and p < cnf.n_left}
+        assert members(g.term_z[t], nn) == {z for z, a, _ in cnf.binary if a in lefts}
+    for v in range(nn):
+        want = {x for x in range(nn) if x != v and rules[v] and rules[v] <= rules[x]}
+        assert members(g.cover[v], nn) == want
+        assert ((int(g.has_cover[0, v >> 6]) >> (v & 63)) & 1) == bool(want)
+    pairs = {}
+    for p, a, b in cnf.binary:
+        pairs.setdefault((a, b), set()).add(p)
+    for (a, b), parents in pairs.items():
+        pid = g.ab_id[a, b]
+        direct = set(g.ab_parent[g.ab_start[pid]:g.ab_start[pid + 1]].tolist())
+        assert direct <= parents
+        closed = set(direct)
+        for v in direct:
+            closed |= members(g.cover[v], nn)
+        assert closed == parents, (a, b)
+
+
+CHAINS = r"""
+start: e
+e: "-" e | "x" | e "-" e | "(" e ")"
+%ignore " "
+"""
+
+
+def test_idempotent_chains_equal_reference():
+    """Tokens made of many "-" (unary minus chains, Spider's "-" * 98): the chain is certified idempotent after a
+    few steps and searched without chart steps below (``chain_aliases`` > 0), and every mask still equals the
+    reference checker's, also for charts that end in "-" themselves."""
+    Ref = _reference()
+    sp = GrammarSpec(name="chains", lark=CHAINS)
+    dashes = [b"-" * k for k in range(2, 13)] + [b"x" + b"-" * 7, b"-" * 5 + b"x", b"(" + b"-" * 6]
+    tok = multi_tokenizer(["x - (x)"], extra=dashes)
+    e = _engine(sp, tok)
+    ref = Ref(sp)
+    ids = range(tok.vocab_size)
+    for text in ["x - x", "- - x", "(x)-x", "x--"]:
+        e.reset()
+        prefix = b""
+        for b in text.encode():
+            assert _ids(e, tok.vocab_size) == ref.allowed_tokens(prefix, ids, tok), (text, prefix)
+            assert e.commit(b)
+            prefix += bytes([b])
+        assert _ids(e, tok.vocab_size) == ref.allowed_tokens(prefix, ids, tok), (text, prefix)
+    assert e.counters["chain_aliases"] > 0 and e.counters["leaves_certified"] > 0
+
+
+def test_certified_idem_charts_are_equivalent():
+    """The idem mark is sound: wherever a chart C + a is certified idempotent for a, appending a again changes
+    no EXPECT and no acceptance along random continuations (readable chart, bounded depth)."""
+    cnf = to_cnf(load_ir(GrammarSpec(name="chains", lark=CHAINS)))
+    g = PackedGrammar.from_cnf(cnf)
+    idx = {t: i for i, t in enumerate(cnf.terminals)}
+    st = ChartStore(g)
+    rng = random.Random(5)
+    certified = 0
+    for trial in range(40):
+        node, seq = 0, []
+        for step in range(rng.randrange(1, 6)):
+            exp = st.expected(node)
+            if not exp:
+                break
+            t = rng.choice(exp + [idx["MINUS"]] * 3 if idx["MINUS"] in exp else exp)
+            node = st.child(node, t)
+            seq.append(t)
+        info = int(st.mem[st.e_off[node] + g.WT])
+        if info >> 2 == 0:
+            continue
+        a = (info >> 2) - 1
+        certified += 1
+        assert seq[-1] == a
+        one, two = ReadableChart(cnf), ReadableChart(cnf)
+        for t in seq:
+            one.push(t)
+            two.push(t)
+        two.push(a)
+        for k in range(4):
+            assert set(one.expect[-1]) == set(two.expect[-1]) and one.accepts() == two.accepts(), (seq, k)
+            if not one.expect[-1]:
+                break
+            t = rng.choice(sorted(one.expect[-1]))
+            one.push(t)
+            two.push(t)
+    assert certified > 0
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_top_down_filter_changes_no_ancestor_set(name):
+    """The tiers keep a cell A over t_i..t_n only when A is in ANC[i]: along random walks, the filtered and the
+    plain CYK chart (readable forms) have the same ANC, EXPECT and acceptance at every step, and the filter
+    drops cells somewhere."""
+    cnf = to_cnf(load_ir(spec(name)))
+    rng = random.Random(7)
+    dropped = 0
+    for trial in range(8):
+        f, u = ReadableChart(cnf), ReadableChart(cnf, unfiltered=True)
+        for step in range(8):
+            assert f.anc[-1] == u.anc[-1] and f.expect[-1] == u.expect[-1] and f.accepts() == u.accepts()
+            if not f.expect[-1]:
+                break
+            t = rng.choice(sorted(f.expect[-1]))
+            f.push(t)
+            u.push(t)
+            dropped += sum(len(b) - len(a) for a, b in zip(f.tiers[-1], u.tiers[-1]))
+    assert dropped > 0
+
+
+_BOUNDS_CHILD = r"""
+import hashlib, sys
+from gcdbench.datasets.base import load_grammar
+from gcdbench.datasets.treebank import load_treebank
+from gcdbench.parsers.base import allocate_mask
+from gcdbench.parsers.tokenizers import load_tokenizer
+from gcdbench.parsers.valiant.engine import ValiantEngine
+
+tok = load_tokenizer("qwen3")
+tb = load_treebank(sys.argv[1])
+longest = max(tb.samples, key=lambda s: len(s.text))
+cases = [(tb.grammar, longest.text), (load_grammar("spider"), "SELECT T1.name FROM a AS T1 WHERE T1.x > --5 AND T1.y = 'a-b'")]
+for threads in (1, 2):
+    h = hashlib.sha256()
+    for sp, text in cases:
+        e = ValiantEngine(cache_dir=sys.argv[2], threads=threads)
+        e.compile(sp, tok)
+        m = allocate_mask(tok.vocab_size)
+        for t in tok.encode(text):
+            e.fill_mask(m)
+            h.update(m.tobytes())
+            assert e.commit(t)
+        e.fill_mask(m)
+        h.update(m.tobytes())
+    print("masks", threads, h.hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_no_out_of_bounds_access(data_root, tmp_path):
+    """numba does not check indices: the longest TreeBank sample (more than 64 tiers: rows of two words, scratch
+    and path buffers grown several times) and a Spider query with '-' chains run with NUMBA_BOUNDSCHECK=1 (every
+    array access checked; a fresh numba cache), one and two threads, and give the same masks as the normal build."""
+    import os
+    import subprocess
+    import sys
+
+    def run(env_extra):
+        env = {**os.environ, **env_extra}
+        r = subprocess.run([sys.executable, "-c", _BOUNDS_CHILD, str(data_root), str(tmp_path / "cache")], env=env,
+                           capture_output=True, text=True, timeout=1200)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return [ln for ln in r.stdout.splitlines() if ln.startswith("masks")]
+
+    checked = run({"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    plain = run({})
+    assert len(checked) == 2 and checked == plain
+    assert checked[0].split()[2] == checked[1].split()[2]     # threads=2 gives the masks of threads=1

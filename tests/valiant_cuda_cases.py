@@ -59,7 +59,7 @@ def case_step(args) -> str:
     g = PackedGrammar.from_cnf(to_cnf(load_ir(spec(args.grammar))))
     gt = tuple(cuda.to_device(x) if isinstance(x, np.ndarray) else x for x in g.dev)
     rng = random.Random(4)
-    steps = 0
+    steps = idem = 0
     for trial in range(args.trials):
         st = ChartStore(g)
         node = 0
@@ -73,18 +73,19 @@ def case_step(args) -> str:
             nw = g.node_words(n)
             dmem = cuda.to_device(np.concatenate([st.mem[:st.used], np.zeros(nw, np.uint64)]))
             off = st.used
-            acc = cuda.to_device(np.zeros(1, np.int64))
+            info = cuda.to_device(np.zeros(1, np.int64))
             step_kernel[1, args.threads](dmem, cuda.to_device(tiers), cuda.to_device(ps), n, t, off, off + g.tier_words(n),
                                          off + g.tier_words(n) + g.WN,
                                          cuda.to_device(np.zeros(g.scratch_words(n), np.uint64)),
-                                         cuda.to_device(np.zeros(g.WN, np.uint64)), gt, acc)
+                                         cuda.to_device(np.zeros(g.WN, np.uint64)), gt, st.term[node], info)
             dev = dmem.copy_to_host()[off:off + nw]
             node = st.child(node, t)
-            host = st.mem[st.tier_off[node]:st.tier_off[node] + nw]
+            host = st.mem[st.tier_off[node]:st.tier_off[node] + nw]   # tier, ANC, EXPECT and INFO words
             assert st.tier_off[node] == off and np.array_equal(dev, host), (trial, n, dev, host)
-            assert bool(acc.copy_to_host()[0]) == st.accept[node], (trial, n)
+            assert bool(info.copy_to_host()[0] & 1) == st.accept[node], (trial, n)
+            idem += int(host[-1]) >> 2 != 0
             steps += 1
-    return f"{steps} steps"
+    return f"{steps} steps, {idem} certified idem"
 
 
 def case_search(args) -> str:

@@ -233,3 +233,72 @@ def _tokens_below(d: dict, prefix: tuple):
                     yield i, pre
             else:
                 stack.append((v, pre + (k,)))
+
+
+def prune_dominated(al: Alignment) -> Alignment:
+    """The same alignment without the tuples that can never decide a token (readable form; ``align_nb`` has the
+    numba one, tested equal). The viable trie nodes of a search are closed under prefixes (a child is visited
+    only from a viable parent), so a token listed at node ``v`` is already allowed by a listing at a proper
+    ancestor ``u`` of ``v`` under the same condition. Dropped:
+
+    * ``bnd[f]``: (v, tok) when tok is listed in ``bnd[f]`` at a proper ancestor of v, and, for ``f = 1``, also
+      when it is in ``bnd[0]`` at v or an ancestor (``bnd[1]`` is used only together with ``bnd[0]``);
+    * ``cont``: (x, v, tok) when tok is in ``cont_all[x]`` (allowed whenever x is) or listed for x at a proper
+      ancestor of v.
+
+    Fewer tuples make masks cheaper, and trie nodes left without tokens (nor needed descendants) are no longer
+    searched: in Spider with Qwen3, English words such as ``class`` (also NAME AS NAME) are NAME tokens already."""
+    n = al.n_nodes
+    par = al.node_parent.tolist()
+
+    def ancestors(v):
+        out = []
+        v = par[v]
+        while v > 0:
+            out.append(v)
+            v = par[v]
+        return out
+
+    lists = []
+    for f in range(2):
+        st, tk = al.bnd_start[f], al.bnd_tok[f]
+        lists.append({v: set(tk[st[v]:st[v + 1]].tolist()) for v in range(n) if st[v + 1] > st[v]})
+    kept = [{}, {}]
+    for f in range(2):
+        for v, toks in lists[f].items():
+            up = ancestors(v)
+            dom = set()
+            for u in up:
+                dom |= lists[f].get(u, set())
+            if f == 1:
+                for u in up + [v]:
+                    dom |= lists[0].get(u, set())
+            rest = toks - dom
+            if rest:
+                kept[f][v] = rest
+    bnd_start = np.zeros((2, n + 1), dtype=np.int64)
+    bnd_tok = []
+    for f in range(2):
+        rows = [sorted(kept[f].get(v, ())) for v in range(n)]
+        bnd_start[f, 1:] = np.cumsum([len(r) for r in rows])
+        bnd_tok.append(np.array([t for r in rows for t in r], dtype=np.int32))
+    G = al.call_start.size - 1
+    nodes, nstart, ctok, xstart = [], [0], [], [0]
+    for x in range(G):
+        call = set(al.call_tok[al.call_start[x]:al.call_start[x + 1]].tolist())
+        groups = {int(al.cont_nodes[g]): set(al.cont_tok[al.cont_nstart[g]:al.cont_nstart[g + 1]].tolist())
+                  for g in range(al.cont_xstart[x], al.cont_xstart[x + 1])}
+        for v in sorted(groups):
+            dom = set(call)
+            for u in ancestors(v):
+                dom |= groups.get(u, set())
+            rest = sorted(groups[v] - dom)
+            if rest:
+                nodes.append(v)
+                ctok.extend(rest)
+                nstart.append(len(ctok))
+        xstart.append(len(nodes))
+    return Alignment(
+        al.node_parent, al.node_term, al.node_depth, al.child_start, al.child_ids, bnd_start, bnd_tok, al.call_start,
+        al.call_tok, np.array(xstart, dtype=np.int64), np.array(nodes, dtype=np.int32),
+        np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32))

@@ -267,3 +267,120 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
         order.astype(np.int32), bnd_start, bnd_tok, call_start, call_tok, cont_xstart, cont_nodes, cont_nstart,
         toks.astype(np.int32),
     )
+
+
+@numba.njit(cache=True)
+def _dominated_bnd(par, flag, node, tok, mark0, mark1):
+    """keep[i] for tuples (flag, node, tok) sorted by token: see :func:`align.prune_dominated`."""
+    m = tok.size
+    keep = np.ones(m, np.bool_)
+    lo = 0
+    while lo < m:
+        hi = lo + 1
+        while hi < m and tok[hi] == tok[lo]:
+            hi += 1
+        if hi - lo > 1:
+            for i in range(lo, hi):
+                if flag[i] == 0:
+                    mark0[node[i]] = 1
+                else:
+                    mark1[node[i]] = 1
+            for i in range(lo, hi):
+                v = node[i]
+                if flag[i] == 1 and mark0[v]:
+                    keep[i] = False
+                    continue
+                u = par[v]
+                while u > 0:
+                    if mark0[u] or (flag[i] == 1 and mark1[u]):
+                        keep[i] = False
+                        break
+                    u = par[u]
+            for i in range(lo, hi):
+                mark0[node[i]] = 0
+                mark1[node[i]] = 0
+        lo = hi
+    return keep
+
+
+@numba.njit(cache=True)
+def _dominated_cont(par, xs, node, tok, call_start, call_tok, mark, tokmark):
+    """keep[i] for cont tuples (x, node, tok) sorted by (x, tok): see :func:`align.prune_dominated`."""
+    m = tok.size
+    keep = np.ones(m, np.bool_)
+    cur_x = -1
+    lo = 0
+    while lo < m:
+        x = xs[lo]
+        if x != cur_x:
+            if cur_x >= 0:
+                for j in range(call_start[cur_x], call_start[cur_x + 1]):
+                    tokmark[call_tok[j]] = 0
+            for j in range(call_start[x], call_start[x + 1]):
+                tokmark[call_tok[j]] = 1
+            cur_x = x
+        hi = lo + 1
+        while hi < m and tok[hi] == tok[lo] and xs[hi] == x:
+            hi += 1
+        if tokmark[tok[lo]]:
+            for i in range(lo, hi):
+                keep[i] = False
+        elif hi - lo > 1:
+            for i in range(lo, hi):
+                mark[node[i]] = 1
+            for i in range(lo, hi):
+                u = par[node[i]]
+                while u > 0:
+                    if mark[u]:
+                        keep[i] = False
+                        break
+                    u = par[u]
+            for i in range(lo, hi):
+                mark[node[i]] = 0
+        lo = hi
+    if cur_x >= 0:
+        for j in range(call_start[cur_x], call_start[cur_x + 1]):
+            tokmark[call_tok[j]] = 0
+    return keep
+
+
+def prune_dominated(al: Alignment) -> Alignment:
+    """:func:`align.prune_dominated` with numba (what ``compile`` uses; tested equal to the readable one)."""
+    n = al.n_nodes
+    par = al.node_parent.astype(np.int64)
+    V = int(max([al.bnd_tok[0].max(initial=-1), al.bnd_tok[1].max(initial=-1), al.call_tok.max(initial=-1),
+                 al.cont_tok.max(initial=-1)])) + 1
+    # boundary lists, both flags at once, ordered by token
+    flag = np.concatenate([np.zeros(al.bnd_tok[0].size, np.int64), np.ones(al.bnd_tok[1].size, np.int64)])
+    node = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(al.bnd_start[f])) for f in range(2)])
+    tok = np.concatenate([al.bnd_tok[0], al.bnd_tok[1]]).astype(np.int64)
+    order = np.argsort(tok, kind="stable")
+    keep = np.empty(tok.size, np.bool_)
+    keep[order] = _dominated_bnd(par, flag[order], node[order], tok[order], np.zeros(n, np.uint8), np.zeros(n, np.uint8))
+    bnd_start = np.zeros((2, n + 1), dtype=np.int64)
+    bnd_tok = []
+    for f in range(2):
+        sel = keep & (flag == f)       # still ordered by (node, token) within the flag
+        bnd_start[f, 1:] = np.cumsum(np.bincount(node[sel], minlength=n))
+        bnd_tok.append(tok[sel].astype(np.int32))
+    # continuation groups, ordered by (x, token)
+    G = al.call_start.size - 1
+    gx = np.repeat(np.arange(G, dtype=np.int64), np.diff(al.cont_xstart))
+    glen = np.diff(al.cont_nstart)
+    xs = np.repeat(gx, glen)
+    cnode = np.repeat(al.cont_nodes.astype(np.int64), glen)
+    ctok = al.cont_tok.astype(np.int64)
+    order = np.lexsort((ctok, xs))
+    keep = np.empty(ctok.size, np.bool_)
+    keep[order] = _dominated_cont(par, xs[order], cnode[order], ctok[order], al.call_start, al.call_tok,
+                                  np.zeros(n, np.uint8), np.zeros(max(V, 1), np.uint8))
+    xs, cnode, ctok = xs[keep], cnode[keep], ctok[keep]     # still ordered by (x, node, token)
+    grp = xs * n + cnode
+    first = np.concatenate(([True], grp[1:] != grp[:-1])) if grp.size else np.zeros(0, bool)
+    gstart = np.flatnonzero(first)
+    cont_xstart = np.zeros(G + 1, dtype=np.int64)
+    cont_xstart[1:] = np.cumsum(np.bincount(xs[gstart], minlength=G))
+    return Alignment(
+        al.node_parent, al.node_term, al.node_depth, al.child_start, al.child_ids, bnd_start, bnd_tok, al.call_start,
+        al.call_tok, cont_xstart, cnode[gstart].astype(np.int32), np.append(gstart, grp.size).astype(np.int64),
+        ctok.astype(np.int32))

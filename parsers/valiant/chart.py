@@ -2,10 +2,10 @@
 
 Terminals ``t_0 .. t_{m-1}`` committed so far; positions are the gaps ``0 .. m``.
 
-* ``TIER[n][row]`` (tier ``n`` is added when ``t_n`` is committed): the nonterminals deriving
-  ``t_{n-row} .. t_n``, i.e. the span of length ``row+1`` ending at ``t_n``. A tier is computed once and never
-  written again, so branches share the tiers below them. Only left-capable nonterminals are stored
-  (``0 .. n_left-1``): an older tier is read only as a left child.
+* ``TIER[n][row]`` (tier ``n`` is added when ``t_n`` is committed): the nonterminals ``A`` deriving
+  ``t_{n-row} .. t_n`` **that are in ``ANC[n-row]``** (top-down filter, below), i.e. the span of length ``row+1``
+  ending at ``t_n``. A tier is computed once and never written again, so branches share the tiers below them.
+  Only left-capable nonterminals are stored (``0 .. n_left-1``): an older tier is read only as a left child.
   Recurrence (right child in the tier being built, left child in an older tier ``e``):
   ``V in TIER[n][n-s]`` iff ``V -> A B``, ``A in TIER[e][e-s]`` and ``B in TIER[n][n-e-1]`` for some
   ``s <= e < n``. For a fixed ``e`` and rule, all rows at once: if ``B`` is in row ``n-e-1`` then
@@ -20,11 +20,17 @@ Terminals ``t_0 .. t_{m-1}`` committed so far; positions are the gaps ``0 .. m``
   Then every viable next terminal comes in one pass: ``EXPECT[m] = {a : X -> a, X in ANC[m]}`` and
   ``t_0 .. t_{m-1} a`` is a viable prefix iff ``a in EXPECT[m]`` (the grammar has no useless symbols).
   The prefix is a sentence iff ``S in TIER[m-1][m-1]`` (or ``m = 0`` and S is nullable).
+* **Top-down filter.** A node of a derivation of a viable prefix that starts at ``t_i`` is in ``ANC[i]``, and
+  ``ANC[i]`` is closed under FIRST. So a cell ``A`` over ``t_i..t_n`` with ``A`` not in ``ANC[i]`` takes no part
+  in any ANC, EXPECT or acceptance: for ``V in ANC[s]``, every rule ``V -> A B`` over ``t_s..t_n`` has ``A`` in
+  ``ANC[s]`` (FIRST) and ``B`` in ``ANC[e+1]`` (``S =>* t_0..t_e B ...``), and the seeds of ``ANC`` only use
+  ``A in FIRST(Z)`` for ``Z in ANC[i]``. Dropping such cells changes none of them and leaves far fewer cells.
 
 Packed layout: a tier ``n`` is ``n_left`` blocks of ``W(n) = ceil((n+1)/64)`` uint64 words (bit ``row``)
 followed by ``WL`` words marking the left nonterminals present in it (the step visits only those);
-``ANC`` is ``WN`` words over nonterminals, ``EXPECT`` ``WT`` words over terminals. Everything lives in one
-``uint64`` arena; a chart node is (offset of its tier, of its ANC, of its EXPECT).
+``ANC`` is ``WN`` words over nonterminals, ``EXPECT`` ``WT`` words over terminals, then one INFO word (accept,
+old items, idem terminal: ``kernels_common.certify``). Everything lives in one ``uint64`` arena; a chart node
+is (offset of its tier, of its ANC, of its EXPECT).
 
 The step itself (numba, CPU and CUDA from one source) is ``kernels_common.chart_step``; ``extend`` is its CPU
 entry point. This module holds the packed grammar and the readable chart.
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cnf import CNF
-from .kernels_common import Grammar, extend  # noqa: F401  (extend: the CPU step, re-exported)
+from .kernels_common import Grammar, extend, pack_grammar  # noqa: F401  (extend: the CPU step, re-exported)
 
 U64 = np.uint64
 
@@ -68,6 +74,7 @@ class PackedGrammar:
     term_nts: np.ndarray      # uint64 [T, WN]   V -> t
     first: np.ndarray         # uint64 [NT, WN]  FIRST closure
     first_term: np.ndarray    # uint64 [NT, WT]  terminals starting V
+    term_z: np.ndarray | None = None   # uint64 [T, WN]  parents Z of Z -> A X with A -> t (derived when None)
 
     @classmethod
     def from_cnf(cls, cnf: CNF) -> "PackedGrammar":
@@ -89,26 +96,51 @@ class PackedGrammar:
         )
 
     def __post_init__(self):
-        """Pair indexes for the sparse step: (left A, right B) -> parents, (left A, parent Z) -> right children."""
+        """Pair indexes for the sparse step: (left A, right B) -> direct parents, (left A, parent Z) -> right
+        children, and the cover relation that gives the other parents."""
         nn, nl, WN = self.n_nt, self.n_left, self.WN
         R = self.rule_parent.size
         left = np.repeat(np.arange(nl, dtype=np.int64), np.diff(self.rule_lstart))
         par, right = self.rule_parent.astype(np.int64), self.rule_right.astype(np.int64)
-        rb = np.zeros((nl, nn), dtype=bool)
+        lb = np.zeros((nn, nl), dtype=bool)
         za = np.zeros((nl, nn), dtype=bool)
         if R:
-            rb[left, right] = True
+            lb[right, left] = True
             za[left, par] = True
-        self.rb = pack_rows(rb) if nl else np.zeros((0, WN), U64)          # right children of A
+        self.lb = pack_rows(lb) if nn else np.zeros((0, self.WL), U64)    # left children A per right child B
         self.za = pack_rows(za) if nl else np.zeros((0, WN), U64)          # parents with left child A
-        # (A, B) pairs -> parents (CSR)
+        # cover[V] = {X != V : rules(X) include rules(V)} (binary pairs and terminals): a cell V makes X a cell
+        # too, so a rule pair needs only its parents not covered by another of its parents (direct parents).
         key = left * nn + right
-        order = np.argsort(key, kind="stable")
-        ukey, start = np.unique(key[order], return_index=True) if R else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        ukey, pair = np.unique(key, return_inverse=True) if R else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        inc = np.zeros((nn, ukey.size + self.n_term), dtype=np.float32)
+        if R:
+            inc[par, pair.ravel()] = 1
+        tn = np.unpackbits(self.term_nts.view(np.uint8), axis=1, bitorder="little")[:, :nn].astype(bool) \
+            if self.n_term else np.zeros((0, nn), bool)
+        inc[:, ukey.size:] = tn.T
+        has = inc.sum(axis=1) > 0
+        missing = inc @ (1 - inc).T                    # [V, X] = rules of V that X lacks
+        cover = (missing == 0) & has[:, None] & has[None, :]
+        np.fill_diagonal(cover, False)
+        self.cover = pack_rows(cover) if nn else np.zeros((0, WN), U64)
+        self.has_cover = pack_rows(cover.any(axis=1)[None, :]) if nn else np.zeros((1, WN), U64)
+        # (A, B) pairs -> direct parents (CSR): drop X when another parent V of the pair has X in its cover (of
+        # two parents covering each other, the smaller id stays)
         self.ab_id = np.full((nl, nn), -1, dtype=np.int32)
         self.ab_id[ukey // max(nn, 1), ukey % max(nn, 1)] = np.arange(ukey.size, dtype=np.int32)
-        self.ab_start = np.append(start, R).astype(np.int32)
-        self.ab_parent = par[order].astype(np.int32)
+        starts, parents = [0], []
+        order = np.argsort(key, kind="stable")
+        bounds = np.searchsorted(key[order], ukey) if R else np.zeros(0, np.int64)
+        bounds = np.append(bounds, R)
+        for i in range(ukey.size):
+            ps = par[order[bounds[i]:bounds[i + 1]]].tolist()
+            for x in ps:
+                if not any(cover[v, x] and not (cover[x, v] and v > x) for v in ps if v != x):
+                    parents.append(x)
+            starts.append(len(parents))
+        self.ab_start = np.array(starts, dtype=np.int32)
+        self.ab_parent = np.array(parents, dtype=np.int32)
         # (A, Z) pairs -> bitset of right children X
         key = left * nn + par
         ukey, inv = np.unique(key, return_inverse=True) if R else (np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -118,33 +150,51 @@ class PackedGrammar:
         if R:
             azx[inv.ravel(), right] = True
         self.azx = pack_rows(azx) if ukey.size else np.zeros((0, WN), U64)
+        # terminal t -> parents Z of rules Z -> A X with A -> t (A left-capable): the items t can close
+        if self.term_z is None:
+            tz = np.zeros((self.n_term, WN), dtype=U64)
+            for t in range(self.n_term):
+                for a in range(nl):
+                    if (int(self.term_nts[t, a >> 6]) >> (a & 63)) & 1:
+                        tz[t] |= self.za[a]
+            self.term_z = tz
 
     def record(self) -> Grammar:
         """The arrays the chart step reads, as one record (``kernels_common.Grammar``)."""
         return Grammar(self.n_nt, self.n_left, self.WN, self.WT, self.start, self.term_nts, self.first,
-                       self.first_term, self.rb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
-                       self.azx)
+                       self.first_term, self.lb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
+                       self.azx, self.term_z, self.cover, self.has_cover)
 
     @property
     def dev(self) -> tuple:
-        """:meth:`record` as a plain tuple: what the jitted entry points take (numba's fast dispatch path)."""
+        """:meth:`record` as a plain tuple: what the CUDA kernels take (numba types a plain tuple on its fast path)."""
         return tuple(self.record())
 
+    @property
+    def packed(self) -> tuple:
+        """:meth:`record` as three flat arrays ``(gu, gi, gm)`` (``kernels_common.pack_grammar``): what the CPU entry
+        points take (fewer array arguments, cheaper numba dispatch)."""
+        got = getattr(self, "_packed", None)
+        if got is None:
+            got = self._packed = pack_grammar(self.record())
+        return got
+
     def scratch_words(self, n: int) -> int:
-        """Scratch of a step on tier ``n``: the working tier (all nonterminals) and its row-major copy."""
-        return self.n_nt * words(n + 1) + (n + 1) * self.WN
+        """Scratch of a step on tier ``n``: the working tier (all nonterminals), its row-major copy, the row
+        summary, a flag word and ``WN`` words for the closure of a row."""
+        return self.n_nt * words(n + 1) + (n + 1) * self.WN + words(n + 1) + 1 + self.WN
 
     def root(self, mem: np.ndarray, p_off: int, e_off: int) -> None:
-        """Write ANC[0] and EXPECT[0] of the empty prefix."""
+        """Write ANC[0], EXPECT[0] and the INFO word (0) of the empty prefix."""
         mem[p_off:p_off + self.WN] = 0
-        mem[e_off:e_off + self.WT] = 0
+        mem[e_off:e_off + self.WT + 1] = 0
         if self.start >= 0:
             mem[p_off:p_off + self.WN] = self.first[self.start]
             mem[e_off:e_off + self.WT] = self.first_term[self.start]
 
     def node_words(self, n: int) -> int:
-        """Arena words of the chart node made by committing terminal number ``n`` (tier + ANC + EXPECT)."""
-        return self.n_left * words(n + 1) + self.WL + self.WN + self.WT
+        """Arena words of the chart node made by committing terminal number ``n`` (tier + ANC + EXPECT + INFO)."""
+        return self.n_left * words(n + 1) + self.WL + self.WN + self.WT + 1
 
     @property
     def WL(self) -> int:
@@ -159,10 +209,13 @@ class PackedGrammar:
 # Readable form: the same chart with Python sets (for tests and for reading)
 # --------------------------------------------------------------------------------------------------
 class ReadableChart:
-    """``tiers[n][row]`` = set of nonterminals (all of them, not only left-capable), ``anc[i]``, ``expect[i]``."""
+    """``tiers[n][row]`` = set of nonterminals (all of them, not only left-capable) over ``t_{n-row}..t_n`` that
+    are in ``anc[n-row]``, ``anc[i]``, ``expect[i]``. ``unfiltered=True`` keeps every cell (plain CYK), to check
+    that the filter changes no ANC, EXPECT or acceptance."""
 
-    def __init__(self, cnf: CNF):
+    def __init__(self, cnf: CNF, unfiltered: bool = False):
         self.cnf = cnf
+        self.unfiltered = unfiltered
         self.by_term: dict[int, set[int]] = {}
         for p, t in cnf.unary:
             self.by_term.setdefault(t, set()).add(p)
@@ -184,8 +237,11 @@ class ReadableChart:
         return out
 
     def push(self, t: int) -> None:
+        """Append terminal ``t``: its tier (cells in the ancestor set of their start only), ANC and EXPECT."""
         n = len(self.tiers)
-        tier = [set(self.by_term.get(t, ()))]
+        everything = set(range(len(self.cnf.nonterminals)))
+        keep = (lambda i: everything) if self.unfiltered else (lambda i: self.anc[i])
+        tier = [set(self.by_term.get(t, ())) & keep(n)]
         for row in range(1, n + 1):
             s = n - row
             cell = set()
@@ -193,7 +249,7 @@ class ReadableChart:
                 for e in range(s, n):   # left child spans s..e (tier e, row e-s), right child e+1..n (this tier)
                     if a in self.tiers[e][e - s] and b in tier[n - e - 1]:
                         cell.add(v)
-            tier.append(cell)
+            tier.append(cell & keep(s))
         self.tiers.append(tier)
         m = n + 1
         seeds = set()

@@ -25,7 +25,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .kernels_common import Grammar, Trie, for_cuda
+from .kernels_common import N_STATS, Grammar, Trie, for_cuda
 
 MAXD = 256      # deepest trie path a worker can walk (per-thread stack size)
 THREADS = 128   # threads per block on a GPU
@@ -71,6 +71,7 @@ def _nth_gpu():
 DEVICE = for_cuda({"_or_word": _or_word_gpu, "_or_old": _or_old_gpu, "_sync": _sync_gpu, "_ctz": _ctz_gpu,
                    "_emit": _emit_gpu, "_tid": _tid_gpu, "_nth": _nth_gpu})
 chart_step_gpu = DEVICE["chart_step"]
+certify_gpu = DEVICE["certify"]
 dfs_gpu = DEVICE["dfs"]
 
 
@@ -125,10 +126,11 @@ def _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot
 
 @cuda.jit
 def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all, level_ci, lo, hi, n, base_e,
-                     bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt):
+                     bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt, base_term):
     """One BFS level: the children at positions ``level_ci[lo:hi]`` (one trie depth) whose parent is viable are
     checked against the parent's EXPECT; viable ones are flagged, and those with children get their chart
-    (one more tier) in their BFS slot. Viable items go round-robin to the blocks."""
+    (one more tier) in their BFS slot, its INFO word certified against the parent's (``certify``: the DFS below
+    takes idem charts without a step). Viable items go round-robin to the blocks."""
     G = Grammar(*gt)
     T = Trie(*tt)
     w = cuda.blockIdx.x
@@ -152,12 +154,19 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
             _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth,
                        G.n_left, G.WN, tid, nth)
             m, t_off, e_off = _node_chart(v, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
-            chart_step_gpu(mem, tiers, ps, m, T.node_term[v], t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
+            a = np.int64(T.node_term[v])
+            info = chart_step_gpu(mem, tiers, ps, m, a, t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
+            mu, tu, eu = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
+            u_term = base_term if u == 0 else np.int64(T.node_term[u])
+            info2 = certify_gpu(mem, ps, m, a, np.int64(mem[eu + G.WT]), info, u_term, G)
+            if info2 != info and tid == 0:
+                mem[e_off + G.WT] = np.uint64(info2)
+            cuda.syncthreads()
 
 
 @cuda.jit
 def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all, level_ci, lo, hi, n, base_e,
-               bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt, dfs_base, depth):
+               bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt, base_term, dfs_base, depth, stats_all):
     """Below the last BFS level: the children at positions ``level_ci[lo:hi]`` whose parent is viable go
     round-robin to the blocks, and each block walks each of its children's subtrees depth-first
     (``kernels_common.dfs``) with a stack of ``depth`` tiers at ``dfs_base + block * depth * stride``."""
@@ -171,6 +180,7 @@ def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all
     stack_node = cuda.local.array(MAXD, dtype=numba.int32)
     stack_ci = cuda.local.array(MAXD, dtype=numba.int32)
     e_offs = cuda.local.array(MAXD, dtype=numba.int64)
+    lv_n = cuda.local.array(MAXD, dtype=numba.int64)
     scratch = dfs_base + w * depth * stride
     skip = w
     for i in range(lo, hi):
@@ -186,17 +196,26 @@ def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all
                    G.WN, tid, nth)
         m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
         ci = level_ci[i]
-        dfs_gpu(mem, tiers, ps, m + 1, u, e_off, ci, T.child_start[u + 1] - ci, scratch, stride, T, needed, flags, 0,
-                stack_node, stack_ci, e_offs, cur_all[w], seeds_all[w], G)
+        u_term = base_term if u == 0 else np.int64(T.node_term[u])
+        dfs_gpu(mem, tiers, ps, m + 1, u, e_off, u_term, ci, T.child_start[u + 1] - ci, scratch, stride, T, needed,
+                flags, 0, stack_node, stack_ci, e_offs, lv_n, cur_all[w], seeds_all[w], stats_all[w], -1, stats_all[w], G)
 
 
 @cuda.jit
-def step_kernel(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, gt, accept):
-    """One chart step by one block (``kernels_common.chart_step``): for tests that compare it with the CPU's
-    word for word."""
-    a = chart_step_gpu(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt))
+def step_kernel(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, gt, prev_term, accept):
+    """One chart step by one block (``kernels_common.chart_step``, then ``certify`` as the CPU's ``extend`` does):
+    for tests that compare it with the CPU's word for word. ``ps`` has room for ANC[n+1]."""
+    G = Grammar(*gt)
+    info = chart_step_gpu(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, G)
+    prev_info = np.int64(mem[ps[n] + G.WN + G.WT])
     if cuda.threadIdx.x == 0:
-        accept[0] = a
+        ps[n + 1] = out_p
+    cuda.syncthreads()
+    info2 = certify_gpu(mem, ps, n, t, prev_info, info, prev_term, G)
+    if cuda.threadIdx.x == 0:
+        if info2 != info:
+            mem[out_e + G.WT] = np.uint64(info2)
+        accept[0] = info2
 
 
 KERNELS = {"bfs_level_kernel": bfs_level_kernel, "dfs_kernel": dfs_kernel, "step_kernel": step_kernel}
@@ -248,6 +267,7 @@ class CudaSearch:
         self.bfs_slot = to(bfs_slot)
         self.node_parent = to(al.node_parent.astype(np.int32))
         self.node_depth = to(al.node_depth.astype(np.int32))
+        self.work_stats = to(np.zeros((self.workers, N_STATS), dtype=np.int64))   # per-block work counters (dfs)
         self.dmem = None          # device arena
         self.synced = 0           # host arena words [0, synced) are on the device
         self._store = None
@@ -341,7 +361,8 @@ class CudaSearch:
         self._h2d(djob[:total], job[:total])
         base_t, base_p, dneed, dflags = djob[:Lt], djob[o_p:o_need], djob[o_need:o_flag], djob[o_flag:total]
         common = (self.dmem, base_t, base_p, dneed, dflags, paths, Lt, cur_all, seeds_all, self.level_ci)
-        tail = (n, store.e_off[base], bfs_base, stride, self.bfs_slot, self.node_parent, self.node_depth, self.tt, self.gt)
+        tail = (n, store.e_off[base], bfs_base, stride, self.bfs_slot, self.node_parent, self.node_depth, self.tt, self.gt,
+                store.term[base])
         ls = self.level_start
         for L in range(1, self.bfs_depth + 1):
             lo, hi = int(ls[L]), int(ls[L + 1])
@@ -350,7 +371,8 @@ class CudaSearch:
         L = self.bfs_depth + 1
         lo, hi = (int(ls[L]), int(ls[L + 1])) if L < ls.size - 1 else (0, 0)
         if hi > lo:
-            self._launch(dfs_kernel, min(self.workers, hi - lo), *common, lo, hi, *tail, dfs_base, D + 1)
+            self._launch(dfs_kernel, min(self.workers, hi - lo), *common, lo, hi, *tail, dfs_base, D + 1,
+                         self.work_stats)
         flags = self._d2h(dflags)
         flags[0] = 1
         self.stats["bfs_nodes_max"] = max(self.stats["bfs_nodes_max"], int(np.count_nonzero(flags[self._slotted])))

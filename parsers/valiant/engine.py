@@ -1,9 +1,9 @@
 """Engine ``valiant``: the incremental Valiant prefix recognizer (CNF chart by tiers + ANCESTOR sets) with
 scannerless token alignment. See chart.py (recognizer), align.py (tokens), search.py (tree search).
 
-Batch mode: ``fork()`` shares the compiled grammar and alignment and owns a chart store; on the CPU
-``fill_masks`` runs the sequences on a pool of ``threads`` threads (the numba functions release the GIL), each
-search on one thread. CUDA: one search launch per sequence (the default loop)."""
+Batch mode: ``fork()`` shares the compiled grammar and alignment and owns a chart store, scratch and counters;
+on the CPU ``fill_masks`` runs the sequences on a pool of ``threads`` threads (the numba functions release the
+GIL), each sequence's mask on one thread. CUDA: one search launch per sequence (the default loop)."""
 from __future__ import annotations
 
 import os
@@ -16,39 +16,50 @@ import numpy as np
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
 from gcdbench.parsers.grammar import load_ir
 
-from .align import Aligner, Alignment
-from .align_nb import build_alignment
+from .align import Aligner, Alignment, prune_dominated as prune_dominated_readable
+from .align_nb import build_alignment, prune_dominated
 from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
-from .kernels_common import extend, tree_search, tree_search_par
-from .search import close_upward, dense_lists, fill_tokens, needed_nodes
+from .kernels_common import N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend
+from .search import (close_upward, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
+                     search_nodes, work_words)
 
-VERSION = "gcdbench-valiant-2"
+VERSION = "gcdbench-valiant-3"
 START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
 
 
 class ChartStore:
     """Chart nodes (one per committed terminal sequence) in one uint64 arena; tiers are never rewritten,
-    a child node only adds its own tier, so branches share everything below them."""
+    a child node only adds its own tier, so branches share everything below them. Each node's (parent, depth,
+    tier offset, ANC offset) is also a row of ``nodes`` (int64), from which the jitted code walks a path."""
 
     def __init__(self, g: PackedGrammar):
         self.g = g
-        self.gt = g.dev
+        self.gp = g.packed
         self.mem = np.zeros(1 << 16, dtype=np.uint64)
         self.used = 0
         self.parent = [-1]
         self.term = [-1]
         self.depth = [0]
         self.tier_off = [-1]
-        p = self._alloc(g.WN + g.WT)
+        p = self._alloc(g.WN + g.WT + 1)
         self.p_off = [p]
         self.e_off = [p + g.WN]
         g.root(self.mem, p, p + g.WN)
         self.accept = [False]
+        self.nodes = np.zeros((256, 4), dtype=np.int64)
+        self.nodes[0] = (-1, 0, -1, p)
         self.kids: dict[tuple[int, int], int] = {}
         self.cur = np.zeros(64, dtype=np.uint64)
         self.seeds = np.zeros(g.WN, dtype=np.uint64)
+        self.pathbuf = np.zeros(64, dtype=np.int64)
+        self.steps = 0                     # chart steps computed (extend calls)
+        self.adopted = 0                   # chart nodes adopted from searches
+        # node -> tier offset per root child (or -1) of the charts a search from ``node`` kept
+        self.kept: dict[int, np.ndarray] = {}
+        self.root_child_of: np.ndarray | None = None   # terminal -> root child index (the engine sets it)
+        self._expected: dict[int, list[int]] = {}
 
     def _ensure(self, total: int) -> None:
         if total > self.mem.size:
@@ -63,9 +74,12 @@ class ChartStore:
         return off
 
     def _scratch_cur(self, n: int) -> np.ndarray:
+        """Step scratch for tier ``n`` (and ``pathbuf`` room for a path of ``n`` tiers: 2 (n + 2) words)."""
         need = self.g.scratch_words(n)
         if self.cur.size < need:
             self.cur = np.zeros(2 * need, dtype=np.uint64)
+        if self.pathbuf.size < 2 * n + 4:
+            self.pathbuf = np.zeros(4 * n + 64, dtype=np.int64)
         return self.cur
 
     def path(self, node: int, extra: int = 0):
@@ -83,17 +97,32 @@ class ChartStore:
         return tiers, ps
 
     def child(self, node: int, t: int) -> int:
+        """The chart node of ``node`` plus terminal ``t``: memoised, adopted from a search's kept chart, or one
+        chart step."""
         key = (node, t)
         c = self.kids.get(key)
         if c is not None:
             return c
         g = self.g
         n = self.depth[node]
-        tiers, ps = self.path(node)
-        off = self._alloc(g.node_words(n))
-        t_off, p_off = off, off + g.tier_words(n)
-        e_off = p_off + g.WN
-        acc = extend(self.mem, tiers, ps, n, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds, self.gt)
+        kept = self.kept.get(node)
+        t_off = -1
+        if kept is not None:
+            k = self.root_child_of[t]
+            if k < kept.size:
+                t_off = int(kept[k])
+        if t_off >= 0:            # the search from ``node`` computed this chart already (kernels_common.dfs)
+            p_off = t_off + g.tier_words(n)
+            e_off = p_off + g.WN
+            info = int(self.mem[e_off + g.WT])
+            self.adopted += 1
+        else:
+            off = self._alloc(g.node_words(n))
+            t_off, p_off = off, off + g.tier_words(n)
+            e_off = p_off + g.WN
+            info = extend(self.mem, self.nodes, node, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
+                          self.pathbuf, self.term[node], *self.gp)
+            self.steps += 1
         c = self.kids[key] = len(self.parent)
         self.parent.append(node)
         self.term.append(t)
@@ -101,7 +130,10 @@ class ChartStore:
         self.tier_off.append(t_off)
         self.p_off.append(p_off)
         self.e_off.append(e_off)
-        self.accept.append(bool(acc))
+        self.accept.append(bool(info & 1))
+        if c >= self.nodes.shape[0]:
+            self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
+        self.nodes[c] = (node, n + 1, t_off, p_off)
         return c
 
     def expects(self, node: int, t: int) -> bool:
@@ -109,9 +141,13 @@ class ChartStore:
         return bool((int(w) >> (t & 63)) & 1)
 
     def expected(self, node: int) -> list[int]:
-        e = self.e_off[node]
-        bits = np.unpackbits(self.mem[e:e + self.g.WT].view(np.uint8), bitorder="little")
-        return np.flatnonzero(bits[: self.g.n_term]).tolist()
+        """EXPECT of ``node`` (terminal ids, ascending; memoised: a chart node never changes)."""
+        got = self._expected.get(node)
+        if got is None:
+            e = self.e_off[node]
+            bits = np.unpackbits(self.mem[e:e + self.g.WT].view(np.uint8), bitorder="little")
+            got = self._expected[node] = np.flatnonzero(bits[: self.g.n_term]).tolist()
+        return got
 
 
 class Compiled:
@@ -150,6 +186,8 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
             al = build_alignment(lex, cnf.follow, tokenizer.token_bytes, tokenizer.eos_id)
         except ValueError as err:   # a token with too many ways to be cut into terminals
             raise CompileError(f"valiant: {err}") from err
+    n_tuples = _tuples(al)
+    al = prune_dominated_readable(al) if aligner == "python" else prune_dominated(al)
     t2 = time.perf_counter()
     arrays = {
         "rule_lstart": g.rule_lstart, "rule_parent": g.rule_parent, "rule_right": g.rule_right,
@@ -161,11 +199,14 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
         "n_nt": g.n_nt, "n_left": g.n_left, "n_term": g.n_term, "WN": g.WN, "WT": g.WT, "start": g.start,
         "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
         "lexer_states": lex.n_states, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
-        "trie_depth": al.max_depth, "tuples": int(al.bnd_tok[0].size + al.bnd_tok[1].size + al.call_tok.size
-                                                   + al.cont_tok.size),
+        "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
         "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},
     }
     return Compiled(arrays, meta)
+
+
+def _tuples(al: Alignment) -> int:
+    return int(al.bnd_tok[0].size + al.bnd_tok[1].size + al.call_tok.size + al.cont_tok.size)
 
 
 def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer) -> Path:
@@ -241,14 +282,36 @@ class ValiantEngine(Engine):
         self.comp, self.cache_hit = load_or_build(grammar, tokenizer, self.opts["cache_dir"], self.opts["cache"])
         self.vocab_size = tokenizer.vocab_size
         al = self.comp.align
-        self._flags = np.zeros(al.n_nodes, dtype=np.uint8)
-        self._dense = dense_lists(al, self.vocab_size)
+        dense, *dense_idx = dense_lists(al, self.vocab_size)
         self._need_b = []
         for f in range(2):     # nodes that some token's boundary walk refers to, closed upward
             flags = (np.diff(al.bnd_start[f]) > 0).astype(np.uint8)
             close_upward(flags, al.node_parent)
             self._need_b.append(flags)
+        self._statics = (*pack_statics(self.comp.grammar.packed, al, dense_idx, *self._need_b), dense)
+        N = al.n_nodes
+        self._flags = np.zeros(2 * N, dtype=np.uint8)      # needed nodes, then fill_tokens' zeroed scratch
+        self._vbuf = np.zeros(N, dtype=np.int32)
+        # root children (the trie's depth-1 nodes, one per terminal at most) and terminal -> child index (or K)
+        self._k_root = int(al.child_start[1] - al.child_start[0])
+        rc = np.full(self.comp.grammar.n_term + 1, self._k_root, dtype=np.int64)
+        kids = al.child_ids[al.child_start[0]:al.child_start[1]]
+        rc[al.node_term[kids]] = np.arange(self._k_root)
+        self._root_child_of = rc[:-1]
         self._depth = al.max_depth
+        # Python lists of the lexer tables (faster than numpy scalars in the per-configuration loops)
+        c_ = self.comp
+        self._term_of, self._accept = c_.term_of.tolist(), c_.accept.tolist()
+        self._trans, self._start_of = c_.trans.tolist(), c_.start_of.tolist()
+        self._xs_arrays: dict[tuple, np.ndarray] = {}
+        self._ws: dict[int, tuple] = {}     # threads -> (tiers it is sized for, (work, step scratch))
+        self._sizes: dict[int, tuple] = {}
+        if self.threads > 1:
+            self._vb2 = (np.zeros((self.threads, N), np.int32), np.zeros(self.threads, np.int64))
+        # search work counters, then searches and base charts skipped (mask_virtual), summed in numba
+        self._tot = np.zeros(N_STATS + 2, dtype=np.int64)
+        self._ws1 = np.zeros(c_.grammar.WN + c_.grammar.WT + 1, dtype=np.uint64)   # mask_virtual's scratch
+        self._memo_hits = self._steps_done = self._adopted_done = 0
         self.backend = None
         if self.opts["backend"] == "cuda":
             from .cuda_kernels import CudaSearch
@@ -259,35 +322,42 @@ class ValiantEngine(Engine):
         self.reset()
 
     def reset(self) -> None:
+        old = getattr(self, "store", None)
+        if old is not None:
+            self._steps_done += old.steps
+            self._adopted_done += old.adopted
         self.store = ChartStore(self.comp.grammar)
+        self.store.root_child_of = self._root_child_of
         self.configs: list[tuple[int, int]] = [(0, START)]
         # (base chart node, lists in use) -> viable trie nodes. A chart node never changes, so neither does
         # its search: steps that stay inside one piece (long names, strings) reuse it.
-        self._viable: dict[tuple, np.ndarray] = {}
+        self._memo: dict[tuple, np.ndarray] = {}
 
     # -- the lexer over configurations -----------------------------------------------------------
     def _step(self, configs, byte: int):
-        c_ = self.comp
-        trans, accept, term_of, start_of, ng = c_.trans, c_.accept, c_.term_of, c_.start_of, c_.n_grammar
+        trans, accept, term_of, start_of = self._trans, self._accept, self._term_of, self._start_of
+        ng = self.comp.n_grammar
+        ignored = range(ng, len(start_of))
         store = self.store
         out = set()
         for c, x in configs:
             if x == START:
                 for u in store.expected(c):
                     s0 = start_of[u]
-                    if s0 >= 0 and trans[s0, byte] >= 0:
-                        out.add((c, int(trans[s0, byte])))
+                    if s0 >= 0 and trans[s0][byte] >= 0:
+                        out.add((c, trans[s0][byte]))
                 continue
-            g = trans[x, byte]
+            g = trans[x][byte]
             if g >= 0:
-                out.add((c, int(g)))
+                out.add((c, g))
             if accept[x]:
-                t = int(term_of[x])
+                t = term_of[x]
                 b = store.child(c, t) if t < ng else c
-                for u in store.expected(b) + list(range(ng, start_of.size)):
-                    s0 = start_of[u]
-                    if s0 >= 0 and trans[s0, byte] >= 0:
-                        out.add((b, int(trans[s0, byte])))
+                for us in (store.expected(b), ignored):
+                    for u in us:
+                        s0 = start_of[u]
+                        if s0 >= 0 and trans[s0][byte] >= 0:
+                            out.add((b, trans[s0][byte]))
         return out
 
     def commit(self, token_id: int) -> bool:
@@ -306,37 +376,58 @@ class ValiantEngine(Engine):
         return True
 
     def accepting(self) -> bool:
-        c_ = self.comp
-        for c, x in self.configs:
-            if x == START:
-                if c_.start_nullable:
-                    return True
-            elif c_.accept[x]:
-                t = int(c_.term_of[x])
-                if t < c_.n_grammar:
-                    if self.store.accept[self.store.child(c, t)]:
-                        return True
-                elif self.store.accept[c] or (c == 0 and c_.start_nullable):
-                    return True
-        return False
+        return self._bases_acc()[1]
 
     # -- masks -------------------------------------------------------------------------------------
-    def _bases(self):
-        """base chart -> (boundary without leading ignore, boundary with leading ignore, [x ...])"""
-        c_ = self.comp
-        bases: dict[int, list] = {}
+    def _bases_acc(self, lazy: bool = False):
+        """({base chart: [boundary without leading ignore, boundary with leading ignore, [x ...]]}, whether the
+        prefix is a sentence), in one pass over the configurations. With ``lazy``, a base chart ``c + t`` that
+        only non-final lexer states need and that is not computed yet is keyed ``(c, t)`` instead (``fill_mask``
+        may not need it at all: ``mask_virtual``)."""
+        term_of, accept, ng, store = self._term_of, self._accept, self.comp.n_grammar, self.store
+        nullable = self.comp.start_nullable
+        groups: dict = {}
+        acc = False
         for c, x in self.configs:
             if x == START:
-                e = bases.setdefault(c, [False, False, []])
+                e = groups.get(c)
+                if e is None:
+                    e = groups[c] = [False, False, []]
                 e[0] = True
+                acc = acc or nullable
                 continue
-            t = int(c_.term_of[x])
-            b = self.store.child(c, t) if t < c_.n_grammar else c
-            e = bases.setdefault(b, [False, False, []])
+            t = term_of[x]
+            key = (c, t) if t < ng else c
+            e = groups.get(key)
+            if e is None:
+                e = groups[key] = [False, False, []]
             e[2].append(x)
-            if c_.accept[x]:
+            if accept[x]:
                 e[0] = e[1] = True
-        return bases
+                if not acc:
+                    acc = store.accept[store.child(c, t)] if t < ng else (store.accept[c] or (c == 0 and nullable))
+        bases: dict = {}
+        for key, e in groups.items():
+            if type(key) is tuple:
+                b = store.kids.get(key)
+                if b is None:
+                    if lazy and not e[0]:
+                        bases[key] = e
+                        continue
+                    b = store.child(*key)
+                key = b
+            got = bases.get(key)
+            if got is None:
+                bases[key] = e
+            else:                      # START and a chart reached two ways: one base
+                got[0] |= e[0]
+                got[1] |= e[1]
+                got[2].extend(e[2])
+        return bases, acc
+
+    def _bases(self):
+        """base chart -> (boundary without leading ignore, boundary with leading ignore, [x ...])"""
+        return self._bases_acc()[0]
 
     def needed(self, b0: bool, b1: bool, xs) -> np.ndarray:
         al = self.comp.align
@@ -345,76 +436,143 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent)
         return out
 
-    def search(self, base: int, needed: np.ndarray | None = None, threads: int | None = None):
-        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU), on ``threads``
-        threads (default: the engine's)."""
-        store, g, al = self.store, self.comp.grammar, self.comp.align
+    def _scratch(self, n: int, T: int):
+        """Arena room for the kept root-child charts and the search's tiers from a base of ``n`` tiers, and (work,
+        step scratch) for ``T`` threads sized for it (grown as needed). Returns (stride, kept-chart words per
+        worker, (work, scratch))."""
+        sz = self._sizes.get(n)
+        if sz is None:
+            g, D = self.comp.grammar, self._depth
+            sz = self._sizes[n] = (g.node_words(n + D), self._k_root * g.node_words(n),
+                                   self.threads * (self._k_root * g.node_words(n) + g.node_words(n + D) * (D + 2)))
+        self.store._ensure(self.store.used + sz[2])
+        m, ws = self._ws.get(T, (-1, None))
+        if n > m:
+            g, D = self.comp.grammar, self._depth
+            m = 2 * n + 64
+            shape = (T,) if T > 1 else ()
+            ws = (np.zeros(shape + (work_words(D, m, self._k_root),), np.int64),
+                  np.zeros(shape + (g.WN + g.scratch_words(m + D),), np.uint64))
+            self._ws[T] = (m, ws)
+        return sz[0], sz[1], ws
+
+    def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, clear: bool, eos: int, acc: bool,
+                   need=None, T: int = 1) -> int:
+        """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes; zeroing ``u`` first
+        if ``clear``; setting the EOS bit to ``acc`` if ``eos >= 0``); returns the number of viable nodes
+        (``self._vbuf`` holds them after a search). A search keeps the charts of the root's viable children in the
+        arena: the store adopts them when the next mask's base charts are among them. ``T``: threads."""
+        store = self.store
+        stride, keep, (work, scr) = self._scratch(store.depth[base], T)
+        search = memo is None and need is None
+        viable = self._vbuf if search else memo
+        nv = 0 if search else viable.size
+        L = self._depth + 2
+        K = self._k_root
+        keep_off = store.used if search and K and base not in store.kept else -1
+        if T > 1:
+            nv = mask_base_par(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs,
+                               search, viable, nv, work, L, self._flags, scr, store.used + T * keep, stride, keep_off,
+                               clear, eos, acc, self._tot, keep, self._vb2[0], self._vb2[1], *self._statics)
+            if keep_off >= 0:
+                maps = work[:, work.shape[1] - K - 1:]
+                if maps[:, K].any():
+                    store.kept[base] = maps[:, :K].max(axis=0)
+                    store.used = max(keep_off + w * keep + int(maps[w, K]) * (keep // K) for w in range(T))
+        else:
+            nv = mask_base(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs, search,
+                           viable, nv, work, L, self._flags, scr, store.used + keep, stride, keep_off, clear, eos, acc,
+                           self._tot, *self._statics)
+            if keep_off >= 0:
+                used = int(work[-1])
+                if used:
+                    store.kept[base] = work[-K - 1:-1].copy()
+                    store.used = keep_off + used * (keep // K)
+        return nv
+
+    def search(self, base: int, needed: np.ndarray | None = None):
+        """Viable trie nodes from chart node ``base`` among ``needed`` (default: all) (CPU, one thread)."""
+        store, al = self.store, self.comp.align
         if needed is None:
             needed = np.ones(al.n_nodes, dtype=np.uint8)
-        n = store.depth[base]
-        D = self._depth
-        tiers, ps = store.path(base, extra=D + 1)
-        stride = g.node_words(n + D)
-        scratch = store.used
-        store._ensure(scratch + stride * (D + 1))
-        T = self.threads if threads is None else threads
-        tt = (al.child_start, al.child_ids, al.node_term)
-        if T > 1:
-            # one copy of every per-worker array per thread, and T scratch regions side by side
-            store._ensure(scratch + T * stride * (D + 1))
-            cur = store._scratch_cur(n + D)
-            return tree_search_par(
-                store.mem, np.tile(tiers, (T, 1)), np.tile(ps, (T, 1)), n, store.e_off[base], scratch, stride, D + 1,
-                tt, needed, np.zeros((T, al.n_nodes), dtype=np.int32), np.zeros(T, dtype=np.int64),
-                np.zeros((T, D + 2), dtype=np.int32), np.zeros((T, D + 2), dtype=np.int32),
-                np.zeros((T, D + 2), dtype=np.int64), np.zeros((T, cur.size), dtype=np.uint64),
-                np.zeros((T, store.seeds.size), dtype=np.uint64), store.gt)
+        stride, _, (work, scr) = self._scratch(store.depth[base], 1)
         viable = np.zeros(al.n_nodes, dtype=np.int32)
-        stack = np.zeros(D + 2, dtype=np.int32)
-        ci = np.zeros(D + 2, dtype=np.int32)
-        eo = np.zeros(D + 2, dtype=np.int64)
-        cnt = tree_search(store.mem, tiers, ps, n, store.e_off[base], scratch, stride, tt, needed, viable, stack, ci, eo,
-                          store._scratch_cur(n + D), store.seeds, al.child_start[0], 1, store.gt)
+        L = self._depth + 2
+        cnt = search_nodes(store.mem, store.nodes, base, store.e_off[base], store.term[base], needed, viable, work, L,
+                           scr, store.used, stride, *self._statics[:3])
         return viable[:cnt]
 
-    def fill_mask(self, out: np.ndarray) -> None:
-        self._fill(out, None)
+    @property
+    def counters(self) -> dict:
+        """Work done so far (load-independent; bench_valiant reports them per mask): tree searches and their memo
+        hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
+        without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
+        from an earlier search's kept charts, base charts a mask did without (mask_virtual)."""
+        t = self._tot.tolist()
+        return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits, "chart_steps": t[ST_STEPS],
+                "base_steps": self._steps_done + self.store.steps, "nodes_checked": t[ST_CHECKED],
+                "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED], "leaves_certified": t[ST_CERTIFIED],
+                "adopted_charts": self._adopted_done + self.store.adopted, "base_charts_skipped": t[N_STATS + 1]}
 
-    def _fill(self, out: np.ndarray, threads: int | None) -> None:
-        """The mask into ``out``, each tree search on ``threads`` threads (None: the engine's)."""
-        out[:] = 0
+    def fill_mask(self, out: np.ndarray) -> None:
+        self._fill(out, self.threads)
+
+    def _fill(self, out: np.ndarray, T: int) -> None:
+        """The mask into ``out``, each search on ``T`` threads."""
         u = out.view(np.uint32)
-        al = self.comp.align
-        for base, (b0, b1, xs) in self._bases().items():
-            key = (base, b0, b1, tuple(xs))
-            viable = self._viable.get(key)
-            if viable is None:
-                need = self.needed(b0, b1, xs)
-                if self.backend is not None:
-                    viable = self.backend.search(self.store, base, need)
-                else:
-                    viable = self.search(base, need, threads)
-                if len(self._viable) > 64:
-                    self._viable.clear()
-                self._viable[key] = viable
-            fill_tokens(u, viable, viable.size, self._flags, b0, b1, np.array(xs, dtype=np.int32), al.bnd_start,
-                        al.bnd_tok[0], al.bnd_tok[1], al.call_start, al.call_tok, al.cont_xstart, al.cont_nodes,
-                        al.cont_nstart, al.cont_tok, *self._dense)
+        bases, acc = self._bases_acc(lazy=self.backend is None)
         eos = self.tokenizer.eos_id
-        if self.accepting():
-            u[eos >> 5] |= np.uint32(1 << (eos & 31))
-        else:
+        if not bases:
+            u[:] = 0
             u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
+            return
+        last = len(bases) - 1
+        for i, (base, (b0, b1, xs)) in enumerate(bases.items()):
+            xt = tuple(xs)
+            xa = self._xs_arrays.get(xt)
+            if xa is None:
+                xa = self._xs_arrays[xt] = np.array(xs, dtype=np.int32)
+            e = eos if i == last else -1
+            if type(base) is tuple:    # c + t, needed only by lexer states inside t: maybe no chart at all
+                c, t = base
+                s_ = self._statics
+                if mask_virtual(u, self.store.mem, self.store.nodes, c, t, xa, self._vbuf, self._flags, self._ws1, i == 0,
+                                e, acc, self._tot, *s_) >= 0:
+                    continue
+                base = self.store.child(c, t)
+            key = (base, b0, b1, xt)
+            memo = self._memo.get(key)
+            if memo is not None:
+                self._memo_hits += 1
+                self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc, T=T)
+                continue
+            if self.backend is not None:
+                memo = self.backend.search(self.store, base, self.needed(b0, b1, xs))
+                self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc, need=True, T=T)
+            else:
+                nv = self._base_mask(u, base, b0, b1, xa, None, i == 0, e, acc, T=T)
+                memo = self._vbuf[:nv].copy()
+            if len(self._memo) > 64:
+                self._memo.clear()
+            self._memo[key] = memo
 
     # -- batch ---------------------------------------------------------------------------------------------
     def fork(self) -> "ValiantEngine":
         """A new sequence over the same compiled grammar and alignment (and CUDA backend), at the empty prefix,
-        with its own chart store and scratch."""
+        with its own chart store, scratch and work counters."""
         other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.opts = dict(self.opts)
         other._flags = np.zeros_like(self._flags)
+        other._vbuf = np.zeros_like(self._vbuf)
+        other._ws1 = np.zeros_like(self._ws1)
+        other._tot = np.zeros_like(self._tot)
+        other._ws, other._sizes, other._xs_arrays = {}, {}, {}
+        if self.threads > 1:
+            other._vb2 = tuple(np.zeros_like(a) for a in self._vb2)
+        other._memo_hits = other._steps_done = other._adopted_done = 0
         other._pool = None
+        other.store = None
         if self.backend is not None:
             # the device tables are shared; the device arena mirrors one chart store, so each sequence gets its own
             # (sharing one would re-copy a whole chart whenever the searched sequence changes)
@@ -428,7 +586,7 @@ class ValiantEngine(Engine):
         return other
 
     def fill_masks(self, seqs: Sequence["ValiantEngine"], out: np.ndarray) -> None:
-        """CPU, ``threads`` > 1 and several sequences: one sequence per pool thread at a time (its search on that
+        """CPU, ``threads`` > 1 and several sequences: one sequence per pool thread at a time (its mask on that
         thread; the numba functions release the GIL, the chart bookkeeping between them holds it). Otherwise one
         ``fill_mask`` per sequence (one sequence with ``threads`` > 1: its search runs on the threads, as in single
         mode; CUDA: one search launch per sequence)."""

@@ -12,7 +12,7 @@ primitive      CPU (one thread does all the work)  CUDA (the threads of one bloc
 ``_or_word``   ``arr[i] |= val``                   ``cuda.atomic.or_``
 ``_or_old``    the same, returning the old word    ``cuda.atomic.or_`` (returns the old word)
 ``_sync``      nothing                             ``cuda.syncthreads``
-``_ctz``       binary search                       ``cuda.popc(low - 1)``
+``_ctz``       LLVM ``cttz`` (one instruction)     ``cuda.popc(low - 1)``
 ``_emit``      append to a list of viable nodes    set the node's flag (thread 0)
 =============  ==================================  ==========================================
 
@@ -24,6 +24,22 @@ CPU is the plain loop. Kernels only compute indices and call these functions.
 The grammar travels as one record, :data:`Grammar` (a namedtuple of scalars and arrays); jitted entry points
 take it as a plain tuple (``grammar.dev``) and rebuild the record with ``Grammar(*gt)``: numba types a plain
 tuple argument on its fast dispatch path, a namedtuple argument on a slower one.
+
+What a step computes and why it is cheap (issue 14; chart.py states the invariant):
+
+* **Top-down filter.** A stored cell ``A`` over ``t_i..t_n`` is kept only if ``A`` is in ``ANC[i]`` (it can
+  start at ``i`` in a derivation consistent with the prefix); the right-hand rows a step combines are filtered
+  the same way as they are read. Every node of a derivation of a viable prefix starting at ``i`` is in
+  ``ANC[i]`` and the ancestor sets are closed under FIRST, so ANC, EXPECT and acceptance are exactly those of
+  the unfiltered chart, with far fewer cells (tested against the brute force and the reference).
+* **Row summary.** The working tier keeps a bitset of its non-empty rows; the step visits only the split
+  points whose right-hand row has a cell.
+* **Seeds once per (A, Z).** ANC[n+1] comes from the pairs (left child ``A`` of the new tier, parent ``Z`` in
+  the ancestor set where ``A`` starts): each pair is OR-ed once, whatever the number of rows ``A`` spans.
+* **Idempotent chains.** A chart node's INFO word records whether a rule pair starting before the last
+  terminal feeds its ancestor set (``old items``), and, once proven, that appending its last terminal ``a``
+  again gives an equivalent chart (:func:`certify`): the search then takes the same chart for ``..a a a``
+  without a chart step (a token of 98 ``-`` costs three steps, not 98).
 """
 from __future__ import annotations
 
@@ -32,21 +48,37 @@ from collections import namedtuple
 
 import numba
 import numpy as np
+from llvmlite import ir as llvm_ir
+from numba.core import types as nbtypes
+from numba.core.extending import intrinsic
 
 Grammar = namedtuple("Grammar", [
     "n_nt", "n_left", "WN", "WT", "start",
     "term_nts",    # uint64 [T, WN]   V -> t
     "first",       # uint64 [NT, WN]  FIRST closure
     "first_term",  # uint64 [NT, WT]  terminals starting V
-    "rb",          # uint64 [n_left, WN]  right children B of rules V -> A B, per left child A
+    "lb",          # uint64 [NT, WL]  left children A of rules V -> A B, per right child B
     "ab_id",       # int32 [n_left, NT]  (A, B) -> pair id, or -1
-    "ab_start",    # int32 [pairs+1]     CSR of parents V per (A, B) pair
-    "ab_parent",   # int32 [R]
+    "ab_start",    # int32 [pairs+1]     CSR of the direct parents V per (A, B) pair (the others: ``cover``)
+    "ab_parent",   # int32 [R']
     "za",          # uint64 [n_left, WN]  parents Z of rules Z -> A X, per left child A
     "az_id",       # int32 [n_left, NT]  (A, Z) -> pair id, or -1
     "azx",         # uint64 [pairs, WN]  right children X per (A, Z) pair
+    "term_z",      # uint64 [T, WN]   parents Z of rules Z -> A X with A -> t (the items a terminal can close)
+    "cover",       # uint64 [NT, WN]  X != V having every rule V has (so X derives whatever V derives)
+    "has_cover",   # uint64 [1, WN]   the V with a non-empty cover
 ])
 Trie = namedtuple("Trie", ["child_start", "child_ids", "node_term"])
+
+# INFO word of a chart node (after its EXPECT words): bit 0 accept, bit 1 old items, bits 2.. idem terminal + 1
+INFO_ACCEPT = 1
+INFO_OLD = 2
+IDEM_SHIFT = 2
+MAX_IDEM_PAIRS = 16    # certify gives up (soundly) on larger item sets
+# per-search work counters (``stats``): chart steps, trie nodes checked, viable nodes, chain nodes aliased, leaf
+# children proven viable without their parent's chart (_row0_certifies)
+ST_STEPS, ST_CHECKED, ST_VIABLE, ST_ALIASED, ST_CERTIFIED = 0, 1, 2, 3, 4
+N_STATS = 5
 
 _cpu = numba.njit(cache=True, nogil=True)
 _cpu_small = numba.njit(cache=True, nogil=True)   # tiny primitives: LLVM inlines them
@@ -87,38 +119,33 @@ def _nth():
     return 1
 
 
-@_cpu_inline
+@intrinsic
+def _cttz64(typingctx, x):
+    """LLVM's count-trailing-zeros of a uint64, as an int64 (``x`` is never 0 here)."""
+    sig = nbtypes.int64(nbtypes.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], llvm_ir.Constant(llvm_ir.IntType(1), 1))
+
+    return sig, codegen
+
+
+@_cpu_small
 def _ctz(low):
-    """Index of the single set bit of ``low`` (a power of two), by binary search."""
-    b = 0
-    if low & np.uint64(0xFFFFFFFF) == 0:
-        b += 32
-        low >>= np.uint64(32)
-    if low & np.uint64(0xFFFF) == 0:
-        b += 16
-        low >>= np.uint64(16)
-    if low & np.uint64(0xFF) == 0:
-        b += 8
-        low >>= np.uint64(8)
-    if low & np.uint64(0xF) == 0:
-        b += 4
-        low >>= np.uint64(4)
-    if low & np.uint64(0x3) == 0:
-        b += 2
-        low >>= np.uint64(2)
-    if low & np.uint64(0x1) == 0:
-        b += 1
-    return b
+    """Index of the lowest set bit of ``low`` (a power of two here)."""
+    return _cttz64(low)
 
 
 # -- shared device logic ------------------------------------------------------------------------------------
 @_cpu_inline
-def _or_track(cur, voff, d, val, rows, WN, v):
-    """cur[voff + d] |= val, recording each new (row, v) entry in the row-major copy ``rows``."""
+def _or_track(cur, voff, d, val, rows, WN, v, rowsum):
+    """cur[voff + d] |= val, recording each new (row, v) entry in the row-major copy ``rows`` and its row in
+    the row summary ``rowsum``."""
     one = np.uint64(1)
     old = _or_old(cur, voff + d, val)
     add = val & ~old
     if add:
+        _or_word(rowsum, d, add)
         vb = one << np.uint64(v & 63)
         vw = v >> 6
         while add:
@@ -128,126 +155,204 @@ def _or_track(cur, voff, d, val, rows, WN, v):
             _or_word(rows, row * WN + vw, vb)
 
 
+@_cpu_inline
+def _close_row(cur, rows, rk, r, pa, mem, W, acc, tid, nth, G):
+    """Close row ``r`` of the working tier (row-major words at ``rows[rk:]``) under ``cover``: every X covering
+    a cell V of the row (X has all of V's rules) is a cell too, when X is in the ancestor set at ``pa`` of the
+    row's start (other cells are never read). The step ORs only the direct parents of a rule pair; this adds the
+    rest once per cell instead of once per derivation. ``acc`` is WN words of scratch; the threads share the
+    words ``tid, tid + nth ...``; ends with every thread past a ``_sync``."""
+    one = np.uint64(1)
+    WN = G.WN
+    rbit = one << np.uint64(r & 63)
+    rw = r >> 6
+    for j in range(tid, WN, nth):      # each thread owns its words of acc: no sync before the end
+        acc[j] = 0
+    for jv in range(WN):
+        vbits = rows[rk + jv] & G.has_cover[0, jv]
+        while vbits:
+            vl = vbits & (~vbits + one)
+            vbits ^= vl
+            v = jv * 64 + _ctz(vl)
+            for j in range(tid, WN, nth):
+                acc[j] |= G.cover[v, j]
+    for j in range(tid, WN, nth):
+        new = acc[j] & mem[pa + j] & ~rows[rk + j]
+        if new:
+            rows[rk + j] |= new
+            while new:
+                xl = new & (~new + one)
+                new ^= xl
+                _or_word(cur, (j * 64 + _ctz(xl)) * W + rw, rbit)
+    _sync()
+
+
 @_cpu
 def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G):
     """Compute tier ``n`` for terminal ``t`` (tiers 0..n-1 at ``tier_offs``, ANC[0..n] at ``p_offs``) and write
-    it at ``out_tier``, ANC[n+1] at ``out_p``, EXPECT[n+1] at ``out_e``. Returns 1 if t_0..t_n is a sentence.
-    ``cur`` is scratch of ``PackedGrammar.scratch_words(n)`` words, ``seeds`` of ``WN`` words (both shared by
-    the ``nth`` threads).
+    it at ``out_tier``, ANC[n+1] at ``out_p``, EXPECT[n+1] at ``out_e`` and the INFO word after EXPECT. Returns
+    the INFO word (bit 0: t_0..t_n is a sentence; bit 1: old items). ``cur`` is scratch of
+    ``PackedGrammar.scratch_words(n)`` words, ``seeds`` of ``WN`` words (both shared by the ``nth`` threads).
 
     The working tier is kept both by nonterminal (row bits, for the shifted ORs) and by row (nonterminal
-    bits): for an older tier ``e`` only the pairs (A present in tier e) x (B present in row n-e-1) that are
-    rules are visited, and each chart entry is touched once. Row n-e-1 is final when tier ``e`` is read
-    (later ``e`` only write rows above it), so the threads read it while they OR into higher rows."""
-    n_nt, n_left, WN, WT = G.n_nt, G.n_left, G.WN, G.WT
+    bits), plus a summary of its non-empty rows: for an older tier ``e`` only the pairs (A present in tier e)
+    x (B present in row n-e-1 and in ANC[e+1]) that are rules are visited, split points whose row is empty
+    are skipped, and each chart entry is touched once. Row n-e-1 is final when tier ``e`` is read (later
+    ``e`` only write rows above it), so the threads read it while they OR into higher rows."""
+    n_nt, n_left, WN = G.n_nt, G.n_left, G.WN
     tid, nth = _tid(), _nth()
     W = (n + 1 + 63) // 64
     WL = (n_left + 63) // 64
     one = np.uint64(1)
     rows = cur[n_nt * W:]
-    for i in range(tid, n_nt * W + (n + 1) * WN, nth):
+    rs = n_nt * W + (n + 1) * WN      # row summary (W words) after the row-major copy, then a flag word
+    rowsum = cur[rs:]
+    acc = cur[rs + W + 1:]            # then WN words for _close_row
+    for i in range(tid, rs + W + 1, nth):
         cur[i] = 0
     for i in range(tid, WN, nth):
         seeds[i] = 0
     _sync()
-    # row 0: V -> t_n
+    # row 0: V -> t_n, V in ANC[n]
+    pn = p_offs[n]
     for wi in range(tid, WN, nth):
-        bits = G.term_nts[t, wi]
+        bits = G.term_nts[t, wi] & mem[pn + wi]
         rows[wi] = bits
+        if bits:
+            _or_word(rowsum, 0, one)
         while bits:
             low = bits & (~bits + one)
             bits ^= low
             cur[(wi * 64 + _ctz(low)) * W] = one
     _sync()
-    # rows 1..n: one older tier e at a time, rule pairs (A, B) handed out round-robin
-    for e in range(n - 1, -1, -1):
-        rk = (n - e - 1) * WN
-        shift = n - e
-        We = (e + 1 + 63) // 64
-        sw = shift >> 6
-        sb = np.uint64(shift & 63)
-        base = tier_offs[e]
-        pres = base + n_left * We
-        skip = tid
-        for aw in range(WL):
-            abits = mem[pres + aw]
-            while abits:
-                alow = abits & (~abits + one)
-                abits ^= alow
-                a = aw * 64 + _ctz(alow)
-                aoff = base + a * We
-                for j in range(WN):
-                    cand = G.rb[a, j] & rows[rk + j]
-                    while cand:
-                        low = cand & (~cand + one)
-                        cand ^= low
-                        if skip > 0:
-                            skip -= 1
-                            continue
-                        skip = nth - 1
-                        pid = G.ab_id[a, j * 64 + _ctz(low)]
-                        for q in range(G.ab_start[pid], G.ab_start[pid + 1]):
-                            v = G.ab_parent[q]
-                            voff = v * W
-                            for w in range(We):
-                                val = mem[aoff + w]
-                                if val == 0:
-                                    continue
-                                d = w + sw
-                                if d < W:
-                                    _or_track(cur, voff, d, val << sb, rows, WN, v)
-                                if sb != 0 and d + 1 < W:
-                                    _or_track(cur, voff, d + 1, val >> (np.uint64(64) - sb), rows, WN, v)
+    # rows r = 0..n-1 as right children (split after t_e, e = n-1-r): only non-empty rows, in order
+    r = 0
+    while r < n:
+        word = rowsum[r >> 6] >> np.uint64(r & 63)
+        if word == 0:
+            r = ((r >> 6) + 1) << 6
+            continue
+        r += _ctz(word & (~word + one))
+        if r >= n:
+            break
+        e = n - 1 - r
+        rk = r * WN
+        pe = p_offs[e + 1]            # the right child starts at t_{e+1}
+        _close_row(cur, rows, rk, r, pe, mem, W, acc, tid, nth, G)
+        live = np.uint64(0)
+        for j in range(WN):
+            live |= rows[rk + j] & mem[pe + j]
+        if live != 0:
+            shift = n - e
+            We = (e + 1 + 63) // 64
+            sw = shift >> 6
+            sb = np.uint64(shift & 63)
+            base = tier_offs[e]
+            pres = base + n_left * We
+            skip = tid
+            # right children B (row r, in ANC[e+1]) x left children A present in tier e with a rule V -> A B
+            for j in range(WN):
+                bbits = rows[rk + j] & mem[pe + j]
+                while bbits:
+                    blow = bbits & (~bbits + one)
+                    bbits ^= blow
+                    b = j * 64 + _ctz(blow)
+                    for aw in range(WL):
+                        cand = G.lb[b, aw] & mem[pres + aw]
+                        while cand:
+                            low = cand & (~cand + one)
+                            cand ^= low
+                            if skip > 0:
+                                skip -= 1
+                                continue
+                            skip = nth - 1
+                            a = aw * 64 + _ctz(low)
+                            aoff = base + a * We
+                            pid = G.ab_id[a, b]
+                            for q in range(G.ab_start[pid], G.ab_start[pid + 1]):
+                                v = G.ab_parent[q]
+                                voff = v * W
+                                for w in range(We):
+                                    val = mem[aoff + w]
+                                    if val == 0:
+                                        continue
+                                    d = w + sw
+                                    if d < W:
+                                        _or_track(cur, voff, d, val << sb, rows, WN, v, rowsum)
+                                    if sb != 0 and d + 1 < W:
+                                        _or_track(cur, voff, d + 1, val >> (np.uint64(64) - sb), rows, WN, v,
+                                                  rowsum)
         _sync()
+        r += 1
     return step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G)
 
 
 @_cpu_inline
 def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
     """Second half of :func:`chart_step`, once the working tier ``cur`` is final: store the left-capable rows
-    and the bits of the left nonterminals present, ANC[n+1] and EXPECT[n+1]; returns the accept flag."""
-    n_left, WN, WT = G.n_left, G.WN, G.WT
+    (only cells in the ancestor set of their start) and the bits of the left nonterminals present, ANC[n+1],
+    EXPECT[n+1] and the INFO word; returns the INFO word."""
+    n_nt, n_left, WN, WT = G.n_nt, G.n_left, G.WN, G.WT
     tid, nth = _tid(), _nth()
     W = (n + 1 + 63) // 64
     WL = (n_left + 63) // 64
     one = np.uint64(1)
-    for i in range(tid, n_left * W, nth):
-        mem[out_tier + i] = cur[i]
-    for aw in range(tid, WL, nth):
-        acc = np.uint64(0)
-        for a in range(aw * 64, min(n_left, aw * 64 + 64)):
-            for w in range(W):
-                if cur[a * W + w] != 0:
-                    acc |= one << np.uint64(a & 63)
-                    break
-        mem[out_tier + n_left * W + aw] = acc
+    flag = n_nt * W + (n + 1) * WN + W     # the old-items flag word, after the row summary
+    # row n is never a right child: close it here
+    _close_row(cur, cur[n_nt * W:], n * WN, n, p_offs[0], mem, W, cur[flag + 1:], tid, nth, G)
+    for i in range(tid, WL, nth):
+        mem[out_tier + n_left * W + i] = 0
     for i in range(tid, WN, nth):
         mem[out_p + i] = 0
     for i in range(tid, WT, nth):
         mem[out_e + i] = 0
-    # seeds of ANC[n+1]: for each entry (A, row) of the new tier, parents Z of A in ANC[n-row] give right
-    # children X (entries handed out round-robin)
-    skip = tid
-    for a in range(n_left):
+    _sync()
+    # left nonterminals handed out round-robin: store the filtered rows, presence bit, and the seeds of
+    # ANC[n+1]: parents Z of A in the union of ANC over the starts of A's cells give right children X
+    for a in range(tid, n_left, nth):
         aoff = a * W
+        to = out_tier + aoff
+        ab = one << np.uint64(a & 63)
+        aw = a >> 6
+        anyw = np.uint64(0)
         for w in range(W):
             bits = cur[aoff + w]
+            keep = np.uint64(0)
             while bits:
                 low = bits & (~bits + one)
                 bits ^= low
-                if skip > 0:
-                    skip -= 1
-                    continue
-                skip = nth - 1
-                poff = p_offs[n - (w * 64 + _ctz(low))]
-                for j in range(WN):
-                    cand = G.za[a, j] & mem[poff + j]
-                    while cand:
-                        zl = cand & (~cand + one)
-                        cand ^= zl
-                        pid = G.az_id[a, j * 64 + _ctz(zl)]
-                        for jj in range(WN):
-                            _or_word(seeds, jj, G.azx[pid, jj])
+                if mem[p_offs[n - (w * 64 + _ctz(low))] + aw] & ab:
+                    keep |= low
+            mem[to + w] = keep
+            anyw |= keep
+        if anyw == 0:
+            continue
+        _or_word(mem, out_tier + n_left * W + aw, ab)
+        for j in range(WN):
+            zj = G.za[a, j]
+            if zj == 0:
+                continue
+            m0 = np.uint64(0)
+            m1 = np.uint64(0)
+            for w in range(W):
+                bits = mem[to + w]
+                while bits:
+                    low = bits & (~bits + one)
+                    bits ^= low
+                    row = w * 64 + _ctz(low)
+                    if row == 0:
+                        m0 |= mem[p_offs[n] + j]
+                    else:
+                        m1 |= mem[p_offs[n - row] + j]
+            if zj & m1:
+                _or_word(cur, flag, one)
+            cand = zj & (m0 | m1)
+            while cand:
+                zl = cand & (~cand + one)
+                cand ^= zl
+                pid = G.az_id[a, j * 64 + _ctz(zl)]
+                for jj in range(WN):
+                    _or_word(seeds, jj, G.azx[pid, jj])
     _sync()
     # ANC[n+1] = FIRST closure of the seeds, EXPECT[n+1] = their first terminals (seeds handed out round-robin)
     skip = tid
@@ -265,31 +370,216 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
                 _or_word(mem, out_p + j, G.first[xn, j])
             for j in range(WT):
                 _or_word(mem, out_e + j, G.first_term[xn, j])
-    accept = 0
+    info = np.int64(0)
     if G.start >= 0:
         if (cur[G.start * W + (n >> 6)] >> np.uint64(n & 63)) & one:
-            accept = 1
+            info = INFO_ACCEPT
+    if cur[flag] != 0:
+        info |= INFO_OLD
+    if tid == 0:
+        mem[out_e + WT] = np.uint64(info)
     _sync()
-    return accept
+    return info
 
 
 @_cpu
-def dfs(mem, tier_offs, p_offs, n, u, e_off, first, step, scratch_off, stride, T, needed, viable, cnt,
-        stack_node, stack_ci, e_offs, cur, seeds, G):
-    """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
-    ANC in ``p_offs``) and EXPECT at ``e_off``; of ``u``'s own children only ``first, first + step, ...``
-    (child indices) are taken. A child is viable iff its terminal is in its parent's EXPECT; only nodes flagged
-    in ``needed`` are visited. Each viable node goes to ``_emit(viable, cnt, v)``; a viable node with
-    children gets its chart (one more tier) in a per-depth slot ``scratch_off + depth * stride``, its offsets
-    written into ``tier_offs[n + depth]`` / ``p_offs[n + depth + 1]`` (shared by the threads: thread 0
-    writes). Returns ``cnt`` plus the number of viable nodes found."""
+def _has_self_item(mem, pb, a, x, G):
+    """Is (x, x) an item closed by terminal ``a`` at the position whose ANC is at ``pb``: ``x`` in ANC, a rule
+    ``x -> A x`` with ``A -> a``?"""
     one = np.uint64(1)
-    n_left, WN = G.n_left, G.WN
+    xw = x >> 6
+    xb = one << np.uint64(x & 63)
+    if not (mem[pb + xw] & G.term_z[a, xw] & xb):
+        return False
+    for aw in range((G.n_left + 63) // 64):
+        abits = G.term_nts[a, aw]
+        while abits:
+            alow = abits & (~abits + one)
+            abits ^= alow
+            A = aw * 64 + _ctz(alow)
+            if A >= G.n_left:
+                break
+            pid = G.az_id[A, x]
+            if pid >= 0 and G.azx[pid, xw] & xb:
+                return True
+    return False
+
+
+@_cpu
+def _in_first_of_rights(mem, pb, a, z, G):
+    """Is ``z`` in FIRST(X) for some right child X of an item closed by ``a`` at ANC ``pb``?"""
+    one = np.uint64(1)
+    zw = z >> 6
+    zb = one << np.uint64(z & 63)
+    for aw in range((G.n_left + 63) // 64):
+        abits = G.term_nts[a, aw]
+        while abits:
+            alow = abits & (~abits + one)
+            abits ^= alow
+            A = aw * 64 + _ctz(alow)
+            if A >= G.n_left:
+                break
+            for j in range(G.WN):
+                cz = G.za[A, j] & mem[pb + j]
+                while cz:
+                    zl = cz & (~cz + one)
+                    cz ^= zl
+                    pid = G.az_id[A, j * 64 + _ctz(zl)]
+                    for jj in range(G.WN):
+                        xs = G.azx[pid, jj]
+                        while xs:
+                            xl = xs & (~xs + one)
+                            xs ^= xl
+                            if G.first[jj * 64 + _ctz(xl), zw] & zb:
+                                return True
+    return False
+
+
+@_cpu
+def certify(mem, p_offs, m, a, prev_info, info, prev_term, G):
+    """INFO word of the chart ``C + a`` (tiers 0..m, just computed, INFO ``info``) given its parent chart ``C``
+    (tiers 0..m-1, INFO ``prev_info``, last terminal ``prev_term``): with the idem mark ``a`` when
+    ``C + a + a`` is provably equivalent to ``C + a`` for every continuation, else unchanged.
+
+    Proof sketch (parsers/valiant/README.md has it in full). Let Q(C) be the set of sentential-form suffixes
+    left after deriving C's terminals. When no item older than the last terminal feeds the ancestor set (INFO
+    bit 1 clear), Q(C + a) = G_I(Q(C)) plus acceptance, where I is the set of items (Z -> A . X, A -> a) over
+    the last terminal and G_I(Q) = U_{(Z,X) in I} FL(X) . Z^-1 Q. If C and C + a both end with ``a`` that way,
+    with the same I and the same acceptance, then Q(C + a + a) = Q(C + a) as soon as G_I is idempotent; it is
+    when (a) (X, X) is in I for every right child X of I, and (b) every (Z, X) in I with Z in FIRST of a right
+    child of I has X = Z. An idem chart stays idem: C + a equivalent to C gives (C + a) + a equivalent to C + a."""
+    if prev_term != a or m < 1:
+        return info
+    mark = np.int64(a + 1) << IDEM_SHIFT
+    if (prev_info >> IDEM_SHIFT) == a + 1:
+        return info | mark
+    if (prev_info & 3) != (info & 3) or (info & INFO_OLD) != 0:
+        return info
+    pa = p_offs[m - 1]
+    pb = p_offs[m]
+    for j in range(G.WN):
+        if (mem[pa + j] ^ mem[pb + j]) & G.term_z[a, j]:
+            return info
+    # the items closed by a at position m: (Z, X), Z in ANC[m], Z -> A X, A -> a
+    one = np.uint64(1)
+    pairs = 0
+    for aw in range((G.n_left + 63) // 64):
+        abits = G.term_nts[a, aw]
+        while abits:
+            alow = abits & (~abits + one)
+            abits ^= alow
+            A = aw * 64 + _ctz(alow)
+            if A >= G.n_left:
+                break
+            for j in range(G.WN):
+                cz = G.za[A, j] & mem[pb + j]
+                while cz:
+                    zl = cz & (~cz + one)
+                    cz ^= zl
+                    z = j * 64 + _ctz(zl)
+                    pairs += 1
+                    if pairs > MAX_IDEM_PAIRS:
+                        return info
+                    pid = G.az_id[A, z]
+                    zw = z >> 6
+                    for jj in range(G.WN):
+                        xs = G.azx[pid, jj]
+                        # (b): if z is in FIRST of some right child, its only right child is z itself
+                        if xs & ~(zl if jj == zw else np.uint64(0)):
+                            if _in_first_of_rights(mem, pb, a, z, G):
+                                return info
+                        while xs:
+                            xl = xs & (~xs + one)
+                            xs ^= xl
+                            # (a): (X, X) is an item too
+                            if not _has_self_item(mem, pb, a, jj * 64 + _ctz(xl), G):
+                                return info
+    if pairs == 0:
+        return info
+    return info | mark
+
+
+@_cpu
+def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
+    """True when every needed child of trie node ``v`` (terminal ``a``, parent chart C with ANC at ``pm`` at its end)
+    has no needed child itself and has a terminal surely in EXPECT(C + a): in the lower bound given by the items
+    ``a`` closes on its own, ``first_term(X)`` for ``Z`` in ANC, ``Z -> A X``, ``A -> a`` (row 0 of the tier C + a would compute; the
+    full step adds only more). Then the step for ``v`` decides nothing. ``seeds`` (WN words) and ``cur`` (WT words)
+    are scratch; the threads share the words and end past a ``_sync`` with the same answer."""
+    one = np.uint64(1)
+    tid, nth = _tid(), _nth()
+    for ci in range(T.child_start[v], T.child_start[v + 1]):
+        k = T.child_ids[ci]
+        if needed[k]:
+            for cj in range(T.child_start[k], T.child_start[k + 1]):
+                if needed[T.child_ids[cj]]:
+                    return False
+    WN, WT = G.WN, G.WT
+    for j in range(tid, WN, nth):       # each thread owns its words of seeds and of the bound
+        seeds[j] = 0
+    for aw in range((G.n_left + 63) // 64):
+        abits = G.term_nts[a, aw] & mem[pm + aw]
+        while abits:
+            alow = abits & (~abits + one)
+            abits ^= alow
+            A = aw * 64 + _ctz(alow)
+            if A >= G.n_left:
+                break
+            for j in range(WN):
+                cz = G.za[A, j] & mem[pm + j]
+                while cz:
+                    zl = cz & (~cz + one)
+                    cz ^= zl
+                    pid = G.az_id[A, j * 64 + _ctz(zl)]
+                    for jj in range(tid, WN, nth):
+                        seeds[jj] |= G.azx[pid, jj]
+    _sync()
+    for tw in range(tid, WT, nth):
+        lb = np.uint64(0)
+        for j in range(WN):
+            xs = seeds[j]
+            while xs:
+                xl = xs & (~xs + one)
+                xs ^= xl
+                lb |= G.first_term[j * 64 + _ctz(xl), tw]
+        cur[tw] = lb
+    _sync()
+    ok = True
+    for ci in range(T.child_start[v], T.child_start[v + 1]):
+        k = T.child_ids[ci]
+        if needed[k]:
+            c = np.int64(T.node_term[k])
+            if not (cur[c >> 6] >> np.uint64(c & 63)) & one:
+                ok = False
+                break
+    _sync()
+    return ok
+
+
+@_cpu
+def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, stride, T, needed, viable, cnt,
+        stack_node, stack_ci, e_offs, lv_n, cur, seeds, stats, keep_off, keep_map, G):
+    """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
+    ANC in ``p_offs``), EXPECT at ``e_off`` (its INFO word follows) and last terminal ``u_term``; of ``u``'s own
+    children only ``first, first + step, ...`` (child indices) are taken. A child is viable iff its terminal is
+    in its parent's EXPECT; only nodes flagged in ``needed`` are visited. Each viable node goes to
+    ``_emit(viable, cnt, v)``; a viable node with children gets its chart: its parent's own chart when the parent's
+    is idem for its terminal (no step), else one more tier in the per-depth slot ``scratch_off + depth * stride``,
+    its offsets written into ``tier_offs[m]`` / ``p_offs[m + 1]`` (``m`` its tier index; shared by the threads:
+    thread 0 writes). Work is counted in ``stats`` (thread 0). Returns ``cnt`` plus the number of viable nodes.
+
+    ``keep_off >= 0`` (CPU): the charts of ``u``'s own children are kept, one after another from ``keep_off``
+    instead of in slot 0, and ``keep_map[k]`` gets the tier offset of child index ``first + k`` of ``u`` (its
+    last entry counts the charts kept), so the caller can adopt them as chart nodes (the next mask's base charts
+    are often among them)."""
+    one = np.uint64(1)
+    n_left, WN, WT = G.n_left, G.WN, G.WT
     tid = _tid()
     d = 0
     stack_node[0] = u
     stack_ci[0] = first
     e_offs[0] = e_off
+    lv_n[0] = n
     while d >= 0:
         x = stack_node[d]
         ci = stack_ci[d]
@@ -301,27 +591,71 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, first, step, scratch_off, stride, T
         if not needed[v]:
             continue
         a = np.int64(T.node_term[v])
-        if (mem[e_offs[d] + (a >> 6)] >> np.uint64(a & 63)) & one:
+        if tid == 0:
+            stats[ST_CHECKED] += 1
+        ex = e_offs[d]
+        if (mem[ex + (a >> 6)] >> np.uint64(a & 63)) & one:
             _emit(viable, cnt, v)
             cnt += 1
+            if tid == 0:
+                stats[ST_VIABLE] += 1
             if T.child_start[v + 1] > T.child_start[v]:
-                m = n + d          # index of the new tier (terminal a)
+                m = lv_n[d]        # index of the new tier (terminal a)
+                x_info = np.int64(mem[ex + WT])
+                if (x_info >> IDEM_SHIFT) == a + 1:
+                    # C_x + a is equivalent to C_x: v's subtree is searched from x's chart
+                    if tid == 0:
+                        stats[ST_ALIASED] += 1
+                    d += 1
+                    stack_node[d] = v
+                    stack_ci[d] = T.child_start[v]
+                    e_offs[d] = ex
+                    lv_n[d] = m
+                    continue
+                if _row0_certifies(mem, ex - WN, a, v, needed, cur, seeds, T, G):
+                    # every needed child is a leaf proven viable without C_x + a: emit them, no step
+                    for cj in range(T.child_start[v], T.child_start[v + 1]):
+                        k = T.child_ids[cj]
+                        if needed[k]:
+                            _emit(viable, cnt, k)
+                            cnt += 1
+                            if tid == 0:
+                                stats[ST_CHECKED] += 1
+                                stats[ST_VIABLE] += 1
+                                stats[ST_CERTIFIED] += 1
+                    continue
                 t_off = scratch_off + d * stride
                 p_off = t_off + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64
-                chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G)
+                if d == 0 and keep_off >= 0:
+                    K = keep_map.size - 1
+                    nw = p_off - t_off + WN + WT + 1
+                    t_off = keep_off + keep_map[K] * nw
+                    p_off = t_off + nw - (WN + WT + 1)
+                    if tid == 0:
+                        keep_map[ci - T.child_start[x]] = t_off
+                        keep_map[K] += 1
+                info = chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G)
                 if tid == 0:
                     tier_offs[m] = t_off
                     p_offs[m + 1] = p_off
+                    stats[ST_STEPS] += 1
+                _sync()
+                x_term = u_term if d == 0 else np.int64(T.node_term[x])
+                info2 = certify(mem, p_offs, m, a, x_info, info, x_term, G)
+                if info2 != info and tid == 0:
+                    mem[p_off + WN + WT] = np.uint64(info2)
                 _sync()
                 d += 1
                 stack_node[d] = v
                 stack_ci[d] = T.child_start[v]
                 e_offs[d] = p_off + WN
+                lv_n[d] = m + 1
     return cnt
 
 
 # Shared functions in dependency order: what for_cuda compiles, each seeing the CUDA versions of the others.
-SHARED = (_or_track, step_epilogue, chart_step, dfs)
+SHARED = (_or_track, _close_row, step_epilogue, chart_step, _has_self_item, _in_first_of_rights, certify,
+          _row0_certifies, dfs)
 
 
 def for_cuda(primitives: dict) -> dict:
@@ -341,48 +675,323 @@ def for_cuda(primitives: dict) -> dict:
     return ns
 
 
-# -- CPU entry points (called from Python; the grammar comes as a plain tuple, see the module docstring) ----
-@_cpu
-def extend(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, gt):
-    """:func:`chart_step` on the CPU (one thread)."""
-    return chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, Grammar(*gt))
+# -- the grammar packed into three arrays (CPU entry points: each array argument costs about 1,000 instructions
+#    of numba dispatch, so the 16 tables travel as three flat arrays and are viewed again inside) -------------
+_U_TABLES = ("term_nts", "first", "first_term", "lb", "za", "azx", "term_z", "cover", "has_cover")  # uint64, 2-D
+_I_TABLES = ("ab_id", "ab_start", "ab_parent", "az_id")                          # int32, 2-D / 1-D / 1-D / 2-D
+_GM_HEAD = 5     # n_nt, n_left, WN, WT, start
+GM_LEN = _GM_HEAD + 3 * (len(_U_TABLES) + len(_I_TABLES))   # pack_grammar's header length
+
+
+def pack_grammar(G) -> tuple:
+    """``(gu, gi, gm)``: the uint64 tables of the record ``G`` end to end, the int32 ones, and an int64 header
+    (scalars, then offset, rows and columns of each table). :func:`unpack_grammar` views them as ``G`` again."""
+    meta = [G.n_nt, G.n_left, G.WN, G.WT, G.start]
+    parts_u, parts_i, off_u, off_i = [], [], 0, 0
+    for name in _U_TABLES:
+        a = np.ascontiguousarray(getattr(G, name), dtype=np.uint64)
+        r, c = a.shape
+        meta += [off_u, r, c]
+        parts_u.append(a.ravel())
+        off_u += a.size
+    for name in _I_TABLES:
+        a = np.ascontiguousarray(getattr(G, name), dtype=np.int32)
+        r, c = (a.shape if a.ndim == 2 else (a.size, 1))
+        meta += [off_i, r, c]
+        parts_i.append(a.ravel())
+        off_i += a.size
+    gu = np.concatenate(parts_u) if parts_u else np.zeros(0, np.uint64)
+    gi = np.concatenate(parts_i) if parts_i else np.zeros(0, np.int32)
+    return gu, gi, np.array(meta, dtype=np.int64)
+
+
+@_cpu_inline
+def _tab2(flat, gm, k):
+    o, r, c = gm[_GM_HEAD + 3 * k], gm[_GM_HEAD + 3 * k + 1], gm[_GM_HEAD + 3 * k + 2]
+    return flat[o:o + r * c].reshape((r, c))
+
+
+@_cpu_inline
+def _tab1(flat, gm, k):
+    o, r = gm[_GM_HEAD + 3 * k], gm[_GM_HEAD + 3 * k + 1]
+    return flat[o:o + r]
+
+
+@_cpu_inline
+def unpack_grammar(gu, gi, gm):
+    """The :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy)."""
+    nu = 9
+    return Grammar(gm[0], gm[1], gm[2], gm[3], gm[4], _tab2(gu, gm, 0), _tab2(gu, gm, 1), _tab2(gu, gm, 2),
+                   _tab2(gu, gm, 3), _tab2(gi, gm, nu + 0), _tab1(gi, gm, nu + 1), _tab1(gi, gm, nu + 2),
+                   _tab2(gu, gm, 4), _tab2(gi, gm, nu + 3), _tab2(gu, gm, 5), _tab2(gu, gm, 6), _tab2(gu, gm, 7),
+                   _tab2(gu, gm, 8))
+
+
+# -- CPU entry point of one chart step (the tree search's are in search.py) -----------------------------------
+@_cpu_inline
+def _fill_path(nodes, node, tiers, ps):
+    """Tier offsets (0 .. n-1) and ANC offsets (0 .. n) of chart node ``node`` from the store's node rows
+    (parent, depth, tier offset, ANC offset); returns n."""
+    n = nodes[node, 1]
+    c = node
+    while c > 0:
+        d = nodes[c, 1]
+        tiers[d - 1] = nodes[c, 2]
+        ps[d] = nodes[c, 3]
+        c = nodes[c, 0]
+    ps[0] = nodes[0, 3]
+    return n
 
 
 @_cpu
-def tree_search(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, tt, needed, viable_out, stack_node, stack_ci,
-                e_offs, cur, seeds, root_first, root_step, gt):
-    """The viable trie nodes from a base chart (the root, node 0, first) into ``viable_out``; returns how many.
-    Only the root's children ``root_first, root_first + root_step, ...`` are searched (``(child_start[0], 1)``
-    is all of them). Writes only ``viable_out``, the stacks, ``cur``, ``seeds``, ``tier_offs[n:]``,
-    ``p_offs[n+1:]`` and ``mem[scratch_off : scratch_off + stride * depth]``, so workers with their own copies
-    of these run concurrently."""
-    viable_out[0] = 0
-    return dfs(mem, tier_offs, p_offs, n, 0, base_e, root_first, root_step, scratch_off, stride, Trie(*tt), needed,
-               viable_out, 1, stack_node, stack_ci, e_offs, cur, seeds, Grammar(*gt))
+def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, prev_term, gu, gi, gm):
+    """:func:`chart_step` on the CPU (one thread) from chart node ``node`` (rows of ``nodes``; ``pathbuf`` int64
+    scratch of 2 (n + 2)), then :func:`certify` against that parent chart (last terminal ``prev_term``). Returns
+    the INFO word."""
+    n = nodes[node, 1]
+    tier_offs = pathbuf[:n + 1]
+    p_offs = pathbuf[n + 1:2 * n + 3]
+    _fill_path(nodes, node, tier_offs, p_offs)
+    G = unpack_grammar(gu, gi, gm)
+    info = chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G)
+    prev_info = np.int64(mem[p_offs[n] + G.WN + G.WT])
+    p_offs[n + 1] = out_p
+    info2 = certify(mem, p_offs, n, t, prev_info, info, prev_term, G)
+    if info2 != info:
+        mem[out_e + G.WT] = np.uint64(info2)
+    return info2
+
+
+# -- CPU entry points of a mask: needed nodes, tree search, token assembly, in one call per base chart ----------
+# (in this file with the device logic they call: numba's on-disk cache is per source file, so a caller in another
+# file would keep stale machine code of a changed callee)
+Tables = namedtuple("Tables", [
+    "child_start", "child_ids", "node_term", "node_parent",      # the trie (int32)
+    "bnd_tok0", "bnd_tok1", "call_tok", "cont_nodes", "cont_tok",  # token lists (int32)
+    "d_b0", "d_b1", "d_call", "d_cont",                           # row of each list in ``dense``, or -1 (int32)
+    "need_b0", "need_b1",                                         # nodes some boundary list needs (int32 0/1)
+    "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
+])
+_I_FIELDS = Tables._fields[:15]
+_L_FIELDS = Tables._fields[15:]
+
+
+@_cpu_inline
+def _set_list(out, toks, lo, hi, dense_id, dense):
+    """OR tokens toks[lo:hi] into ``out``; long lists have a packed copy (``dense_id >= 0``) OR-ed word-wise."""
+    if dense_id >= 0:
+        row = dense[dense_id]
+        for w in range(out.size):
+            out[w] |= row[w]
+        return
+    one = np.uint32(1)
+    for j in range(lo, hi):
+        tok = toks[j]
+        out[tok >> 5] |= one << np.uint32(tok & 31)
+
+
+@_cpu
+def fill_tokens(out, viable, cnt, flags, use_b0, use_b1, xs, A, dense):
+    """OR into the packed mask ``out`` (uint32) the tokens of the viable nodes for one base chart.
+    ``flags`` is a zeroed uint8 [n_nodes] scratch, left zeroed. ``A`` is the :data:`Tables` record."""
+    for k in range(cnt):
+        flags[viable[k]] = 1
+    for k in range(cnt):
+        v = viable[k]
+        if use_b0:
+            _set_list(out, A.bnd_tok0, A.bnd_start[0, v], A.bnd_start[0, v + 1], A.d_b0[v], dense)
+        if use_b1:
+            _set_list(out, A.bnd_tok1, A.bnd_start[1, v], A.bnd_start[1, v + 1], A.d_b1[v], dense)
+    for i in range(xs.size):
+        x = xs[i]
+        _set_list(out, A.call_tok, A.call_start[x], A.call_start[x + 1], A.d_call[x], dense)
+        for gi in range(A.cont_xstart[x], A.cont_xstart[x + 1]):
+            if flags[A.cont_nodes[gi]]:
+                _set_list(out, A.cont_tok, A.cont_nstart[gi], A.cont_nstart[gi + 1], A.d_cont[gi], dense)
+    for k in range(cnt):
+        flags[viable[k]] = 0
+
+
+@_cpu
+def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent):
+    """Nodes a search from one base has to visit: those of the boundary lists in use, those of the
+    continuation groups of its lexer states ``xs``, and all their ancestors."""
+    for v in range(out.size):
+        out[v] = (use_b0 and need_b0[v]) or (use_b1 and need_b1[v])
+    out[0] = 1
+    for i in range(xs.size):
+        x = xs[i]
+        for gi in range(cont_xstart[x], cont_xstart[x + 1]):
+            v = cont_nodes[gi]
+            while not out[v]:
+                out[v] = 1
+                v = node_parent[v]
+
+
+_GM_LEN = GM_LEN
+
+
+@_cpu_inline
+def _v(flat, sl, k):
+    o = sl[_GM_LEN + 2 * k]
+    return flat[o:o + sl[_GM_LEN + 2 * k + 1]]
+
+
+@_cpu_inline
+def unpack_tables(si, sl):
+    """The :data:`Tables` record viewed from :func:`pack_statics`'s arrays (no copy)."""
+    bs = _v(sl, sl, 15)
+    return Tables(_v(si, sl, 0), _v(si, sl, 1), _v(si, sl, 2), _v(si, sl, 3), _v(si, sl, 4), _v(si, sl, 5),
+                  _v(si, sl, 6), _v(si, sl, 7), _v(si, sl, 8), _v(si, sl, 9), _v(si, sl, 10), _v(si, sl, 11),
+                  _v(si, sl, 12), _v(si, sl, 13), _v(si, sl, 14), bs.reshape((2, bs.size // 2)), _v(sl, sl, 16),
+                  _v(sl, sl, 17), _v(sl, sl, 18))
+
+
+def work_words(depth: int, n_max: int, k_root: int) -> int:
+    """int64 workspace of one search from a base of at most ``n_max`` tiers: four stacks of ``depth + 2``
+    levels, the work counters, the tier and ANC offsets of the path (``n_max + depth + 2`` and one more), and the
+    map of kept root-child charts (``k_root + 1``: see ``kernels_common.dfs``)."""
+    return 4 * (depth + 2) + N_STATS + 2 * (n_max + depth + 2) + 1 + k_root + 1
+
+
+@_cpu_inline
+def _search_one(mem, nodes, base, e_off, term, first, step, needed, viable, cnt, work, L, scr, scratch_off, stride, WN,
+                keep_off, K, T, G):
+    """One DFS from chart node ``base`` with the stacks, counters, path tables and the kept-chart map (last
+    ``K + 1`` words) carved out of ``work`` and the step scratch out of ``scr`` (seeds first)."""
+    st = 4 * L
+    keep_map = work[work.size - K - 1:]
+    keep_map[:K] = -1
+    keep_map[K] = 0
+    n = nodes[base, 1]
+    tiers = work[st + N_STATS:]
+    ps = tiers[L + n:]
+    _fill_path(nodes, base, tiers, ps)
+    return dfs(mem, tiers, ps, n, 0, e_off, term, first, step, scratch_off, stride, T, needed, viable, cnt, work[:L],
+               work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L], scr[WN:], scr[:WN], work[st:st + N_STATS], keep_off,
+               keep_map, G)
+
+
+@_cpu_inline
+def _mask_ends(out, clear, eos, acc):
+    """``clear``: zero ``out`` (the first base of a mask); ``eos >= 0``: set the EOS bit to ``acc`` (the last)."""
+    if clear:
+        out[:] = 0
+    if eos >= 0:
+        b = np.uint32(1) << np.uint32(eos & 31)
+        if acc:
+            out[eos >> 5] |= b
+        else:
+            out[eos >> 5] &= ~b
+
+
+@_cpu
+def mask_base(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
+              stride, keep_off, clear, eos, acc, tot, su, si, sl, dense):
+    """One base chart's part of a mask: if ``search``, the needed nodes and the tree search (viable nodes into
+    ``viable``, root first; else ``viable[:nv]`` holds a memoised result), then their tokens OR-ed into ``out``.
+    ``nodes`` are the chart store's node rows, ``L`` the levels of a DFS stack (trie depth + 2),
+    ``flags`` uint8 scratch of 2 x nodes (the second half zeroed), ``work`` int64 of :func:`work_words`, ``scr``
+    uint64 of ``WN + scratch_words(n + depth)``; the charts of the root's children are kept from ``keep_off``
+    (if >= 0; map at the end of ``work``); the search's work counters are added to ``tot``; ``clear`` / ``eos``,
+    ``acc``: see :func:`_mask_ends`. Returns the number of viable nodes."""
+    A = unpack_tables(si, sl)
+    N = A.node_parent.size
+    if clear:
+        out[:] = 0
+    if search:
+        G = unpack_grammar(su, si, sl)
+        needed = flags[:N]
+        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
+        work[4 * L:4 * L + N_STATS] = 0
+        viable[0] = 0
+        nv = _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr,
+                         scratch_off, stride, G.WN, keep_off, A.child_start[1] - A.child_start[0],
+                         Trie(A.child_start, A.child_ids, A.node_term), G)
+        for i in range(N_STATS):
+            tot[i] += work[4 * L + i]
+        tot[N_STATS] += 1
+    fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+    _mask_ends(out, False, eos, acc)
+    return nv
+
+
+@_cpu
+def search_nodes(mem, nodes, base, e_off, term, needed, viable, work, L, scr, scratch_off, stride, su, si, sl):
+    """The viable trie nodes of a search from a base among ``needed`` (into ``viable``, root first); returns how
+    many. For tests and the CUDA comparison (masks use :func:`mask_base`)."""
+    A = unpack_tables(si, sl)
+    G = unpack_grammar(su, si, sl)
+    work[4 * L:4 * L + N_STATS] = 0
+    viable[0] = 0
+    return _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
+                       stride, G.WN, -1, A.child_start[1] - A.child_start[0], Trie(A.child_start, A.child_ids,
+                                                                                   A.node_term), G)
+
+
+@_cpu
+def mask_virtual(out, mem, nodes, c, t, xs, viable, flags, scr, clear, eos, acc, tot, su, si, sl, dense):
+    """A base chart ``c + t`` that only lexer states ``xs`` still inside ``t`` need (no boundary lists): if every
+    trie node they need is a root child without needed children whose terminal the items ``t`` closes on its own
+    surely predict (``_row0_certifies`` from ``c``'s ANC), the viable nodes are known without the chart: OR their
+    tokens into ``out`` (``clear``, ``eos``, ``acc``: see :func:`_mask_ends`) and return how many; else return -1
+    and touch nothing but scratch."""
+    A = unpack_tables(si, sl)
+    G = unpack_grammar(su, si, sl)
+    N = A.node_parent.size
+    needed = flags[:N]
+    needed_nodes(needed, A.need_b0, A.need_b1, False, False, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
+    T = Trie(A.child_start, A.child_ids, A.node_term)
+    if not _row0_certifies(mem, nodes[c, 3], t, 0, needed, scr[G.WN:], scr[:G.WN], T, G):
+        return -1
+    viable[0] = 0
+    nv = 1
+    for ci in range(T.child_start[0], T.child_start[1]):
+        k = T.child_ids[ci]
+        if needed[k]:
+            viable[nv] = k
+            nv += 1
+    tot[ST_CERTIFIED] += nv - 1
+    tot[ST_VIABLE] += nv - 1
+    tot[N_STATS + 1] += 1
+    _mask_ends(out, clear, -1, False)
+    fill_tokens(out, viable, nv, flags[N:], False, False, xs, A, dense)
+    _mask_ends(out, False, eos, acc)
+    return nv
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def tree_search_par(mem, tier_offs, p_offs, n, base_e, scratch_off, stride, depth, tt, needed, viable_out, counts,
-                    stack_node, stack_ci, e_offs, cur, seeds, gt):
-    """:func:`tree_search` split over ``W = viable_out.shape[0]`` threads (numba ``prange``): worker w searches
-    the root's children w, w + W, ... with its own row of every per-worker array and its own scratch region
-    ``scratch_off + w * stride * depth``. Chart tiers below the base are shared and only read. Returns the
-    viable nodes (root first, then each worker's, in worker order)."""
-    W = viable_out.shape[0]
-    G = Grammar(*gt)
-    T = Trie(*tt)
-    for w in numba.prange(W):
-        counts[w] = dfs(mem, tier_offs[w], p_offs[w], n, 0, base_e, T.child_start[0] + w, W,
-                        scratch_off + w * stride * depth, stride, T, needed, viable_out[w], 0, stack_node[w],
-                        stack_ci[w], e_offs[w], cur[w], seeds[w], G)
-    total = 1
-    for w in range(W):
-        total += counts[w]
-    out = np.empty(total, dtype=np.int32)
-    out[0] = 0
-    k = 1
-    for w in range(W):
-        for i in range(counts[w]):
-            out[k] = viable_out[w, i]
-            k += 1
-    return out
+def mask_base_par(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr,
+                  scratch_off, stride, keep_off, clear, eos, acc, tot, keep_words, vbuf, counts, su, si, sl, dense):
+    """:func:`mask_base` with the search split over ``W = vbuf.shape[0]`` threads (numba ``prange``): worker w
+    searches the root's children w, w + W, ... with its own row of ``work``, ``scr`` and ``vbuf``, its own
+    scratch region ``scratch_off + w * stride * L`` and kept-chart region ``keep_off + w * keep_words``. Chart
+    tiers below the base are shared and only read."""
+    A = unpack_tables(si, sl)
+    N = A.node_parent.size
+    if clear:
+        out[:] = 0
+    if search:
+        G = unpack_grammar(su, si, sl)
+        needed = flags[:N]
+        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
+        T = Trie(A.child_start, A.child_ids, A.node_term)
+        W = vbuf.shape[0]
+        K = A.child_start[1] - A.child_start[0]
+        for w in numba.prange(W):
+            work[w, 4 * L:4 * L + N_STATS] = 0
+            counts[w] = _search_one(mem, nodes, base, e_off, term, A.child_start[0] + w, W, needed, vbuf[w], 0, work[w],
+                                    L, scr[w], scratch_off + w * stride * L, stride, G.WN,
+                                    keep_off + w * keep_words if keep_off >= 0 else -1, K, T, G)
+        viable[0] = 0
+        nv = 1
+        for w in range(W):
+            for i in range(counts[w]):
+                viable[nv] = vbuf[w, i]
+                nv += 1
+            for i in range(N_STATS):
+                tot[i] += work[w, 4 * L + i]
+        tot[N_STATS] += 1
+    fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+    _mask_ends(out, False, eos, acc)
+    return nv

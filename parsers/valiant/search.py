@@ -1,60 +1,33 @@
-"""Terminal tree search (paper 6.1) and mask assembly, CPU (numba).
+"""Terminal tree search (paper 6.1) and mask assembly, CPU (numba): one jitted call per base chart.
 
 From a base chart (the committed tiers of one branch) the trie of terminal sequences is searched
 depth-first: a child node is viable iff its terminal is in EXPECT of its parent's chart; a viable node with
 children gets its own chart (one more tier, written to a per-depth slot of a stack of tiers, zero copy:
 the tiers below are shared through ``tier_offs``). The search itself is ``kernels_common.dfs``, one source
-for both backends: ``tree_search`` (one CPU thread), ``tree_search_par`` (``threads`` CPU threads) and the
-CUDA kernels (BFS to ``bfs_depth``, then one DFS per worker block; cuda_kernels.py) all call it.
-This module holds the rest: which trie nodes a search needs, and the mask assembly from viable nodes.
+for both backends; the CUDA kernels (BFS to ``bfs_depth``, then one DFS per worker block; cuda_kernels.py)
+call it too.
+
+A mask needs, per base chart, three things: the trie nodes the search needs (:func:`needed_nodes`), the
+search, and the OR of the token lists of the viable nodes (``fill_tokens``). ``mask_base`` does all three in one
+call (``mask_base_par`` splits the search over threads), with every static table packed into three flat arrays
+(:func:`pack_statics`): numba's dispatch costs about 1,000 instructions per array argument, which for a cheap
+mask was more than the search. Those jitted functions live in ``kernels_common.py`` beside the device logic they
+call (numba's on-disk cache is per source file: a caller in another file would keep a changed callee's old
+machine code); this module holds the Python-side tables and re-exports them.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from .kernels_common import tree_search, tree_search_par  # noqa: F401  (re-exported)
+from .kernels_common import (  # noqa: F401  (the jitted mask entry points live beside the device logic they call)
+    _GM_LEN, _I_FIELDS, _L_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, mask_virtual, needed_nodes,
+    search_nodes, unpack_tables, work_words)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _set_list(out, toks, lo, hi, dense_id, dense):
-    """OR tokens toks[lo:hi] into ``out``; long lists have a packed copy (``dense_id >= 0``) OR-ed word-wise."""
-    if dense_id >= 0:
-        for w in range(out.size):
-            out[w] |= dense[dense_id, w]
-        return
-    one = np.uint32(1)
-    for j in range(lo, hi):
-        tok = toks[j]
-        out[tok >> 5] |= one << np.uint32(tok & 31)
-
-
-@numba.njit(cache=True, nogil=True)
-def fill_tokens(out, viable, cnt, flags, use_b0, use_b1, xs, bnd_start, bnd_tok0, bnd_tok1, call_start, call_tok,
-                cont_xstart, cont_nodes, cont_nstart, cont_tok, dense, d_b0, d_b1, d_call, d_cont):
-    """OR into the packed mask ``out`` (uint32) the tokens of the viable nodes for one base chart.
-    ``flags`` is a zeroed uint8 [n_nodes] scratch, left zeroed. ``d_*`` give each list's row in
-    ``dense`` (packed masks of the long lists) or -1."""
-    for k in range(cnt):
-        flags[viable[k]] = 1
-    for k in range(cnt):
-        v = viable[k]
-        if use_b0:
-            _set_list(out, bnd_tok0, bnd_start[0, v], bnd_start[0, v + 1], d_b0[v], dense)
-        if use_b1:
-            _set_list(out, bnd_tok1, bnd_start[1, v], bnd_start[1, v + 1], d_b1[v], dense)
-    for i in range(xs.size):
-        x = xs[i]
-        _set_list(out, call_tok, call_start[x], call_start[x + 1], d_call[x], dense)
-        for gi in range(cont_xstart[x], cont_xstart[x + 1]):
-            if flags[cont_nodes[gi]]:
-                _set_list(out, cont_tok, cont_nstart[gi], cont_nstart[gi + 1], d_cont[gi], dense)
-    for k in range(cnt):
-        flags[viable[k]] = 0
-
-
-def dense_lists(al, vocab_size: int, min_len: int = 2048):
-    """Packed masks for the token lists of at least ``min_len`` tokens, and each list's row (or -1)."""
+def dense_lists(al, vocab_size: int, min_len: int = 512):
+    """Packed masks for the token lists of at least ``min_len`` tokens, and each list's row (or -1). An OR of
+    a packed mask costs about as much as ~150 single tokens."""
     from gcdbench.parsers.base import ids_to_mask
 
     rows = []
@@ -85,17 +58,33 @@ def close_upward(flags, node_parent):
     flags[0] = 1
 
 
-@numba.njit(cache=True, nogil=True)
-def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent):
-    """Nodes a search from one base has to visit: those of the boundary lists in use, those of the
-    continuation groups of its lexer states ``xs``, and all their ancestors."""
-    for v in range(out.size):
-        out[v] = (use_b0 and need_b0[v]) or (use_b1 and need_b1[v])
-    out[0] = 1
-    for i in range(xs.size):
-        x = xs[i]
-        for gi in range(cont_xstart[x], cont_xstart[x + 1]):
-            v = cont_nodes[gi]
-            while not out[v]:
-                out[v] = 1
-                v = node_parent[v]
+def pack_statics(gpack, al, dense_idx, need_b0, need_b1) -> tuple:
+    """``(su, si, sl)``: everything static a search and a mask read, in three flat arrays: ``su`` the grammar's
+    uint64 tables, ``si`` its int32 tables then the trie's and the token lists' (``Tables`` fields 0-14), ``sl``
+    the grammar header (``kernels_common.pack_grammar``), then (offset, length) of each ``Tables`` field, then
+    the int64 fields. :func:`unpack_tables` views them as :data:`Tables`, ``unpack_grammar(su, si, sl)`` as the
+    grammar record."""
+    gu, gi, gm = gpack
+    assert gm.size == _GM_LEN
+    d_b0, d_b1, d_call, d_cont = dense_idx
+    src = {"child_start": al.child_start, "child_ids": al.child_ids, "node_term": al.node_term,
+           "node_parent": al.node_parent, "bnd_tok0": al.bnd_tok[0], "bnd_tok1": al.bnd_tok[1],
+           "call_tok": al.call_tok, "cont_nodes": al.cont_nodes, "cont_tok": al.cont_tok, "d_b0": d_b0, "d_b1": d_b1,
+           "d_call": d_call, "d_cont": d_cont, "need_b0": need_b0, "need_b1": need_b1,
+           "bnd_start": al.bnd_start.ravel(), "call_start": al.call_start, "cont_xstart": al.cont_xstart,
+           "cont_nstart": al.cont_nstart}
+    head, parts_i, parts_l = [], [gi], []
+    oi = gi.size
+    ol = _GM_LEN + 2 * len(Tables._fields)
+    for f in _I_FIELDS:
+        a = np.ascontiguousarray(src[f], dtype=np.int32)
+        head += [oi, a.size]
+        parts_i.append(a)
+        oi += a.size
+    for f in _L_FIELDS:
+        a = np.ascontiguousarray(src[f], dtype=np.int64)
+        head += [ol, a.size]
+        parts_l.append(a)
+        ol += a.size
+    sl = np.concatenate([gm, np.array(head, dtype=np.int64)] + parts_l)
+    return gu, np.concatenate(parts_i), sl
