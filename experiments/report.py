@@ -551,7 +551,11 @@ def _batch_text(run_dir: Path, c: dict) -> str:
             f"step p50 {_fmt_us(b['step_p50_us'])} µs, per sequence {_fmt_us(b['per_seq_us'])} µs")
 
 
-def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = ()) -> str:
+def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = (),
+                 before: tuple = ()) -> str:
+    """Tables, README.md and figures under ``out`` from the run folders under ``results`` (Table 1), ``also``
+    (further runs, each with its per-prefix-length tails), ``batch`` (batch mode) and ``before`` (per-prefix tail
+    CSVs of earlier commits, drawn beside the further runs' tails in the growth figure)."""
     cells = collect(results)
     batch_roots = ([results] if is_batch(cells).any() else []) + [Path(b) for b in batch]
     cells = single_mode(cells)
@@ -610,7 +614,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         *[f"- GPU: {g}" for g in sorted({g for g in cells["gpu"].dropna() if g})],
     ]
     for root in also:
-        readme += further_runs(Path(root), out)
+        readme += further_runs(Path(root), out, before=before)
     from gcdbench.experiments.beyond import beyond_section   # suite and sampled cells (also in <results>/../suite)
     readme += beyond_section([results, *map(Path, also), Path(results).parent / "suite"], out, tokenizer)
     if batch_roots:
@@ -628,8 +632,54 @@ def prefix_tails(steps: pd.DataFrame) -> pd.DataFrame:
                  max_us="max").reset_index()
 
 
-def further_runs(root: Path, out: Path, limit_us: float = 1000.0) -> list[str]:
-    """README lines for a run folder outside the Table 1 sweep, and its per-prefix-length tail files."""
+def read_before(path) -> tuple[str, pd.DataFrame]:
+    """(label, table) of a per-prefix-length tail CSV kept from an earlier run (``prefix_tails_<name>.csv``, columns
+    config, dataset, tokenizer, prefix_tokens, p50_us, p99_us, ...); the label is the file stem's last ``_`` part
+    (name such files ``..._<commit>.csv``)."""
+    path = Path(path)
+    try:
+        t = pd.read_csv(path)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"--before {path}: cannot read it as a prefix-tail CSV ({err}); give a prefix_tails_*.csv "
+                         "an earlier report wrote") from None
+    missing = {"config", "dataset", "tokenizer", "prefix_tokens", "p50_us", "p99_us"} - set(t.columns)
+    if missing:
+        raise SystemExit(f"--before {path}: columns {sorted(missing)} missing; give a prefix_tails_*.csv an earlier "
+                         "report wrote")
+    return f"before ({path.stem.rsplit('_', 1)[-1]})", t
+
+
+def growth_lines(tails: pd.DataFrame, root: Path, before: tuple, out: Path, name: str,
+                 limit_us: float) -> list[str]:
+    """The growth figure (per-length p50/p99, earlier runs beside this one) and one line per earlier run with the
+    matching cell's numbers, for every (config, dataset, tokenizer) that an earlier CSV also holds."""
+    from gcdbench.experiments.figures import _save, fig_growth
+
+    lines = []
+    commits = sorted({str(json.loads(p.read_text()).get("git_commit") or "?")[:7]
+                      for p in Path(root).rglob("run.json") if ".hydra" not in p.parts})
+    now = f"this run ({', '.join(commits) or 'commit unknown'})"
+    for path in before:
+        label, old = read_before(path)
+        for (config, ds, tok), t in tails.groupby(["config", "dataset", "tokenizer"]):
+            o = old[(old["config"] == config) & (old["dataset"] == ds) & (old["tokenizer"] == tok)]
+            if o.empty:
+                continue
+            fig = fig_growth({label: o, now: t}, limit_us)
+            stem = f"growth_{name}_{config}_{tok}"
+            _save(fig, out / "figures", stem)
+            lines += [f"**Growth, {config} on {ds} ({tok})**, {label} → {now}: highest per-length p99 "
+                      f"{_fmt_us(o['p99_us'].max())} → {_fmt_us(t['p99_us'].max())} µs; lengths over "
+                      f"{_fmt_us(limit_us)} µs: {int((o['p99_us'] > limit_us).sum())} of {len(o)} → "
+                      f"{int((t['p99_us'] > limit_us).sum())} of {len(t)}; median of the per-length p50 "
+                      f"{_fmt_us(o['p50_us'].median())} → {_fmt_us(t['p50_us'].median())} µs (`{path}`).", "",
+                      f"![{stem}](figures/{stem}.png) ([PDF](figures/{stem}.pdf))", ""]
+    return lines
+
+
+def further_runs(root: Path, out: Path, limit_us: float = 1000.0, before: tuple = ()) -> list[str]:
+    """README lines for a run folder outside the Table 1 sweep, and its per-prefix-length tail files (and the
+    growth figure against ``before``: per-prefix tail CSVs of earlier runs)."""
     from gcdbench.experiments.figures import _save, fig_mask_vs_prefix, load_cells, load_steps
 
     cells = single_mode(collect(root))
@@ -655,6 +705,7 @@ def further_runs(root: Path, out: Path, limit_us: float = 1000.0) -> list[str]:
     lines += [f"Every length: `prefix_tails_{name}.csv` (masks, p50, p99, max per prefix length).", ""]
     figs = out / "figures"
     figs.mkdir(parents=True, exist_ok=True)
+    lines += growth_lines(tails, root, before, out, name, limit_us)
     fcells = load_cells(root)
     for tok in sorted(set(fcells["tokenizer"])):
         fig = fig_mask_vs_prefix(steps, fcells, tok, width=1)
@@ -825,8 +876,12 @@ def main(argv=None):
     ap.add_argument("--tokenizer", default="qwen3")
     ap.add_argument("--also", nargs="*", default=[], help="further run folders, each reported in its own section")
     ap.add_argument("--batch", nargs="*", default=[], help="folders of batch-mode runs (experiment=batch_sweep)")
+    ap.add_argument("--before", nargs="*", default=[],
+                    help="per-prefix tail CSVs of earlier runs (prefix_tails_<name>_<commit>.csv): a growth figure "
+                         "draws them beside the --also runs' tails")
     args = ap.parse_args(argv)
-    print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also), tuple(args.batch)))
+    print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also), tuple(args.batch),
+                       tuple(args.before)))
 
 
 if __name__ == "__main__":

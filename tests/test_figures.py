@@ -302,3 +302,26 @@ def test_growth_figure_per_prefix_length(tmp_path):
     fig = figures.fig_growth({"before": t, "after": figures.prefix_percentiles(figures.load_steps(after))}, 1000)
     text = _texts(fig)
     assert "before p99" in text and "after p50" in text and "target 1 ms" in text and "treebank" in text
+
+
+def test_report_growth_figure_against_an_earlier_commit(small_results, tmp_path):
+    """``--before CSV``: an earlier run's per-prefix tails (a prefix_tails CSV kept under ``..._<commit>.csv``) are
+    drawn beside the --also run's tails, with a line of before/after numbers; a CSV that is not one is refused."""
+    from gcdbench.experiments.report import _fmt_us, prefix_tails
+
+    extra = tmp_path / "tb300"
+    cell = write_cell(extra, "valiant", "valiant", "treebank", n_samples=4, base_us=900, seed=5)
+    old = prefix_tails(pd.read_parquet(cell / "steps.parquet"))
+    old[["p50_us", "p99_us"]] *= 4
+    kept = tmp_path / "prefix_tails_tb300_abc1234.csv"
+    old.to_csv(kept, index=False)
+    out = tmp_path / "report"
+    write_report(small_results, out, also=(extra,), before=(kept,))
+    readme = (out / "README.md").read_text()
+    assert "**Growth, valiant on treebank (qwen3)**, before (abc1234) → this run (" in readme
+    assert f"highest per-length p99 {_fmt_us(old['p99_us'].max())} → " in readme
+    assert (out / "figures" / "growth_tb300_valiant_qwen3.png").stat().st_size > 1000
+    bad = tmp_path / "not_tails.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match="columns .* missing"):
+        write_report(small_results, tmp_path / "r2", also=(extra,), before=(bad,))
