@@ -702,10 +702,13 @@ def run(cfg) -> Path:
     opts = {k: v for k, v in OmegaConf.to_container(cfg.engine, resolve=True).items() if k not in ("name", "label")}
     cls = engine_class(engine_name)
     batch_size = int(cfg.batch.size)
+    preset = dict(opts)
     if batch_size and cfg.batch.threads is not None and getattr(cls, "threads_option", None):
         opts[cls.threads_option] = int(cfg.batch.threads)   # the engine's own option: in its label and identity
     probe = cls(**opts)   # unknown options and values outside an option's choices fail here, before any work
-    label = cfg.engine.get("label") or engine_label(engine_name, opts, cls.options())
+    # a named preset keeps its name, plus any option batch.threads changed from the preset's own value
+    label = (engine_label(cfg.engine.label, opts, preset) if cfg.engine.get("label")
+             else engine_label(engine_name, opts, cls.options()))
     tokenizer = load_tokenizer(cfg.tokenizer.name)
     dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=n, seed=cfg.seed)
     identity = cell_identity(engine_name, label, probe.opts, dataset, OmegaConf.to_container(cfg.dataset, resolve=True),

@@ -354,6 +354,12 @@ def test_sequence_time_limit_and_run_time_limit(tmp_path, letters):
 def test_batch_threads_sets_the_engine_option_and_bad_values_fail(tmp_path, letters):
     out = run(make_cfg(tmp_path, "engine=xgrammar", *letters, "batch.size=2", "batch.threads=2", "audit.per_sample=0"))
     assert out.name == "xgrammar__max_threads-2__batch-2"
+    # a named preset (its own label) gets the changed option in its folder name too: threads 1 and 2 are two cells
+    one = run(make_cfg(tmp_path, "engine=llguidance_raised", *letters, "batch.size=2", "batch.threads=1",
+                       "audit.per_sample=0"))
+    two = run(make_cfg(tmp_path, "engine=llguidance_raised", *letters, "batch.size=2", "batch.threads=2",
+                       "audit.per_sample=0"))
+    assert (one.name, two.name) == ("llguidance_raised__batch-2", "llguidance_raised__threads-2__batch-2")
     meta = json.loads((out / "run.json").read_text())
     assert meta["engine_options"]["max_threads"] == 2 and meta["batch"]["threads"] == 2
     # an engine without a thread option: the same cell as threads=1 (resumed, nothing to do)
