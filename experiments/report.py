@@ -166,6 +166,8 @@ def audit_counts(audit: pd.DataFrame) -> dict:
     row = {"audit_steps": int(len(audit)), "audit_agree": int(audit["agree"].astype(bool).sum()),
            "audit_false_allow": int((audit["n_false_allow"] > 0).sum()),
            "audit_false_block": int((audit["n_false_block"] > 0).sum())}
+    if "agree_single_mode" in audit:   # batch mode: the batch row equals the sequence's own fill_mask
+        row["audit_agree_single_mode"] = int(audit["agree_single_mode"].astype(bool).sum())
     if not has_profile_columns(audit):
         return row   # stored before declared profiles: re-run the cell for the profile columns
     lang, prof = audit["agree_language"].astype(bool), audit["agree_profile"].astype(bool)
@@ -808,7 +810,8 @@ def batch_table(bcells: pd.DataFrame) -> pd.DataFrame:
         per = _get(c, "per_seq_us")
         audit = ""
         if _get(c, "audit_steps"):
-            audit = f"{int(_get(c, 'audit_agree_documented') or 0)}/{int(c['audit_steps'])}"
+            agree = _get(c, "audit_agree_profile")
+            audit = f"{int(agree if agree is not None else _get(c, 'audit_agree') or 0)}/{int(c['audit_steps'])}"
             if _get(c, "audit_agree_single_mode") is not None:
                 audit += f", single {int(c['audit_agree_single_mode'])}/{int(c['audit_steps'])}"
         err = _get(c, "compile_error")

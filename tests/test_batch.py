@@ -397,6 +397,10 @@ def test_report_has_a_batch_section_and_keeps_batch_cells_out_of_table1(tmp_path
     assert "## Batch decoding" in readme and "figures/batch_bytes.png" in readme
     csv = pd.read_csv(tmp_path / "report" / "batch.csv")
     assert sorted(csv["B"]) == [1, 2, 4] and (csv["per_seq_us"] > 0).all() and (csv["threads"] == 1).all()
+    # the audit column: steps agreeing with the declared profile, and batch rows equal to single-mode masks
+    assert (csv["audit_agree_single_mode"] == csv["audit_steps"]).all() and (csv["audit_steps"] > 0).all()
+    n = int(csv["audit_steps"].iloc[0])
+    assert f"{int(csv['audit_agree_profile'].iloc[0])}/{n}, single {n}/{n}" in readme
     assert (tmp_path / "report" / "figures" / "batch_bytes.png").exists()
     cells = pd.read_csv(tmp_path / "report" / "cells.csv")
     assert set(cells["config"]) == {"reference"}
