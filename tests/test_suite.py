@@ -168,18 +168,10 @@ KNOWN_FAILURES = {
 
 
 def _engines():
-    from gcdbench.parsers.registry import ENGINES, engine_class
+    from engines_here import engine_params
+    from gcdbench.parsers.registry import ENGINES
 
-    out = []
-    for name in sorted(ENGINES):
-        if name == "reference":
-            continue
-        try:
-            engine_class(name)
-            out.append(pytest.param(name, id=name))
-        except ValueError as err:
-            out.append(pytest.param(name, id=name, marks=pytest.mark.skip(reason=f"engine not importable: {err}")))
-    return out
+    return engine_params([n for n in ENGINES if n != "reference"])
 
 
 @pytest.mark.slow
