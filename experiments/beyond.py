@@ -341,6 +341,7 @@ def beyond_section(roots, out: Path, tokenizer: str = "qwen3") -> list[str]:
         "mask equals exactly the reference's under the harness's language, and under the engine's declared "
         "profile (named in brackets). × = not run (typed reason in the note).", "",
         _markdown(table), "",
+        report.measured_at(cells), "",
     ]
     gvs = gold_vs_sampled(all_cells)   # gold cells of Table 1's sources may sit in another folder
     if len(gvs):

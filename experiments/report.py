@@ -90,6 +90,40 @@ def read_cell_file(run_dir: Path, name: str):
         raise Unreadable(f"cannot read {path} ({type(err).__name__}: {str(err)[:160]})") from None
 
 
+def cell_commits(meta: dict, samples: pd.DataFrame | None) -> tuple[str, ...]:
+    """The commits (7 characters) a cell's rows were measured at, from the per-row provenance (else the cell's)."""
+    if samples is not None and "git_commit" in samples:
+        return tuple(sorted({str(c)[:7] for c in samples["git_commit"].dropna()}))
+    c = meta.get("git_commit")
+    return (c.removesuffix("-dirty")[:7],) if c else ()
+
+
+def measured_at(cells: pd.DataFrame) -> str:
+    """One sentence naming the commit(s) and machine(s) the cells of one table were measured at; when they come
+    from several commits, how many cells each (and which, for the smaller groups), so a table never mixes commits
+    silently."""
+    if cells.empty:
+        return ""
+    machines = sorted({str(m) for m in cells["machine"].dropna()}) if "machine" in cells else []
+    on = " on " + "; ".join(machines) if machines else ""
+    groups: dict[tuple, list[str]] = {}
+    for _, c in cells.iterrows():
+        commit = c.get("commit")
+        groups.setdefault(tuple(commit.split("+")) if isinstance(commit, str) and commit else (), []).append(
+            f"{c['config']} × {c['dataset']}" + (f" B={int(c['B'])}" if "B" in c and pd.notna(c.get("B")) else ""))
+    if len(groups) == 1:
+        (commits, names), = groups.items()
+        what = (f"commit `{commits[0]}`" if len(commits) == 1 else
+                "commits " + ", ".join(f"`{x}`" for x in commits) + " (cells of mixed commits)" if commits
+                else "an unknown commit")
+        return f"Measured at {what}{on}: " + ("the one cell." if len(names) == 1 else f"all {len(names)} cells.")
+    parts = []
+    for commits, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        label = "+".join(f"`{x}`" for x in commits) or "unknown commit"
+        parts.append(f"{label}: {len(names)} cell{'s' if len(names) > 1 else ''}" + (f" ({', '.join(names)})" if len(names) <= 6 else ""))
+    return f"**Cells of {len(groups)} commits in this table**{on}: " + "; ".join(parts) + "."
+
+
 def provenance(meta: dict, samples: pd.DataFrame | None) -> str:
     """"" for a cell whose rows all come from one clean commit, else what is wrong ("dirty tree", "mixed
     commits (a1b2c3d, e4f5a6b)", "commit unknown")."""
@@ -136,6 +170,7 @@ def cell_stats(run_dir: Path) -> dict:
         "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")), "ttfm_s": meta.get("ttfm_s"),
         "compile_error_kind": meta.get("compile_error_kind"), "audit_per_sample": _audit_depth(meta),
         "audit_error": meta.get("audit_error"), "provenance": provenance(meta, samples),
+        "commit": "+".join(cell_commits(meta, samples)),
         "outcome_counts": meta.get("outcomes") or {},
         "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
         "batch_size": ((meta.get("identity") or {}).get("batch") or {}).get("size"),
@@ -276,14 +311,14 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
 
 def details(cells: pd.DataFrame) -> pd.DataFrame:
     """Every cell: outcomes, init and TTFM, mask-time percentiles (p99.9 included), audit agreement, peak memory
-    per phase, provenance."""
+    per phase, the commit(s) its rows were measured at, provenance."""
     audit_cols = list(AUDIT_DETAIL_COLUMNS)
     lang = cells["audit_agree_language"] if "audit_agree_language" in cells else pd.Series(np.nan, cells.index)
     if "audit_agree" not in cells or not (cells["audit_agree"].notna() & lang.isna()).any():
         audit_cols.remove("audit_agree")   # no cell audited before profiles: it equals audit_agree_language
     cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "init_cache_hit",
             "ttfm_s", "mask_n", "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_p999_us", "mask_max_us",
-            *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "provenance", "machine", "gpu"]
+            *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "commit", "provenance", "machine", "gpu"]
     d = cells.reindex(columns=cols)
     for col in ("samples", "passed", "mask_n", *(c for c in audit_cols if c != "audit_profile")):
         d[col] = d[col].astype("Int64")
@@ -564,6 +599,9 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
     if cells.empty:
         raise SystemExit(f"no run.json under {results}: run `python -m experiments.run ...` first")
     out.mkdir(parents=True, exist_ok=True)
+    for old in (out / "figures").glob("*"):   # the report owns <out>/figures: no figure of an earlier report stays
+        if old.suffix in (".png", ".pdf"):
+            old.unlink()
     t1, notes = table1(cells, tokenizer)
     t1.to_csv(out / "table1.csv", index=False)
     (out / "table1.tex").write_text(t1.to_latex(index=False, escape=True))
@@ -592,6 +630,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         "(µs), p50/p99/max over every mask of the cell. Pass = samples whose every oracle token and final EOS "
         "were allowed. × = the engine could not run the cell (reason in the notes).", "",
         md_t1, "",
+        measured_at(cells[cells["tokenizer"] == tokenizer]), "",
         "## Every cell", "",
         "Init = compile only. TTFM (time to first mask) = init plus the first mask of the untimed warm-up sample "
         "in the fresh worker (cold, at the empty prefix); the warm-up sample's other masks are not timed either. "
@@ -606,6 +645,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
         "the worker process (MB) while compiling and while running the samples (measured apart). Provenance "
         "names cells whose rows do not all come from one clean commit.", "",
         _markdown(det.drop(columns=["machine", "gpu"])), "",
+        measured_at(cells), "",
         *disagreement_section(main_cells, dis),
         *(["## Not reported", "", *[f"- {m}" for m in cells.attrs.get("skipped", [])], ""]
           if cells.attrs.get("skipped") else []),
@@ -690,7 +730,8 @@ def further_runs(root: Path, out: Path, limit_us: float = 1000.0, before: tuple 
     if cells.empty:
         return [f"## Further runs: `{root}`", "", "No run.json found.", ""]
     name = Path(root).name
-    lines = [f"## Further runs: `{root}`", "", _markdown(details(cells).drop(columns=["machine", "gpu"])), ""]
+    lines = [f"## Further runs: `{root}`", "", _markdown(details(cells).drop(columns=["machine", "gpu"])), "",
+             measured_at(cells), ""]
     steps = load_steps(root)
     if steps.empty:
         return lines
@@ -831,6 +872,21 @@ def batch_table(bcells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def batch_overview(bcells: pd.DataFrame) -> pd.DataFrame:
+    """One row per dataset and engine config (its threads), one column per B: the per-sequence cost (µs) and, in
+    brackets, its gain over B=1 (the detailed table's numbers, side by side); × = no batch step (compile error)."""
+    rows = {}
+    for _, r in batch_table(bcells).iterrows():
+        key = (r["dataset"], r["config"], r["threads"])
+        row = rows.setdefault(key, {"dataset": key[0], "config": key[1], "threads": key[2]})
+        per, gain = r["per-seq µs"], r["gain vs B=1"]
+        row[f"B={r['B']}"] = "×" if per == "–" and str(r["outcomes"]).startswith("×") else (
+            per if gain in ("–", "1.00×") else f"{per} ({gain})")
+    df = pd.DataFrame(list(rows.values()))
+    bs = sorted({int(c[2:]) for c in df.columns if c.startswith("B=")})
+    return df[["dataset", "config", "threads", *[f"B={b}" for b in bs]]]
+
+
 def batch_section(roots, out: Path, single: pd.DataFrame | None = None) -> list[str]:
     """README lines of the batch section (table, ``batch.csv``, figure) for the batch-mode cells under ``roots``.
     An engine whose single-mode cell (``single``, e.g. Table 1's) on a dataset of the batch runs is a compile
@@ -842,7 +898,6 @@ def batch_section(roots, out: Path, single: pd.DataFrame | None = None) -> list[
     if bcells.empty:
         return ["## Batch decoding", "", f"No batch-mode cell under {names}.", ""]
     bcells.drop(columns=["outcome_counts"], errors="ignore").to_csv(out / "batch.csv", index=False)
-    machines = sorted({str(m) for m in bcells["machine"].dropna()})
     lines = [
         "## Batch decoding", "",
         f"From {names} (`python -m experiments.run -m experiment=batch_sweep`). B sequences are teacher-forced in "
@@ -852,7 +907,10 @@ def batch_section(roots, out: Path, single: pd.DataFrame | None = None) -> list[
         "live sequences (mean); gain = per-seq at B=1 / per-seq at B, same config. Threads = the engine's thread "
         "option (`threads`, `max_threads`; engines without one run their batch path on one thread). Audit = "
         "audited steps agreeing with the reference (modulo documented differences), and steps whose batch row "
-        "equals the sequence's own `fill_mask`. Machines: " + "; ".join(machines) + ".", "",
+        "equals the sequence's own `fill_mask`. " + measured_at(bcells), "",
+        "Per-sequence cost (µs) against B, with the gain over B=1 in brackets:", "",
+        _markdown(batch_overview(bcells).fillna(""), parse_numbers=False), "",
+        "Every cell (step latency, outcomes, audit):", "",
         _markdown(batch_table(bcells), parse_numbers=False), "",
         "Every cell's numbers: `batch.csv`.", ""]
     if single is not None and not single.empty and "compile_error" in single:

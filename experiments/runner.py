@@ -440,7 +440,8 @@ class Cell:
             if df is None:
                 path.unlink(missing_ok=True)
             else:
-                _write_atomic(path, lambda p, df=df: df.to_parquet(p, index=False))
+                # zstd: about a quarter smaller than the default snappy on these tables (the committed results)
+                _write_atomic(path, lambda p, df=df: df.to_parquet(p, index=False, compression="zstd"))
             self.frames[name] = df
         sessions = self.sessions()
         for s in sessions:
@@ -714,6 +715,13 @@ def run(cfg) -> Path:
     identity = cell_identity(engine_name, label, probe.opts, dataset, OmegaConf.to_container(cfg.dataset, resolve=True),
                              tokenizer, int(cfg.seed), batch_size)
     out = Path(cfg.out_dir) / dataset.name / tokenizer.name / (label + (f"__batch-{batch_size}" if batch_size else ""))
+    if (batch_size and cfg.batch.threads not in (None, 1) and not getattr(cls, "threads_option", None)
+            and not cfg.fresh and (out / "run.json").exists()):
+        # no thread option: batch.threads=T names the threads=1 cell, already run; resuming it here would give its
+        # samples cut by the run time limit a second limit (a sweep over batch.threads runs each cell once)
+        print(f"{label}: no thread option, so batch.threads={cfg.batch.threads} is the cell {out} already run "
+              "(not run again; batch.threads=1 resumes it)", file=sys.stderr)
+        return out
     out.mkdir(parents=True, exist_ok=True)
     with CellLock(out):
         if cfg.fresh:

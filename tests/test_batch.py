@@ -349,6 +349,14 @@ def test_sequence_time_limit_and_run_time_limit(tmp_path, letters):
     assert "skipped" in got.values() and "timeout" in got.values()
     samples = pd.read_parquet(out / "samples.parquet")
     assert samples[samples["outcome"] == "timeout"]["message"].str.contains("limits.run_timeout_s").all()
+    # batch.threads=2 of an engine without a thread option names this same cell: a sweep over threads does not
+    # resume it (that would give the skipped samples a second run time limit)
+    sessions = len(json.loads((out / "run.json").read_text())["sessions"])
+    again = run(make_cfg(tmp_path / "r", "engine=reference", "engine.name=tests.faulty_engines:SlowEngine", *letters,
+                         f"dataset.samples={more}", "batch.size=2", "batch.threads=2", "audit.per_sample=0",
+                         "limits.run_timeout_s=0.5", "warmup=false"))
+    assert again == out and outcomes(out) == got
+    assert len(json.loads((out / "run.json").read_text())["sessions"]) == sessions
 
 
 def test_batch_threads_sets_the_engine_option_and_bad_values_fail(tmp_path, letters):
@@ -402,6 +410,13 @@ def test_report_has_a_batch_section_and_keeps_batch_cells_out_of_table1(tmp_path
     n = int(csv["audit_steps"].iloc[0])
     assert f"{int(csv['audit_agree_profile'].iloc[0])}/{n}, single {n}/{n}" in readme
     assert (tmp_path / "report" / "figures" / "batch_bytes.png").exists()
+    # the overview: one row per config, one column per B, the B=1 cell without a gain, the others with theirs
+    lines = readme.splitlines()
+    at = lines.index("Per-sequence cost (µs) against B, with the gain over B=1 in brackets:")
+    head = [c.strip() for c in lines[at + 2].strip("|").split("|")]
+    assert head == ["dataset", "config", "threads", "B=1", "B=2", "B=4"], head
+    row = [c.strip() for c in lines[at + 4].strip("|").split("|")]
+    assert row[1:3] == ["psc", "1"] and "×" not in row[3] and all(c.endswith("×)") for c in row[4:]), row
     cells = pd.read_csv(tmp_path / "report" / "cells.csv")
     assert set(cells["config"]) == {"reference"}
 

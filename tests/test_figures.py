@@ -325,3 +325,42 @@ def test_report_growth_figure_against_an_earlier_commit(small_results, tmp_path)
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit, match="columns .* missing"):
         write_report(small_results, tmp_path / "r2", also=(extra,), before=(bad,))
+
+
+def _stamp(cell: Path, commit: str) -> None:
+    """Give a written cell's sample rows the provenance the runner records."""
+    s = pd.read_parquet(cell / "samples.parquet")
+    s["git_commit"], s["git_dirty"] = commit, False
+    s.to_parquet(cell / "samples.parquet", index=False)
+
+
+def test_report_names_the_commits_of_each_table(tmp_path):
+    """A table whose cells come from one commit says which; cells of several commits are never mixed silently."""
+    root = tmp_path / "runs"
+    a = write_cell(root, "xgrammar", "xgrammar", "spider", base_us=800, seed=1)
+    b = write_cell(root, "llguidance", "llguidance", "spider", base_us=60, seed=2)
+    _stamp(a, "a" * 40)
+    _stamp(b, "a" * 40)
+    write_report(root, tmp_path / "one")
+    readme = (tmp_path / "one" / "README.md").read_text()
+    assert "Measured at commit `aaaaaaa` on test cpu" in readme and "all 2 cells" in readme
+    assert "Cells of" not in readme
+    assert list(pd.read_csv(tmp_path / "one" / "cells.csv")["commit"]) == ["aaaaaaa", "aaaaaaa"]
+    _stamp(b, "b" * 40)
+    write_report(root, tmp_path / "two")
+    readme = (tmp_path / "two" / "README.md").read_text()
+    assert "**Cells of 2 commits in this table**" in readme
+    assert "`aaaaaaa`: 1 cell (xgrammar × spider)" in readme and "`bbbbbbb`: 1 cell (llguidance × spider)" in readme
+
+
+def test_report_removes_figures_an_earlier_report_drew(small_results, tmp_path):
+    """The report owns <out>/figures: a figure of a cell no longer stored does not stay beside the new ones."""
+    out = tmp_path / "report"
+    (out / "figures").mkdir(parents=True)
+    stale = out / "figures" / "mask_vs_prefix_llama3.png"
+    stale.write_bytes(b"old")
+    keep = out / "figures" / "notes.txt"
+    keep.write_text("not a figure")
+    write_report(small_results, out)
+    assert not stale.exists() and keep.exists()
+    assert (out / "figures" / "mask_vs_prefix_qwen3.png").exists()
