@@ -100,28 +100,37 @@ def cell_commits(meta: dict, samples: pd.DataFrame | None) -> tuple[str, ...]:
 
 def measured_at(cells: pd.DataFrame) -> str:
     """One sentence naming the commit(s) and machine(s) the cells of one table were measured at; when they come
-    from several commits, how many cells each (and which, for the smaller groups), so a table never mixes commits
-    silently."""
+    from several commits or machines, how many cells each group has (and which, for the smaller groups), so a
+    table never mixes commits or machines silently."""
     if cells.empty:
         return ""
-    machines = sorted({str(m) for m in cells["machine"].dropna()}) if "machine" in cells else []
-    on = " on " + "; ".join(machines) if machines else ""
     groups: dict[tuple, list[str]] = {}
     for _, c in cells.iterrows():
-        commit = c.get("commit")
-        groups.setdefault(tuple(commit.split("+")) if isinstance(commit, str) and commit else (), []).append(
+        commit, machine = c.get("commit"), c.get("machine") if "machine" in cells else None
+        key = (tuple(commit.split("+")) if isinstance(commit, str) and commit else (),
+               str(machine) if isinstance(machine, str) and machine else "")
+        groups.setdefault(key, []).append(
             f"{c['config']} × {c['dataset']}" + (f" B={int(c['B'])}" if "B" in c and pd.notna(c.get("B")) else ""))
+
+    def label(commits: tuple, machine: str) -> str:
+        return ("+".join(f"`{x}`" for x in commits) or "an unknown commit") + (f" on {machine}" if machine else "")
+
     if len(groups) == 1:
-        (commits, names), = groups.items()
+        ((commits, machine), names), = groups.items()
         what = (f"commit `{commits[0]}`" if len(commits) == 1 else
                 "commits " + ", ".join(f"`{x}`" for x in commits) + " (cells of mixed commits)" if commits
                 else "an unknown commit")
+        on = f" on {machine}" if machine else ""
         return f"Measured at {what}{on}: " + ("the one cell." if len(names) == 1 else f"all {len(names)} cells.")
+    n_commits = len({commits for commits, _ in groups})
+    n_machines = len({machine for _, machine in groups})
+    head = (f"**Cells of {n_commits} commits in this table**" if n_commits > 1 else
+            f"**Cells of {n_machines} machines in this table** (compare timings only within one machine)")
     parts = []
-    for commits, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        label = "+".join(f"`{x}`" for x in commits) or "unknown commit"
-        parts.append(f"{label}: {len(names)} cell{'s' if len(names) > 1 else ''}" + (f" ({', '.join(names)})" if len(names) <= 6 else ""))
-    return f"**Cells of {len(groups)} commits in this table**{on}: " + "; ".join(parts) + "."
+    for (commits, machine), names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        parts.append(f"{label(commits, machine)}: {len(names)} cell{'s' if len(names) > 1 else ''}"
+                     + (f" ({', '.join(names)})" if len(names) <= 12 else ""))
+    return head + ": " + "; ".join(parts) + "."
 
 
 def provenance(meta: dict, samples: pd.DataFrame | None) -> str:

@@ -350,7 +350,26 @@ def test_report_names_the_commits_of_each_table(tmp_path):
     write_report(root, tmp_path / "two")
     readme = (tmp_path / "two" / "README.md").read_text()
     assert "**Cells of 2 commits in this table**" in readme
-    assert "`aaaaaaa`: 1 cell (xgrammar × spider)" in readme and "`bbbbbbb`: 1 cell (llguidance × spider)" in readme
+    assert "`aaaaaaa` on test cpu (? cores, ? GB): 1 cell (xgrammar × spider)" in readme
+    assert "`bbbbbbb` on test cpu (? cores, ? GB): 1 cell (llguidance × spider)" in readme
+
+
+def test_report_names_the_machines_of_each_table(tmp_path):
+    """Cells of one commit measured on two machines are named per machine, never pooled under one line."""
+    root = tmp_path / "runs"
+    a = write_cell(root, "xgrammar", "xgrammar", "spider", base_us=800, seed=1)
+    b = write_cell(root, "llguidance", "llguidance", "spider", base_us=60, seed=2)
+    _stamp(a, "a" * 40)
+    _stamp(b, "a" * 40)
+    meta = json.loads((b / "run.json").read_text())
+    meta["machine"] = {"cpu": "other cpu", "cpu_count": 2, "memory_gb": 23.5}
+    (b / "run.json").write_text(json.dumps(meta))
+    write_report(root, tmp_path / "out")
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "Measured at commit" not in readme
+    assert "**Cells of 2 machines in this table** (compare timings only within one machine)" in readme
+    assert "`aaaaaaa` on test cpu (? cores, ? GB): 1 cell (xgrammar × spider)" in readme
+    assert "`aaaaaaa` on other cpu (2 cores, 23.5 GB): 1 cell (llguidance × spider)" in readme
 
 
 def test_report_removes_figures_an_earlier_report_drew(small_results, tmp_path):
