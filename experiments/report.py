@@ -100,8 +100,8 @@ def cell_commits(meta: dict, samples: pd.DataFrame | None) -> tuple[str, ...]:
 
 def measured_at(cells: pd.DataFrame) -> str:
     """One sentence naming the commit(s) and machine(s) the cells of one table were measured at; when they come
-    from several commits or machines, how many cells each group has (and which, for the smaller groups), so a
-    table never mixes commits or machines silently."""
+    from several commits or machines, how many cells each group has (and which, for every group but the largest
+    unless it is small), so a table never mixes commits or machines silently."""
     if cells.empty:
         return ""
     groups: dict[tuple, list[str]] = {}
@@ -127,9 +127,10 @@ def measured_at(cells: pd.DataFrame) -> str:
     head = (f"**Cells of {n_commits} commits in this table**" if n_commits > 1 else
             f"**Cells of {n_machines} machines in this table** (compare timings only within one machine)")
     parts = []
-    for (commits, machine), names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+    for i, ((commits, machine), names) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1]))):
+        named = len(names) <= 12 or i > 0   # every group but the largest names its cells
         parts.append(f"{label(commits, machine)}: {len(names)} cell{'s' if len(names) > 1 else ''}"
-                     + (f" ({', '.join(names)})" if len(names) <= 12 else ""))
+                     + (f" ({', '.join(names)})" if named else ""))
     return head + ": " + "; ".join(parts) + "."
 
 
