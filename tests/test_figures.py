@@ -334,13 +334,19 @@ def _stamp(cell: Path, commit: str) -> None:
     s.to_parquet(cell / "samples.parquet", index=False)
 
 
-def test_report_names_the_commits_of_each_table(tmp_path):
-    """A table whose cells come from one commit says which; cells of several commits are never mixed silently."""
-    root = tmp_path / "runs"
+def _two_cells_of_commit_a(root: Path) -> Path:
+    """An xgrammar and an llguidance cell on Spider, both measured at commit aaaaaaa; the llguidance cell."""
     a = write_cell(root, "xgrammar", "xgrammar", "spider", base_us=800, seed=1)
     b = write_cell(root, "llguidance", "llguidance", "spider", base_us=60, seed=2)
     _stamp(a, "a" * 40)
     _stamp(b, "a" * 40)
+    return b
+
+
+def test_report_names_the_commits_of_each_table(tmp_path):
+    """A table whose cells come from one commit says which; cells of several commits are never mixed silently."""
+    root = tmp_path / "runs"
+    b = _two_cells_of_commit_a(root)
     write_report(root, tmp_path / "one")
     readme = (tmp_path / "one" / "README.md").read_text()
     assert "Measured at commit `aaaaaaa` on test cpu" in readme and "all 2 cells" in readme
@@ -357,10 +363,7 @@ def test_report_names_the_commits_of_each_table(tmp_path):
 def test_report_names_the_machines_of_each_table(tmp_path):
     """Cells of one commit measured on two machines are named per machine, never pooled under one line."""
     root = tmp_path / "runs"
-    a = write_cell(root, "xgrammar", "xgrammar", "spider", base_us=800, seed=1)
-    b = write_cell(root, "llguidance", "llguidance", "spider", base_us=60, seed=2)
-    _stamp(a, "a" * 40)
-    _stamp(b, "a" * 40)
+    b = _two_cells_of_commit_a(root)
     meta = json.loads((b / "run.json").read_text())
     meta["machine"] = {"cpu": "other cpu", "cpu_count": 2, "memory_gb": 23.5}
     (b / "run.json").write_text(json.dumps(meta))
