@@ -106,9 +106,9 @@ def measured_at(cells: pd.DataFrame) -> str:
         return ""
     groups: dict[tuple, list[str]] = {}
     for _, c in cells.iterrows():
-        commit, machine = c.get("commit"), c.get("machine") if "machine" in cells else None
+        commit, machine = c.get("commit"), c.get("machine")
         key = (tuple(commit.split("+")) if isinstance(commit, str) and commit else (),
-               str(machine) if isinstance(machine, str) and machine else "")
+               machine if isinstance(machine, str) else "")
         groups.setdefault(key, []).append(
             f"{c['config']} × {c['dataset']}" + (f" B={int(c['B'])}" if "B" in c and pd.notna(c.get("B")) else ""))
 
