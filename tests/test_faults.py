@@ -404,7 +404,11 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path, words, marker):
     out = tmp_path / "out"
     args = [f"out_dir={out}", "progress=false", "tokenizer=bytes", "audit.per_sample=0", "engine=reference",
             f"engine.name={FAULTY}:SlowEngine", *words]
-    proc = cli(*args, env={"GCDBENCH_TEST_MARKER": str(marker)}, start_new_session=True)
+    # A terminal's Ctrl-C reaches a process whose SIGINT is at its default. Whoever started this test may have
+    # ignored SIGINT (a background job of a non-interactive shell does), and an ignored disposition is inherited
+    # across exec, so Python would install no KeyboardInterrupt handler and the run would ignore the signal.
+    proc = cli(*args, env={"GCDBENCH_TEST_MARKER": str(marker)}, start_new_session=True,
+               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     cell = cell_dir(out, "SlowEngine")
     wait_for(lambda: len(list((cell / "parts").glob("*.sample.json"))) >= 1, what="a finished sample")
     worker = marked_pid(marker, "compile")
