@@ -3,7 +3,9 @@
 The ``.lark`` source goes in as is (LLGuidance reads Lark syntax). LLGuidance lexes with longest match
 among the lexemes the parser allows, so its language can differ from the scannerless reference where one
 terminal's match extends another's (see README "Lexing differences"). Its parser has work limits; they are
-options here so a run can raise them (TreeBank needs that) and a hit limit is a recorded outcome.
+options here so a run can raise them (TreeBank needs that) and a hit limit is a recorded outcome. Where the
+grammar forces the next bytes, LLGuidance by default allows only the tokenizer's own token for them (README
+"Known engine behaviours"); ``forcing=false`` (config ``llguidance_unforced``) turns that off.
 
 Batch mode: ``fork()`` is a new ``LLMatcher`` over the same grammar and tokenizer; ``fill_masks`` is LLGuidance's
 parallel fill (``llguidance.numpy.fill_next_token_bitmask_par`` on an ``LLExecutor`` of ``threads`` threads).
@@ -37,9 +39,10 @@ class LLGuidanceEngine(Engine):
 
     @classmethod
     def options(cls) -> dict:
-        # limits: None keeps LLGuidance's own default for that limit; threads: the batch path's LLExecutor
+        # limits: None keeps LLGuidance's own default for that limit; threads: the batch path's LLExecutor;
+        # forcing: LLGuidance's default fast-forward of forced bytes (see compile)
         return {"step_max_items": None, "max_items_in_row": None, "step_lexer_fuel": None, "initial_lexer_fuel": None,
-                "threads": 1}
+                "threads": 1, "forcing": True}
 
     def version(self) -> str:
         import importlib.metadata
@@ -62,6 +65,11 @@ class LLGuidanceEngine(Engine):
         text = grammar.lark
         if grammar.start != "start":
             text = f"start: {grammar.start}\n" + text
+        if not self.opts["forcing"]:
+            # Where the grammar forces the next bytes (after "f" of JSON's "false": "alse"), LLGuidance by default
+            # allows only the token its tokenizer would produce for them ("alse"; not "a", "al"), so the mask is
+            # narrower than the language's (llguidance#263). The grammar option no_forcing turns that off.
+            text = '%llguidance { "no_forcing": true }\n' + text
         grm = llguidance.LLMatcher.grammar_from_lark(text)
         ll_tok = ll_tokenizer(tokenizer)
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grm, ll_tok)

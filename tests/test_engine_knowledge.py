@@ -30,6 +30,7 @@ PROFILES = {
     "xgrammar_lark": Profile(case_fold="ascii", regex_classes="ascii"),
     "llguidance": Profile(**LONGEST, trailing_ignore=False),
     "llguidance_raised": Profile(**LONGEST, trailing_ignore=False),
+    "llguidance_unforced": Profile(**LONGEST, trailing_ignore=False),
     "glrmask": Profile(lexing="dynamic", case_fold="unicode_simple"),
     "psc": Profile(lexing="standard"),
     "valiant": Profile(),
