@@ -489,7 +489,9 @@ def write_sampled(path: Path, source_name: str, source: Dataset, tokenizer, seqs
         "format": FORMAT, "source": source_name, "dataset": source.name, "grammar": source.grammar.name,
         "grammar_key": source.grammar.key(), "tokenizer": tokenizer.name, "tokenizer_key": tokenizer.key(),
         "seed": seed, "n": len(seqs), "params": asdict(params), "generation_s": round(seconds, 1),
-        "git_commit": git_commit(),
+        # the stored sequences themselves do not make the generator's tree dirty (regenerating all ten writes
+        # them one after another into this tracked folder)
+        "git_commit": git_commit(ignore=(SAMPLED_DIR.resolve().relative_to(SAMPLED_DIR.resolve().parents[1]).as_posix(),)),
         "command": f"python -m gcdbench.datasets.sampled --source {source_name} --tokenizer {tokenizer.name} "
                    f"--n {len(seqs)} --seed {seed}",
         "sequences": seqs,

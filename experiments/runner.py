@@ -125,23 +125,26 @@ def package_versions() -> dict:
     return out
 
 
-def git_state() -> dict:
-    """``{"commit": sha or None, "dirty": tracked files differ from the commit (None: not a git checkout)}``."""
-    repo = Path(__file__).resolve().parents[1]
+def git_state(ignore: tuple[str, ...] = (), repo: Path | None = None) -> dict:
+    """``{"commit": sha or None, "dirty": tracked files differ from the commit (None: not a git checkout)}``.
+    ``ignore``: folders (relative to the repository) whose changes do not count, e.g. a generator's own output
+    folder, which its earlier outputs in the same session have already changed. ``repo``: this project's."""
+    repo = repo or Path(__file__).resolve().parents[1]
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
         if out.returncode != 0:
             return {"commit": None, "dirty": None}
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in ignore)],
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return {"commit": out.stdout.strip(), "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
 
 
-def git_commit() -> str | None:
-    """The commit as one string, ``<sha>-dirty`` for a dirty tree (benchmark files)."""
-    g = git_state()
+def git_commit(ignore: tuple[str, ...] = ()) -> str | None:
+    """The commit as one string, ``<sha>-dirty`` for a dirty tree (benchmark files); ``ignore`` as ``git_state``."""
+    g = git_state(ignore)
     return None if g["commit"] is None else g["commit"] + ("-dirty" if g["dirty"] else "")
 
 

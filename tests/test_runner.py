@@ -313,3 +313,27 @@ def test_report_marks_cells_that_mix_commits_or_ran_on_a_dirty_tree(tmp_path, le
     assert "mixed × custom_letters: not from one clean commit: mixed commits" in t1
     assert "dirty × custom_letters: not from one clean commit: dirty tree" in t1 and "reference × custom" not in t1
     assert "WARNING: dirty tree" in cell_summary(dirty) and "WARNING" not in cell_summary(clean)
+
+
+def test_git_state_ignores_the_named_folders_only(tmp_path):
+    """A generator that writes its outputs into a tracked folder one by one (datasets/sampled/) records a clean
+    tree for its later outputs; a change anywhere else still makes the tree dirty."""
+    import subprocess
+
+    from gcdbench.experiments.runner import git_state
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "a.json").write_text("1")
+    (tmp_path / "code.py").write_text("x = 1")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    assert git_state(repo=tmp_path)["dirty"] is False
+    (tmp_path / "out" / "a.json").write_text("2")
+    assert git_state(repo=tmp_path)["dirty"] is True
+    assert git_state(("out",), repo=tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2")
+    assert git_state(("out",), repo=tmp_path)["dirty"] is True
