@@ -337,3 +337,12 @@ def test_git_state_ignores_the_named_folders_only(tmp_path):
     assert git_state(("out",), repo=tmp_path)["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2")
     assert git_state(("out",), repo=tmp_path)["dirty"] is True
+
+
+def test_a_run_does_not_count_its_own_result_folder_as_a_dirty_tree(tmp_path):
+    """fresh=true deletes a cell's committed result files before the session records its commit; those are
+    results, not code, so the session's git_dirty must not turn true because of them."""
+    from gcdbench.experiments.runner import results_folders
+
+    assert results_folders(REPO / "results" / "suite") == ("results/suite",)
+    assert results_folders(tmp_path / "out") == ()
