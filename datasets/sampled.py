@@ -481,7 +481,7 @@ def load_source(source: str, data_root) -> Dataset:
 
 def write_sampled(path: Path, source_name: str, source: Dataset, tokenizer, seqs: list[dict], seed: int,
                   params: SamplerParams, seconds: float) -> Path:
-    from gcdbench.experiments.runner import git_commit
+    from gcdbench.experiments.runner import git_commit, repo_folders
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -491,7 +491,7 @@ def write_sampled(path: Path, source_name: str, source: Dataset, tokenizer, seqs
         "seed": seed, "n": len(seqs), "params": asdict(params), "generation_s": round(seconds, 1),
         # the stored sequences themselves do not make the generator's tree dirty (regenerating all ten writes
         # them one after another into this tracked folder)
-        "git_commit": git_commit(ignore=(SAMPLED_DIR.resolve().relative_to(SAMPLED_DIR.resolve().parents[1]).as_posix(),)),
+        "git_commit": git_commit(ignore=repo_folders(SAMPLED_DIR)),
         "command": f"python -m gcdbench.datasets.sampled --source {source_name} --tokenizer {tokenizer.name} "
                    f"--n {len(seqs)} --seed {seed}",
         "sequences": seqs,

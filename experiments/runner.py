@@ -142,14 +142,18 @@ def git_state(ignore: tuple[str, ...] = (), repo: Path | None = None) -> dict:
         return {"commit": None, "dirty": None}
 
 
-def results_folders(out_dir) -> tuple[str, ...]:
-    """``out_dir`` as a folder of this repository (for ``git_state(ignore=...)``), or () when it lies outside it:
-    a run's own result files are not code, and ``fresh=true`` deletes committed ones before the run starts."""
+def repo_folders(*paths) -> tuple[str, ...]:
+    """Those of ``paths`` that lie in this repository, relative to it (for ``git_state(ignore=...)``): a
+    program's own output folder, e.g. a run's ``out_dir`` (result files are not code, and ``fresh=true`` deletes
+    committed ones before the run starts) or the sampled-sequence generator's folder."""
     repo = Path(__file__).resolve().parents[1]
-    try:
-        return (Path(out_dir).resolve().relative_to(repo).as_posix(),)
-    except ValueError:
-        return ()
+    out = []
+    for p in paths:
+        try:
+            out.append(Path(p).resolve().relative_to(repo).as_posix())
+        except ValueError:
+            pass
+    return tuple(out)
 
 
 def git_commit(ignore: tuple[str, ...] = ()) -> str | None:
@@ -761,7 +765,7 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         _audit_pending(cell, None, dataset, tokenizer, engine_name, opts, probe, cfg)
         return None
     limits = cfg.limits
-    g = git_state(ignore=results_folders(cfg.out_dir))
+    g = git_state(ignore=repo_folders(cfg.out_dir))
     session = {
         "id": cell.next_session_id(), "status": "running",
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join(["python", *sys.argv]),

@@ -1,9 +1,10 @@
 """Engine behaviours that the off-gold audit found (README "Known engine behaviours"), pinned here so that a test
 fails when an engine changes them (then README, configs and report notes need a new look).
 
-LLGuidance's forced-byte fast-forward: where the grammar leaves one way to go on (after ``f`` of JSON's ``false``: ``alse``), LLGuidance by default allows
-only the token its tokenizer produces for those bytes, so with a real vocabulary its mask is narrower than the
-language's. ``forcing=false`` (config ``llguidance_unforced``) turns that off; its masks are then the language's.
+LLGuidance's forced-byte fast-forward: where the grammar leaves one way to go on (after ``f`` of JSON's
+``false``: ``alse``), LLGuidance by default allows only the token its tokenizer produces for those bytes, so with
+a real vocabulary its mask is narrower than the language's. ``forcing=false`` (config ``llguidance_unforced``)
+turns that off; its masks are then the language's.
 
 XGrammar's UTF-8: inside a JSON string it allows the bytes A0-BF after ED, which spell the UTF-16 surrogates
 U+D800-U+DFFF (not UTF-8: RFC 3629 section 3); the reference and the other engines allow only 80-9F there.

@@ -342,7 +342,7 @@ def test_git_state_ignores_the_named_folders_only(tmp_path):
 def test_a_run_does_not_count_its_own_result_folder_as_a_dirty_tree(tmp_path):
     """fresh=true deletes a cell's committed result files before the session records its commit; those are
     results, not code, so the session's git_dirty must not turn true because of them."""
-    from gcdbench.experiments.runner import results_folders
+    from gcdbench.datasets.sampled import SAMPLED_DIR
+    from gcdbench.experiments.runner import repo_folders
 
-    assert results_folders(REPO / "results" / "suite") == ("results/suite",)
-    assert results_folders(tmp_path / "out") == ()
+    assert repo_folders(REPO / "results" / "suite", tmp_path / "out", SAMPLED_DIR) == ("results/suite", "datasets/sampled")
