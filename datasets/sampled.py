@@ -157,49 +157,49 @@ class Completer:
         return sum(self._sym_cost[x] for x in self.rules[ri].expansion[dot:])
 
     # -- finishing the parse from a chart -----------------------------------------------------------------
-    def _f_column(self, columns: tuple, o: int) -> dict:
-        """``{A: (cost, back)}``: the cost of finishing the parse once ``A`` is complete from column ``o``;
-        ``back`` is the item ``(rule, dot, origin)`` whose rest is derived next (None: ``A`` is the start
-        symbol and ``o`` is 0, the parse is done)."""
-        col = columns[o]
-        key = id(col)
+    def _f_node(self, node) -> dict:
+        """``{A: (cost, back)}``: the cost of finishing the parse once ``A`` is complete from Earley node ``node``
+        (the reference's :class:`~gcdbench.parsers.reference.Node`); ``back`` is the item ``(rule, dot, origin
+        node)`` whose rest is derived next (None: ``A`` is the start symbol and ``node`` the root, the parse is
+        done)."""
+        key = id(node)
         hit = self._fcol.get(key)
-        if hit is not None and hit[0] is col:
+        if hit is not None and hit[0] is node:
             return hit[1]
-        f: dict[str, tuple] = {self.start: (0, None)} if o == 0 else {}
+        f: dict[str, tuple] = {self.start: (0, None)} if node is self.rc.earley.root else {}
         same = []
-        for ri, d, org in col:
+        for ri, d, org in node.items:
             exp = self.rules[ri].expansion
             if d >= len(exp) or exp[d] in self.terms:
                 continue
             rest = self.rest_cost(ri, d + 1)
-            if org < o:
-                up = self._f_column(columns, org).get(self.rules[ri].origin)
+            if org is not None:
+                up = self._f_node(org).get(self.rules[ri].origin)
                 if up is not None and rest + up[0] < f.get(exp[d], (float("inf"),))[0]:
                     f[exp[d]] = (rest + up[0], (ri, d, org))
             else:
                 same.append((ri, d, rest))
         changed = True
-        while changed:   # items predicted in this column: relax until nothing improves (costs are >= 0)
+        while changed:   # items predicted at this node: relax until nothing improves (costs are >= 0)
             changed = False
             for ri, d, rest in same:
                 up = f.get(self.rules[ri].origin)
                 sym = self.rules[ri].expansion[d]
                 if up is not None and rest + up[0] < f.get(sym, (float("inf"),))[0]:
-                    f[sym] = (rest + up[0], (ri, d, o))
+                    f[sym] = (rest + up[0], (ri, d, node))
                     changed = True
-        self._fcol[key] = (col, f)
+        self._fcol[key] = (node, f)
         return f
 
-    def finish(self, chart) -> tuple[float, list[str]]:
-        """Cost and terminal sequence of the cheapest way from ``chart`` (at a terminal boundary) to a sentence."""
-        if chart.accepting:
+    def finish(self, node) -> tuple[float, list[str]]:
+        """Cost and terminal sequence of the cheapest way from Earley node ``node`` (at a terminal boundary) to a
+        sentence."""
+        if node.accepting:
             return 0, []
-        columns = chart.columns
-        k = len(columns) - 1
         best = (float("inf"), None)
-        for ri, d, org in columns[k]:
-            up = self._f_column(columns, org).get(self.rules[ri].origin)
+        for ri, d, org in node.items:
+            org = node if org is None else org
+            up = self._f_node(org).get(self.rules[ri].origin)
             if up is not None:
                 c = self.rest_cost(ri, d) + up[0]
                 if c < best[0]:
@@ -209,25 +209,25 @@ class Completer:
         out: list[str] = []
         ri, d, org = best[1]
         self._expand(self.rules[ri].expansion[d:], out)
-        back = self._f_column(columns, org)[self.rules[ri].origin][1]
+        back = self._f_node(org)[self.rules[ri].origin][1]
         while back is not None:
             ri, d, org = back
             self._expand(self.rules[ri].expansion[d + 1:], out)
-            back = self._f_column(columns, org)[self.rules[ri].origin][1]
+            back = self._f_node(org)[self.rules[ri].origin][1]
         return best[0], out
 
     def candidates(self, sid: int) -> list[tuple[float, bytes, list[str]]]:
         """``(cost, suffix of the terminal in progress, terminals after it)`` per configuration of ``sid``."""
         out = []
-        for chart, term, q, _rivals in self.rc._sets[sid]:
+        for node, term, q, _rivals in self.rc._sets[sid]:
             if term is None:
-                cost, seq = self.finish(chart)
+                cost, seq = self.finish(node)
                 out.append((cost, b"", seq))
                 continue
             head = self._dfa_suffix(term, q)
             if head is None:
                 continue
-            after = chart if term in self.rc._ignore else self.rc.earley.scan(chart, term)
+            after = self.rc._end(node, term)
             cost, seq = self.finish(after)
             out.append((cost + len(head), head, seq))
         return sorted(out, key=lambda c: (c[0], len(c[2])))

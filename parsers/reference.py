@@ -20,16 +20,34 @@ Semantics (the definition the harness uses for "the grammar's language"):
 * :class:`ReferenceChecker` also executes every other :class:`~gcdbench.parsers.base.Profile` (the languages
   engines declare), exactly; see its docstring.
 
-How: an Earley recognizer over *terminals* (charts shared along the terminal sequence), and on top of it a
-set of lexing configurations ``(chart, piece in progress, DFA state)`` advanced byte by byte with one
-minimal UTF-8 byte DFA per terminal. Sets of configurations are interned and their byte transitions
-memoised, so checking the whole vocabulary (walked in sorted order, reusing the common prefix of
-neighbours) is a lazily built DFA walk. Grammars are reduced first (unproductive/unreachable rules
-dropped), which makes "some configuration is alive" equivalent to viability.
+How: an Earley recognizer over *terminals* on a lattice of boundaries, and on top of it a set of lexing
+configurations ``(node, piece in progress, DFA state)`` advanced byte by byte with one minimal UTF-8 byte DFA per
+terminal; ``node`` is the Earley column of the boundary where the piece began. Every piece that ends at a byte
+position ends at *one* boundary node (the scans of all of them merged, hash-consed by their seed items), so the
+state after ``n`` bytes holds at most one node per position and one configuration per (position, terminal, DFA
+state), however many ways the bytes can be cut into terminals (a terminal that may follow itself gives
+exponentially many cuts). Sets of configurations are interned and their byte transitions memoised; a
+whole-vocabulary mask is a walk over the vocabulary in sorted order (reusing the common prefix of neighbours) with
+its own memo, dropped after the mask, and nodes no state refers to any more are freed. Grammars are reduced
+first (unproductive/unreachable rules dropped), which makes "some configuration is alive" equivalent to
+viability.
+
+**Bound.** With ``n`` the prefix length in bytes and ``|G|`` the grammar size: a state has O(|T| |Q| n)
+configurations (terminals, DFA states), a node O(|G| n) items, and building one node costs O(|G|^2 n^2) at worst
+(completion over the items of earlier nodes), so advancing one byte is O(|G|^2 n^2) and a whole prefix
+O(|G|^2 n^3): Earley over bytes. On an unambiguous grammar a node's items are O(|G|) per origin that is still open,
+which is O(1) on LR-like grammars (no right-recursive chains), so a byte costs O(|G|) there. A full mask is the
+byte step times the trie nodes of the vocabulary that stay alive, memoised on equal configuration sets.
+Memory: the interned states of the committed path (one per prefix byte and profile) plus one mask's walk.
+
+The two profiles where which pieces may start or end depends on the *path* (``lexing="longest_match"``:
+rivals are the terminals that path expects; ``trailing_ignore=False``) keep one node per cut path instead:
+exact, and exponential on grammars where a terminal may follow itself (README, "Reference checker").
 """
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -64,21 +82,31 @@ class TerminalDFA:
 
 
 # --------------------------------------------------------------------------------------------------
-# Earley over terminals, charts shared along the terminal sequence
+# Earley over terminals, one column per byte position (every cut that ends there merged)
 # --------------------------------------------------------------------------------------------------
-class Chart:
-    """Earley state after a sequence of terminals; ``scan`` is memoised, so equal paths give one object."""
+class Node:
+    """An Earley column at one terminal boundary: the items of every terminal sequence (every cut of the bytes
+    so far) that ends there. An item is ``(rule, dot, origin)``; ``origin`` is the :class:`Node` where the rule
+    began, or None for this node itself (so a node holds no reference to itself and is freed by reference
+    counting once no state uses it)."""
 
-    __slots__ = ("columns", "expected", "accepting", "children")
+    __slots__ = ("items", "waiting", "expected", "accepting", "__weakref__")
 
-    def __init__(self, columns, expected, accepting):
-        self.columns = columns        # tuple of frozensets of items (rule_idx, dot, origin)
+    def __init__(self, items, waiting, expected, accepting):
+        self.items = items            # frozenset of (rule_idx, dot, origin Node or None)
+        self.waiting = waiting        # symbol -> tuple of the items whose dot is before it
         self.expected = expected      # frozenset of terminal names
         self.accepting = accepting
-        self.children: dict[str, Chart] = {}
 
 
 class Earley:
+    """Earley over terminals on a lattice of boundaries. A boundary's node is built from the pieces that end
+    there, ``ends = {(node where the piece began, terminal or None for an ignored piece)}``: the scanned items of
+    each ``(node, terminal)``, plus every item of ``node`` for an ignored piece (ignored text is transparent),
+    then the predict/complete closure. Nodes are hash-consed by that seed, so equal boundaries reached along
+    different cuts are one node. With one node per byte position, a column has O(|G| n) items (n bytes so far)
+    and its closure costs O(|G|^2 n^2) at worst: O(n^3) for a prefix of n bytes, as for Earley over bytes."""
+
     def __init__(self, ir: GrammarIR):
         self.ir = ir
         self.rules = list(ir.rules)
@@ -86,55 +114,71 @@ class Earley:
         for i, r in enumerate(self.rules):
             self.by_origin.setdefault(r.origin, []).append(i)
         self.nullable = ir.nullable
-        self.root = self._close((), {(i, 0, 0) for i in self.by_origin.get(ir.start, [])})
+        self._by_seed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._by_ends: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self.root = None
+        self.root = self._close({(i, 0, None) for i in self.by_origin.get(ir.start, [])})
 
-    def _close(self, columns: tuple, seed: set) -> Chart:
-        """Predict/complete closure of the new column ``len(columns)`` (Aycock–Horspool for nullables)."""
-        k = len(columns)
+    def _close(self, seed: set) -> Node:
+        """Predict/complete closure of a new node from its seed items (Aycock–Horspool for nullables)."""
         items, todo = set(seed), list(seed)
-        rules, term = self.rules, self.ir.terminals
+        waiting: dict[str, list] = {}
+        rules, term, nullable, by_origin = self.rules, self.ir.terminals, self.nullable, self.by_origin
         while todo:
-            ri, dot, org = todo.pop()
+            it = todo.pop()
+            ri, dot, org = it
             exp = rules[ri].expansion
             if dot < len(exp):
                 sym = exp[dot]
+                waiting.setdefault(sym, []).append(it)
                 if sym in term:
                     continue
-                new = [(j, 0, k) for j in self.by_origin.get(sym, ())]
-                if sym in self.nullable:
+                new = [(j, 0, None) for j in by_origin.get(sym, ())]
+                if sym in nullable:
                     new.append((ri, dot + 1, org))
             else:
-                origin_sym = rules[ri].origin
-                col = columns[org] if org < k else items
-                new = [
-                    (rj, d + 1, o)
-                    for (rj, d, o) in list(col)
-                    if d < len(rules[rj].expansion) and rules[rj].expansion[d] == origin_sym
-                ]
-            for it in new:
-                if it not in items:
-                    items.add(it)
-                    todo.append(it)
-        col = frozenset(items)
-        expected = frozenset(
-            rules[ri].expansion[d] for (ri, d, _) in col if d < len(rules[ri].expansion) and rules[ri].expansion[d] in term
-        )
+                lhs = rules[ri].origin
+                if org is None:          # an empty derivation here: advance this node's own items
+                    new = [(rj, d + 1, o) for (rj, d, o) in list(waiting.get(lhs, ()))]
+                else:
+                    new = [(rj, d + 1, org if o is None else o) for (rj, d, o) in org.waiting.get(lhs, ())]
+            for x in new:
+                if x not in items:
+                    items.add(x)
+                    todo.append(x)
+        expected = frozenset(s for s in waiting if s in term)
+        root, start = self.root, self.ir.start
         accepting = any(
-            o == 0 and d == len(rules[ri].expansion) and rules[ri].origin == self.ir.start for (ri, d, o) in col
+            d == len(rules[ri].expansion) and rules[ri].origin == start and (o is root if root is not None else o is None)
+            for (ri, d, o) in items
         )
-        return Chart(columns + (col,), expected, accepting)
+        return Node(frozenset(items), {k: tuple(v) for k, v in waiting.items()}, expected, accepting)
 
-    def scan(self, chart: Chart, terminal: str) -> Chart:
-        nxt = chart.children.get(terminal)
-        if nxt is None:
-            last = chart.columns[-1]
-            seed = {
-                (ri, d + 1, o)
-                for (ri, d, o) in last
-                if d < len(self.rules[ri].expansion) and self.rules[ri].expansion[d] == terminal
-            }
-            nxt = chart.children[terminal] = self._close(chart.columns, seed)
-        return nxt
+    def boundary(self, ends: frozenset) -> Node:
+        """The node after the pieces ``ends`` (a frozenset of ``(node, terminal or None)``) end here."""
+        got = self._by_ends.get(ends)
+        if got is not None:
+            return got
+        if len(ends) == 1:
+            (node, t), = ends
+            if t is None:              # only ignored text ended here: the same boundary as where it began
+                return node
+        seed = set()
+        for node, t in ends:
+            if t is None:
+                seed.update((ri, d, node if o is None else o) for (ri, d, o) in node.items)
+            else:
+                seed.update((ri, d + 1, node if o is None else o) for (ri, d, o) in node.waiting.get(t, ()))
+        key = frozenset(seed)
+        got = self._by_seed.get(key)
+        if got is None:
+            got = self._close(seed)
+            self._by_seed[key] = got
+        self._by_ends[ends] = got
+        return got
+
+    def scan(self, node: Node, terminal: str) -> Node:
+        return self.boundary(frozenset(((node, terminal),)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -180,6 +224,12 @@ class ReferenceChecker:
             for name, t in self.ir.terminals.items()
         }
         self.earley = Earley(self.ir)
+        # One boundary node per byte position (every cut merged) is exact when which pieces may start or end at
+        # a boundary does not depend on the terminal sequence before it. Contextual longest match (rivals are
+        # the terminals *that path* expects) and trailing_ignore=False (ignored text only after a path that can
+        # go on) do depend on it: those profiles keep one node per cut path, exact but exponential on grammars
+        # where a terminal may follow itself (README, "Reference checker").
+        self.merge = profile.lexing != "longest_match" and profile.trailing_ignore
         self._sets: list[frozenset] = []
         self._ids: dict[frozenset, int] = {}
         self._trans: dict[tuple[int, int], int] = {}
@@ -188,10 +238,11 @@ class ReferenceChecker:
         first = None if profile.leading_ignore else "start"
         self._initial = self._intern(frozenset({(self.earley.root, None, first, None)}))
 
-    # A configuration is (chart, terminal_in_progress_or_None, dfa_state, rivals). terminal None = at a
-    # boundary, where dfa_state is None, or "start" at the very beginning (no ignored piece may come first).
-    # rivals (longest_match only): frozenset of (terminal, dfa_state) of the other terminals allowed where
-    # the piece began that still match it; None in scannerless mode.
+    # A configuration is (node, terminal_in_progress_or_None, dfa_state, rivals): ``node`` is the Earley node of
+    # the boundary where the piece began. terminal None = at a boundary, where dfa_state is None, or "start" at
+    # the very beginning (no ignored piece may come first). rivals (longest_match only): frozenset of (terminal,
+    # dfa_state) of the other terminals allowed where the piece began that still match it; None in scannerless
+    # mode.
     def _intern(self, configs: frozenset) -> int:
         if not configs:
             return DEAD
@@ -201,17 +252,17 @@ class ReferenceChecker:
             self._sets.append(configs)
         return sid
 
-    def _end(self, chart, term):
-        return chart if term in self._ignore else self.earley.scan(chart, term)
+    def _end(self, node, term):
+        return self.earley.boundary(frozenset(((node, None if term in self._ignore else term),)))
 
     def _extendable(self, term, q, rivals, byte) -> bool:
         if self.dfas[term].step(q, byte) is not None:
             return True
         return any(self.dfas[t].step(r, byte) is not None for t, r in rivals)
 
-    def _start_pieces(self, chart, at_start: bool, byte: int, out: set):
-        ignore_here = not at_start and (self.profile.trailing_ignore or chart.expected)
-        allowed = chart.expected | self._ignore if ignore_here else chart.expected
+    def _start_pieces(self, node, at_start: bool, byte: int, out: set):
+        ignore_here = not at_start and (self.profile.trailing_ignore or node.expected)
+        allowed = node.expected | self._ignore if ignore_here else node.expected
         started = []
         for t in (self.dfas if self.standard else allowed):
             dfa = self.dfas[t]
@@ -222,7 +273,7 @@ class ReferenceChecker:
         for t, q2 in started:
             if t in allowed:
                 rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else frozenset()) if self.longest else None
-                out.add((chart, t, q2, rivals))
+                out.add((node, t, q2, rivals))
 
     def _may_end(self, term, q, rivals, byte) -> bool:
         """May the piece of ``term`` end before ``byte`` (None: at the end of the input)?"""
@@ -237,6 +288,32 @@ class ReferenceChecker:
             return not any(self.ir.terminals[t].literal is not None and self.dfas[t].accepting(r) for t, r in rivals)
         return True
 
+    def _next(self, configs: frozenset, byte: int) -> frozenset:
+        """The configurations after one more byte (empty: dead)."""
+        new: set = set()
+        ends = []
+        dfas = self.dfas
+        for node, term, q, rivals in configs:
+            if term is None:
+                self._start_pieces(node, q == "start", byte, new)
+                continue
+            q2 = dfas[term].step(q, byte)
+            if q2 is not None:   # the piece goes on
+                if self.longest:
+                    rivals2 = frozenset((t, r2) for t, r in rivals if (r2 := dfas[t].step(r, byte)) is not None)
+                    new.add((node, term, q2, rivals2))
+                else:
+                    new.add((node, term, q2, None))
+            if self._may_end(term, q, rivals, byte):   # the piece ends here
+                ends.append((node, None if term in self._ignore else term))
+        if ends:
+            if self.merge:       # one boundary for every piece that ends here
+                self._start_pieces(self.earley.boundary(frozenset(ends)), False, byte, new)
+            else:
+                for e in set(ends):
+                    self._start_pieces(self.earley.boundary(frozenset((e,))), False, byte, new)
+        return frozenset(new)
+
     def initial(self) -> int:
         return self._initial
 
@@ -246,37 +323,24 @@ class ReferenceChecker:
         key = (sid, byte)
         nxt = self._trans.get(key)
         if nxt is None:
-            new = set()
-            for chart, term, q, rivals in self._sets[sid]:
-                if term is None:
-                    self._start_pieces(chart, q == "start", byte, new)
-                    continue
-                dfa = self.dfas[term]
-                q2 = dfa.step(q, byte)
-                if q2 is not None:   # the piece goes on
-                    if self.longest:
-                        rivals2 = frozenset((t, r2) for t, r in rivals
-                                            if (r2 := self.dfas[t].step(r, byte)) is not None)
-                        new.add((chart, term, q2, rivals2))
-                    else:
-                        new.add((chart, term, q2, None))
-                if self._may_end(term, q, rivals, byte):
-                    self._start_pieces(self._end(chart, term), False, byte, new)   # the piece ends here
-            nxt = self._trans[key] = self._intern(frozenset(new))
+            nxt = self._trans[key] = self._intern(self._next(self._sets[sid], byte))
         return nxt
+
+    def _accepts(self, configs: frozenset) -> bool:
+        for node, term, q, rivals in configs:
+            if term is None:
+                if node.accepting:
+                    return True
+            elif self._may_end(term, q, rivals, None) and self._end(node, term).accepting:
+                return True
+        return False
 
     def accepts(self, sid: int) -> bool:
         if sid == DEAD:
             return False
         acc = self._accept.get(sid)
         if acc is None:
-            acc = False
-            for chart, term, q, rivals in self._sets[sid]:
-                if term is None:
-                    acc = acc or chart.accepting
-                elif self._may_end(term, q, rivals, None):
-                    acc = acc or self._end(chart, term).accepting
-            self._accept[sid] = acc
+            acc = self._accept[sid] = self._accepts(self._sets[sid])
         return acc
 
     def advance(self, sid: int, data: bytes) -> int:
@@ -309,24 +373,32 @@ class ReferenceChecker:
         return out
 
     def full_mask_ids(self, sid: int, tokenizer) -> np.ndarray:
-        """All allowed token ids from state ``sid``: a walk over the vocabulary in sorted-bytes order."""
+        """All allowed token ids from state ``sid``: a walk over the vocabulary in sorted-bytes order. The walk's
+        states are memoised for this walk only (equal configuration sets reached by different tokens share their
+        transitions) and dropped after it, so memory stays that of one mask."""
         order, lcp = _sorted_vocab(tokenizer)
         tb = tokenizer.token_bytes
         allowed = []
-        stack = [sid]   # stack[d] = state after the first d bytes of the current token
-        step = self.step
+        root = self._sets[sid] if sid != DEAD else frozenset()
+        memo: dict = {}
+        nxt_of = self._next
+        stack = [root]   # stack[d] = configurations after the first d bytes of the current token
         for idx, tok in zip(order.tolist(), lcp.tolist()):
             data = tb[idx]
             del stack[tok + 1:]
             s = stack[-1]
-            if s == DEAD:
+            if not s:
                 continue
             for b in data[tok:]:
-                s = step(s, b)
+                key = (s, b)
+                t = memo.get(key)
+                if t is None:
+                    t = memo[key] = nxt_of(s, b)
+                s = t
                 stack.append(s)
-                if s == DEAD:
+                if not s:
                     break
-            if s != DEAD:
+            if s:
                 allowed.append(idx)
         if self.accepts(sid):
             allowed.append(tokenizer.eos_id)

@@ -41,6 +41,16 @@ NUM: /[0-9]+(\.[0-9]+)?/
 SEP: /;|→/
 %ignore /[ \t]+/
 """,
+    # a terminal that may follow itself (issue 25's cliff): "list-vector" is 1 to 11 SYMBOLs, so the cuts of a
+    # sentence grow exponentially; one chart node per boundary keeps the state polynomial
+    "sexpr": r"""
+start: sexpr
+?sexpr: atom | list
+list: "(" sexpr* ")"
+atom: SYMBOL
+SYMBOL: /[a-z0-9][a-z0-9\-]*/
+%ignore /[ ]+/
+""",
 }
 
 
@@ -381,6 +391,7 @@ SAMPLES = {
     "tiny_sql": ["select a from t", "SELECT a, b FROM t WHERE c = 'x y'", "select count(*) from t;"],
     "nullable": ["", "ab", "ab!, (ab)", "(( ab ))", "a!,b!"],
     "unicode": ["héllo é", "HÉLLO€ ; € 3.5", "€1→héllo"],
+    "sexpr": ["(f x)", "((f x a) uu (list-vector 9 ab) (f x a) uu)", "(ab-c  (d) e)"],
 }
 
 

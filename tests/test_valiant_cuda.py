@@ -63,7 +63,7 @@ def test_step_kernel_equals_cpu_step(grammar, steps, trials, fast):
     assert int(out.split()[0]) >= steps
 
 
-KERNEL_CASES = [("ambiguous", 3, 1), ("tiny_sql", 3, 1), ("ambiguous", 1, 0), ("nullable", 2, 2)]
+KERNEL_CASES = [("ambiguous", 3, 1), ("tiny_sql", 3, 1), ("ambiguous", 1, 0), ("nullable", 2, 2), ("sexpr", 2, 1)]
 
 
 @pytest.mark.parametrize("grammar,workers,bfs_depth", KERNEL_CASES)

@@ -21,7 +21,8 @@ from .align_nb import build_alignment, prune_dominated
 from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
-from .kernels_common import N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend
+from .kernels_common import (N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend,
+                             extend_edges)
 from .search import (close_upward, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
                      search_nodes, work_words)
 
@@ -135,6 +136,55 @@ class ChartStore:
             self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
         self.nodes[c] = (node, n + 1, t_off, p_off)
         return c
+
+    def merged(self, node: int, edges: frozenset) -> int:
+        """The chart node of one boundary where several pieces end at once: ``edges`` is a set of ``(chart node c,
+        terminal t)``, each ``c`` on the chain of ``node`` (``node`` itself or an ancestor), ``t`` spanning from
+        ``c``'s boundary to the new one. The new node is a child of ``node`` whose tier holds every edge (a lattice
+        chart: the tiers of later nodes never need to know). One edge from ``node`` itself is :meth:`child`."""
+        if len(edges) == 1:
+            (c, t), = edges
+            if c == node:
+                return self.child(node, t)
+        key = (node, edges)
+        m = self.kids.get(key)
+        if m is not None:
+            return m
+        g = self.g
+        n = self.depth[node]
+        t0, rows, terms = -1, [], []
+        for c, t in sorted(edges):
+            if c == node and t0 < 0:
+                t0 = t
+            else:
+                rows.append(n - self.depth[c])
+                terms.append(t)
+        off = self._alloc(g.node_words(n))
+        t_off, p_off = off, off + g.tier_words(n)
+        e_off = p_off + g.WN
+        info = extend_edges(self.mem, self.nodes, node, t0, np.array(rows, dtype=np.int64),
+                            np.array(terms, dtype=np.int64), t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
+                            self.pathbuf, *self.gp)
+        self.steps += 1
+        m = self.kids[key] = len(self.parent)
+        self.parent.append(node)
+        self.term.append(-1)
+        self.depth.append(n + 1)
+        self.tier_off.append(t_off)
+        self.p_off.append(p_off)
+        self.e_off.append(e_off)
+        self.accept.append(bool(info & 1))
+        if m >= self.nodes.shape[0]:
+            self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
+        self.nodes[m] = (node, n + 1, t_off, p_off)
+        return m
+
+    def boundary(self, configs, ends) -> int:
+        """The one chart node of the boundary where the pieces ``ends`` (``(c, t)`` pairs) of ``configs`` end:
+        a child of the deepest chart node of ``configs`` (every chart node of a state lies on one chain, since
+        each byte position has one boundary node)."""
+        deepest = max((c for c, _ in configs), key=self.depth.__getitem__)
+        return self.merged(deepest, frozenset(ends))
 
     def expects(self, node: int, t: int) -> bool:
         w = self.mem[self.e_off[node] + (t >> 6)]
@@ -335,11 +385,15 @@ class ValiantEngine(Engine):
 
     # -- the lexer over configurations -----------------------------------------------------------
     def _step(self, configs, byte: int):
+        """The configurations after one more byte. Every piece that ends before ``byte`` ends at one boundary, so
+        all of them share one chart node (:meth:`ChartStore.boundary`): the number of configurations stays
+        polynomial (one per (boundary, lexer state)) however many ways the bytes can be cut into terminals."""
         trans, accept, term_of, start_of = self._trans, self._accept, self._term_of, self._start_of
         ng = self.comp.n_grammar
         ignored = range(ng, len(start_of))
         store = self.store
         out = set()
+        ends, bases = [], set()
         for c, x in configs:
             if x == START:
                 for u in store.expected(c):
@@ -352,12 +406,18 @@ class ValiantEngine(Engine):
                 out.add((c, g))
             if accept[x]:
                 t = term_of[x]
-                b = store.child(c, t) if t < ng else c
-                for us in (store.expected(b), ignored):
-                    for u in us:
-                        s0 = start_of[u]
-                        if s0 >= 0 and trans[s0][byte] >= 0:
-                            out.add((b, trans[s0][byte]))
+                if t < ng:
+                    ends.append((c, t))
+                else:                  # an ignored piece ends: new pieces start from where it began
+                    bases.add(c)
+        if ends:
+            bases.add(store.boundary(configs, ends))
+        for b in bases:
+            for us in (store.expected(b), ignored):
+                for u in us:
+                    s0 = start_of[u]
+                    if s0 >= 0 and trans[s0][byte] >= 0:
+                        out.add((b, trans[s0][byte]))
         return out
 
     def commit(self, token_id: int) -> bool:
@@ -381,13 +441,16 @@ class ValiantEngine(Engine):
     # -- masks -------------------------------------------------------------------------------------
     def _bases_acc(self, lazy: bool = False):
         """({base chart: [boundary without leading ignore, boundary with leading ignore, [x ...]]}, whether the
-        prefix is a sentence), in one pass over the configurations. With ``lazy``, a base chart ``c + t`` that
-        only non-final lexer states need and that is not computed yet is keyed ``(c, t)`` instead (``fill_mask``
-        may not need it at all: ``mask_virtual``)."""
+        prefix is a sentence), in one pass over the configurations. The base of a lexer state ``x`` of a grammar
+        terminal ``t`` is the boundary where its piece would end: ``c + t`` for its one configuration ``(c, x)``, or
+        the merged boundary of all of them. With ``lazy``, a base chart ``c + t`` that only non-final lexer states
+        need and that is not computed yet is keyed ``(c, t)`` instead (``fill_mask`` may not need it at all:
+        ``mask_virtual``)."""
         term_of, accept, ng, store = self._term_of, self._accept, self.comp.n_grammar, self.store
         nullable = self.comp.start_nullable
         groups: dict = {}
         acc = False
+        starts: dict = {}
         for c, x in self.configs:
             if x == START:
                 e = groups.get(c)
@@ -395,17 +458,25 @@ class ValiantEngine(Engine):
                     e = groups[c] = [False, False, []]
                 e[0] = True
                 acc = acc or nullable
-                continue
+            elif term_of[x] >= ng:     # an ignored piece: its boundary is where it began
+                e = groups.get(c)
+                if e is None:
+                    e = groups[c] = [False, False, []]
+                e[2].append(x)
+                if accept[x]:
+                    e[0] = e[1] = True
+                    acc = acc or store.accept[c] or (c == 0 and nullable)
+            else:
+                starts.setdefault(x, []).append(c)
+        for x, cs in starts.items():
             t = term_of[x]
-            key = (c, t) if t < ng else c
+            key = (cs[0], t) if len(cs) == 1 else frozenset((c, t) for c in cs)
             e = groups.get(key)
             if e is None:
                 e = groups[key] = [False, False, []]
             e[2].append(x)
             if accept[x]:
                 e[0] = e[1] = True
-                if not acc:
-                    acc = store.accept[store.child(c, t)] if t < ng else (store.accept[c] or (c == 0 and nullable))
         bases: dict = {}
         for key, e in groups.items():
             if type(key) is tuple:
@@ -416,6 +487,10 @@ class ValiantEngine(Engine):
                         continue
                     b = store.child(*key)
                 key = b
+            elif type(key) is frozenset:
+                key = store.boundary(self.configs, key)
+            if e[0] and e[2] and not acc:
+                acc = store.accept[key] if any(term_of[x] < ng for x in e[2] if accept[x]) else acc
             got = bases.get(key)
             if got is None:
                 bases[key] = e

@@ -189,6 +189,19 @@ def _close_row(cur, rows, rk, r, pa, mem, W, acc, tid, nth, G):
 
 @_cpu
 def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G):
+    """One chart step for terminal ``t`` after the chart whose tiers are ``tier_offs``: :func:`_step_core` with no
+    other edge."""
+    return _step_core(mem, tier_offs, p_offs, n, t, tier_offs, tier_offs, 0, out_tier, out_p, out_e, cur, seeds, G)
+
+
+@_cpu
+def chart_step_edges(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_p, out_e, cur, seeds, G):
+    """A merged boundary's step (:func:`_step_core` with ``ne`` more edges)."""
+    return _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_p, out_e, cur, seeds, G)
+
+
+@_cpu_inline
+def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_p, out_e, cur, seeds, G):
     """Compute tier ``n`` for terminal ``t`` (tiers 0..n-1 at ``tier_offs``, ANC[0..n] at ``p_offs``) and write
     it at ``out_tier``, ANC[n+1] at ``out_p``, EXPECT[n+1] at ``out_e`` and the INFO word after EXPECT. Returns
     the INFO word (bit 0: t_0..t_n is a sentence; bit 1: old items). ``cur`` is scratch of
@@ -198,7 +211,13 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
     bits), plus a summary of its non-empty rows: for an older tier ``e`` only the pairs (A present in tier e)
     x (B present in row n-e-1 and in ANC[e+1]) that are rules are visited, split points whose row is empty
     are skipped, and each chart entry is touched once. Row n-e-1 is final when tier ``e`` is read (later
-    ``e`` only write rows above it), so the threads read it while they OR into higher rows."""
+    ``e`` only write rows above it), so the threads read it while they OR into higher rows.
+
+    Boundaries on a lattice (a merged boundary: several pieces of the bytes end at the new position, begun at
+    different boundaries of the chain): ``t < 0`` means no terminal spans only the last gap, and each edge
+    ``k < ne`` puts terminal ``e_terms[k]`` over the ``e_rows[k] + 1`` gaps before the new boundary (row
+    ``e_rows[k]``, filtered by the ANC where it starts). The recurrence is unchanged: a row only receives cells
+    from rows below it, so seeding every edge's row before the loop leaves each row final when it is read."""
     n_nt, n_left, WN = G.n_nt, G.n_left, G.WN
     tid, nth = _tid(), _nth()
     W = (n + 1 + 63) // 64
@@ -215,15 +234,30 @@ def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds,
     _sync()
     # row 0: V -> t_n, V in ANC[n]
     pn = p_offs[n]
-    for wi in range(tid, WN, nth):
-        bits = G.term_nts[t, wi] & mem[pn + wi]
-        rows[wi] = bits
-        if bits:
-            _or_word(rowsum, 0, one)
-        while bits:
-            low = bits & (~bits + one)
-            bits ^= low
-            cur[(wi * 64 + _ctz(low)) * W] = one
+    if t >= 0:
+        for wi in range(tid, WN, nth):
+            bits = G.term_nts[t, wi] & mem[pn + wi]
+            rows[wi] = bits
+            if bits:
+                _or_word(rowsum, 0, one)
+            while bits:
+                low = bits & (~bits + one)
+                bits ^= low
+                cur[(wi * 64 + _ctz(low)) * W] = one
+    # the other edges of a merged boundary: V -> e_terms[k] over row e_rows[k], V in ANC at its start
+    for k in range(ne):
+        er = e_rows[k]
+        ebit = one << np.uint64(er & 63)
+        pr = p_offs[n - er]
+        for wi in range(tid, WN, nth):
+            bits = G.term_nts[e_terms[k], wi] & mem[pr + wi] & ~rows[er * WN + wi]
+            if bits:
+                rows[er * WN + wi] |= bits
+                _or_word(rowsum, er >> 6, ebit)
+            while bits:
+                low = bits & (~bits + one)
+                bits ^= low
+                _or_word(cur, (wi * 64 + _ctz(low)) * W + (er >> 6), ebit)
     _sync()
     # rows r = 0..n-1 as right children (split after t_e, e = n-1-r): only non-empty rows, in order
     r = 0
@@ -654,7 +688,7 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
 
 
 # Shared functions in dependency order: what for_cuda compiles, each seeing the CUDA versions of the others.
-SHARED = (_or_track, _close_row, step_epilogue, chart_step, _has_self_item, _in_first_of_rights, certify,
+SHARED = (_or_track, _close_row, step_epilogue, _step_core, chart_step, _has_self_item, _in_first_of_rights, certify,
           _row0_certifies, dfs)
 
 
@@ -760,6 +794,22 @@ def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, pre
     if info2 != info:
         mem[out_e + G.WT] = np.uint64(info2)
     return info2
+
+
+@_cpu
+def extend_edges(mem, nodes, node, t, e_rows, e_terms, out_tier, out_p, out_e, cur, seeds, pathbuf, gu, gi, gm):
+    """A merged boundary after chart node ``node`` (CPU, one thread): terminal ``t`` (or none if < 0) from
+    ``node`` itself and terminal ``e_terms[k]`` over row ``e_rows[k]`` (from an older node of the chain). No idem
+    mark (the new node has no single last terminal); INFO_OLD is set, so nothing is certified from it."""
+    n = nodes[node, 1]
+    tier_offs = pathbuf[:n + 1]
+    p_offs = pathbuf[n + 1:2 * n + 3]
+    _fill_path(nodes, node, tier_offs, p_offs)
+    G = unpack_grammar(gu, gi, gm)
+    info = chart_step_edges(mem, tier_offs, p_offs, n, t, e_rows, e_terms, e_rows.size, out_tier, out_p, out_e, cur,
+                            seeds, G) | INFO_OLD
+    mem[out_e + G.WT] = np.uint64(info)
+    return info
 
 
 # -- CPU entry points of a mask: needed nodes, tree search, token assembly, in one call per base chart ----------
