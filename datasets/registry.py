@@ -14,6 +14,8 @@ DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
     "json": ("max_tokens", "min_tokens", "per_file"), "lark": ("max_tokens",),
     **{f"ambiguous_{k}": ("lengths",) for k in ("binary", "ternary", "expr", "concat", "right")},
     "sampled": ("source", "tokenizer", "file"),
+    # seeded random grammars and sentences of chosen lengths (datasets/fuzz.py)
+    "fuzz": ("grammar_seed", "lengths", "per_length"),
 }
 DATASETS = tuple(DATASET_OPTIONS)
 SUITE_DATASETS = ("json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
@@ -66,6 +68,10 @@ def _load(dcfg, data_root, n, seed) -> Dataset:
         from gcdbench.datasets.sampled import load_sampled
 
         ds = load_sampled(dcfg, data_root, n=n, seed=seed)
+    elif name == "fuzz":
+        from gcdbench.datasets.fuzz import load_fuzz_dataset
+
+        ds = load_fuzz_dataset(dcfg, n=n, seed=seed)
     else:
         ds = load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
     return ds

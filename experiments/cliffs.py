@@ -1,0 +1,366 @@
+"""Cliffs: how the cost of a mask grows with the prefix on fuzzed grammars (issue 25).
+
+Two parts, both reading the grammar fuzzer (``dataset=fuzz``, :mod:`gcdbench.datasets.fuzz`):
+
+* ``bench``: the reference checker and Valiant in one process, on many grammars (``--seeds 0:200``), each with
+  sentences of growing length (``--lengths``). Per sentence: the reference's cost per byte as it reads the
+  sentence (its documented bound: O(n^2) per byte, so the fitted growth exponent of the mean per-byte cost
+  against length is at most 2), and Valiant's per-mask times along the sentence (Qwen3, the whole vocabulary),
+  with ``--audit`` steps per sentence checked against the reference's whole-vocabulary mask. One JSON record per
+  (grammar, sentence, engine) through :mod:`benchfile` (commit, machine, versions).
+* ``section``: the report's "Cliffs" section from that file and from the runner cells of ``experiment=cliffs``
+  (every engine on a seeded subset of the grammars): per engine the fitted per-token growth exponent of each
+  grammar (least squares of log mean mask time against log sentence length over the longer half, as the
+  ambiguity figure), its worst mask, and its worst grammars with the smallest reproducer found
+  (:func:`shrink`: the shortest prefix, and the fewest grammar lines, that keep the cliff).
+
+    python -m gcdbench.experiments.cliffs bench --seeds 0:200 --out results/cliffs/bench.json
+    python -m experiments.run -m experiment=cliffs
+    python -m gcdbench.experiments.cliffs section --bench results/cliffs/bench.json --runs results/cliffs/runs --out results
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcdbench.experiments.beyond import loglog_slope
+
+#: sentence lengths (terminals) of the bench: the issue's five lengths from 10 to 200 tokens
+BENCH_LENGTHS = (10, 25, 50, 100, 200)
+#: an exponent above this is a cliff (the documented bounds: reference O(n^2) per byte, Valiant O(n^2) per token)
+CLIFF_EXPONENT = 2.0
+
+
+def _parse_seeds(spec: str) -> list[int]:
+    """``0:200`` (a range), ``3,5,9`` or ``7``."""
+    if ":" in spec:
+        a, b = spec.split(":")
+        return list(range(int(a), int(b)))
+    return [int(x) for x in spec.split(",") if x.strip()]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# bench: the reference and Valiant, in process
+# --------------------------------------------------------------------------------------------------------------
+def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
+    """Read ``data`` byte by byte with a fresh reference checker: total and per-byte times, the largest state."""
+    from gcdbench.parsers.reference import DEAD, ReferenceChecker
+
+    rc = ReferenceChecker(grammar)
+    sid = rc.initial()
+    t_all = time.perf_counter()
+    per = np.zeros(len(data))
+    worst_state = 0
+    for i, b in enumerate(data):
+        t0 = time.perf_counter()
+        sid = rc.step(sid, b)
+        per[i] = time.perf_counter() - t0
+        if sid == DEAD:
+            return {"outcome": "rejected", "at_byte": i}
+        worst_state = max(worst_state, len(rc._sets[sid]))
+        if time.perf_counter() - t_all > budget_s:
+            return {"outcome": "timeout", "at_byte": i, "bytes_read": i + 1}
+    ok = rc.accepts(sid)
+    half = per[len(per) // 2:] if len(per) > 1 else per
+    return {"outcome": "ok" if ok else "no_eos", "bytes": len(data), "total_s": float(per.sum()),
+            "mean_byte_us": float(per.mean() * 1e6), "last_half_byte_us": float(half.mean() * 1e6),
+            "max_byte_us": float(per.max() * 1e6), "max_state_configs": worst_state}
+
+
+def _valiant_records(ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
+    """Valiant along every sentence of ``ds``: per-mask times, and ``audit`` steps per sentence against the
+    reference's whole-vocabulary mask."""
+    from gcdbench.parsers.base import CompileError, allocate_mask, mask_to_ids
+    from gcdbench.parsers.reference import DEAD, ReferenceChecker
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    eng = ValiantEngine(cache=False)
+    t0 = time.perf_counter()
+    try:
+        eng.compile(ds.grammar, tok)
+    except CompileError as err:
+        return [{"engine": "valiant", "sample_id": s.id, "outcome": "compile_error", "error": str(err)[:300]}
+                for s in ds.samples]
+    init_s = time.perf_counter() - t0
+    rc = ReferenceChecker(ds.grammar)
+    mask = allocate_mask(tok.vocab_size)
+    eng.reset()                     # untimed warm-up on the shortest sentence (numba, scratch, first charts)
+    for t in ds.samples[0].ids(tok):
+        eng.fill_mask(mask)
+        if not eng.commit(t):
+            break
+    out = []
+    for s in ds.samples:
+        ids = s.ids(tok)
+        eng.reset()
+        check = set(rng.sample(range(len(ids) + 1), min(audit, len(ids) + 1))) | {len(ids)} if audit else set()
+        times, agree, audited, outcome = [], 0, 0, "ok"
+        t_sample = time.perf_counter()
+        for i in range(len(ids) + 1):
+            t = time.perf_counter()
+            eng.fill_mask(mask)
+            times.append(time.perf_counter() - t)
+            if i in check:
+                got = mask_to_ids(mask, tok.vocab_size)
+                sid = rc.advance(rc.initial(), tok.decode(ids[:i]))
+                want = rc.full_mask_ids(sid, tok) if sid != DEAD else np.zeros(0, np.int64)
+                audited += 1
+                agree += int(np.array_equal(np.sort(got), np.sort(want)))
+            if i == len(ids):
+                eos = tok.eos_id
+                if not (mask[eos >> 5] >> (eos & 31)) & 1:
+                    outcome = "no_eos"
+                break
+            if not (mask[ids[i] >> 5] >> (ids[i] & 31)) & 1 or not eng.commit(ids[i]):
+                outcome = "rejected"
+                break
+            if time.perf_counter() - t_sample > budget_s:
+                outcome = "timeout"
+                break
+        us = np.array(times) * 1e6
+        out.append({"engine": "valiant", "sample_id": s.id, "outcome": outcome, "tokens": len(ids),
+                    "masks": len(times), "init_s": round(init_s, 3), "mean_us": float(us.mean()),
+                    "p50_us": float(np.median(us)), "max_us": float(us.max()),
+                    "last10_us": float(us[-10:].mean()), "audited": audited, "agree": agree,
+                    "counters": {k: int(v) for k, v in eng.counters.items()}})
+    return out
+
+
+def bench(seeds, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=2, budget_s=60.0, log=print) -> list[dict]:
+    """Records of the reference and Valiant on fuzzed grammars ``seeds`` (see the module docstring)."""
+    import random
+
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    records = []
+    for seed in seeds:
+        ds = load_dataset({"name": "fuzz", "grammar_seed": seed, "lengths": list(lengths)}, data_root=None)
+        head = {"grammar_seed": seed, "dataset": ds.name, "templates": list(ds.meta.get("templates", []))}
+        lens = {s.id: len(s.ids(tok)) for s in ds.samples}
+        for s in ds.samples:
+            r = _reference_record(ds.grammar, s.text.encode(), budget_s)
+            records.append({**head, "engine": "reference", "sample_id": s.id, "tokens": lens[s.id], **r})
+        for r in _valiant_records(ds, tok, audit, budget_s, random.Random(seed)):
+            records.append({**head, **r})
+        worst = max((r.get("max_us", 0) for r in records[-len(ds.samples):]), default=0)
+        log(f"grammar {seed}: {len(ds.samples)} sentences ({', '.join(map(str, lens.values()))} tokens), "
+            f"Valiant worst mask {worst:,.0f} us")
+    return records
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fits
+# --------------------------------------------------------------------------------------------------------------
+def fit_bench(records: list[dict]) -> pd.DataFrame:
+    """Per (engine, grammar): the growth exponent (Valiant: mean mask time against tokens; reference: mean cost per
+    byte against bytes), the worst mask (Valiant) or byte (reference), the mask at the longest sentence, and
+    the audit."""
+    df = pd.DataFrame(records)
+    rows = []
+    for (engine, seed), g in df.groupby(["engine", "grammar_seed"]):
+        ok = g[g["outcome"].isin(["ok", "no_eos"])] if "outcome" in g else g
+        if engine == "reference":
+            x, y = ok.get("bytes"), ok.get("mean_byte_us")
+            worst = ok["max_byte_us"].max() if len(ok) else np.nan
+        else:
+            x, y = ok.get("tokens"), ok.get("mean_us")
+            worst = ok["max_us"].max() if len(ok) else np.nan
+        slope = loglog_slope(x, y) if x is not None and len(ok) else np.nan
+        longest = ok.loc[ok["tokens"].idxmax()] if len(ok) else None
+        rows.append({
+            "engine": engine, "grammar_seed": int(seed), "templates": "+".join(g["templates"].iloc[0]),
+            "sentences": len(g), "finished": len(ok), "exponent": slope, "worst_us": worst,
+            "longest_tokens": int(longest["tokens"]) if longest is not None else 0,
+            "at_longest_us": float(longest["max_us"]) if longest is not None and engine == "valiant" else np.nan,
+            "audited": int(g["audited"].fillna(0).sum()) if "audited" in g else 0,
+            "agree": int(g["agree"].fillna(0).sum()) if "agree" in g else 0,
+            "outcomes": ", ".join(f"{k} {v}" for k, v in g["outcome"].value_counts().items()),
+        })
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# shrink: the smallest reproducer of an engine's cliff
+# --------------------------------------------------------------------------------------------------------------
+def _mask_times(engine: str, options: dict, lark: str, ids: list[int], tok, budget_s: float) -> list[float] | None:
+    """Per-mask seconds along ``ids`` (teacher-forced) for ``engine`` on grammar ``lark``; the list ends with inf
+    when the budget ran out first; None when the engine refuses the grammar or a token."""
+    from gcdbench.parsers.base import GrammarSpec, allocate_mask
+    from gcdbench.parsers.registry import engine_class
+
+    try:
+        eng = engine_class(engine)(**options)
+        eng.compile(GrammarSpec(name="shrink", lark=lark), tok)
+    except Exception:   # a candidate grammar the engine cannot take is simply not a reproducer
+        return None
+    mask = allocate_mask(tok.vocab_size)
+    out = []
+    t_all = time.perf_counter()
+    try:
+        for t in ids:
+            t0 = time.perf_counter()
+            eng.fill_mask(mask)
+            out.append(time.perf_counter() - t0)
+            if time.perf_counter() - t_all > budget_s:
+                return out + [float("inf")]
+            if not (mask[t >> 5] >> (t & 31)) & 1 or not eng.commit(t):
+                return None
+        t0 = time.perf_counter()
+        eng.fill_mask(mask)
+        out.append(time.perf_counter() - t0)
+    except Exception:
+        return None
+    finally:
+        close = getattr(eng, "close", None)
+        if close is not None:
+            close()
+    return out
+
+
+def _cliff_at(times: list[float], factor: float = 10.0, floor_s: float = 1e-3) -> int | None:
+    """The first mask index whose time is at least ``factor`` times the median of the first five masks and at
+    least ``floor_s`` (None: no cliff)."""
+    if not times:
+        return None
+    base = float(np.median(times[:5]))
+    for i, t in enumerate(times):
+        if t >= max(floor_s, factor * base):
+            return i
+    return None
+
+
+def _candidates(lark: str):
+    """Grammars with one line, or one alternative of a rule, removed (the start rule's line is kept)."""
+    lines = lark.splitlines()
+    for i, ln in enumerate(lines):
+        if not ln.strip() or ln.lstrip().startswith("start"):
+            continue
+        yield "\n".join(lines[:i] + lines[i + 1:]) + "\n"
+        if ":" in ln and "|" in ln:
+            head, body = ln.split(":", 1)
+            alts = body.split("|")
+            for j in range(len(alts)):
+                rest = alts[:j] + alts[j + 1:]
+                yield "\n".join(lines[:i] + [head + ":" + "|".join(rest)] + lines[i + 1:]) + "\n"
+
+
+def shrink(engine: str, options: dict, lark: str, text: str, tok, budget_s: float = 30.0,
+           total_s: float = 600.0) -> dict | None:
+    """The shortest prefix of ``text`` at whose end ``engine``'s mask is a cliff (:func:`_cliff_at`), then the
+    fewest grammar lines and alternatives that keep it (each candidate must still have the prefix viable under the
+    reference and the cliff at its end). None when the sentence shows no cliff."""
+    from lark import Lark
+
+    from gcdbench.parsers.base import GrammarSpec
+    from gcdbench.parsers.reference import ReferenceChecker
+
+    ids = tok.encode(text)
+    times = _mask_times(engine, options, lark, ids, tok, budget_s)
+    k = _cliff_at(times) if times else None
+    if k is None:
+        return None
+    ids = ids[:k]
+    first = float(np.median(times[:5]))
+    t_end = time.perf_counter() + total_s
+    changed = True
+    while changed and time.perf_counter() < t_end:
+        changed = False
+        for cand in _candidates(lark):
+            if time.perf_counter() > t_end:
+                break
+            try:
+                Lark(cand, parser="earley", lexer="dynamic_complete")
+                if not ReferenceChecker(GrammarSpec(name="shrink", lark=cand)).is_viable(tok.decode(ids)):
+                    continue
+            except Exception:
+                continue
+            got = _mask_times(engine, options, cand, ids, tok, budget_s)
+            if got and _cliff_at(got) is not None and _cliff_at(got) >= len(got) - 2:
+                lark, times, changed = cand, got, True
+                break
+    return {"engine": engine, "tokens": len(ids), "mask_ms": float(times[-1]) * 1e3, "first_ms": first * 1e3,
+            "grammar": lark, "prefix": tok.decode(ids).decode("utf-8", "replace")}
+
+
+def shrink_worst(runs: Path, per_engine: int = 1, budget_s: float = 30.0, total_s: float = 600.0,
+                 log=print) -> list[dict]:
+    """:func:`shrink` for each engine's worst cliffs among the runner cells under ``runs``."""
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.experiments.cliffs_report import _cliff, cell_growth, fit_cells
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    g = cell_growth([runs])
+    fit = fit_cells(g)
+    worst = fit[fit.apply(_cliff, axis=1)].sort_values(["cut_short", "exponent"], ascending=False)
+    tok = load_tokenizer("qwen3")
+    out = []
+    for r in worst.groupby("engine").head(per_engine).to_dict("records"):
+        cell = g[(g["config"] == r["engine"]) & (g["grammar_seed"] == r["grammar_seed"])]
+        meta = json.loads((Path(cell["path"].iloc[0]) / "run.json").read_text())
+        ds = load_dataset({"name": "fuzz", "grammar_seed": r["grammar_seed"],
+                           **{k: v for k, v in meta["identity"]["dataset_options"].items()
+                              if k not in ("name", "ambiguous", "grammar_seed") and v is not None}}, data_root=None)
+        bad = cell.sort_values(["max_us"], ascending=False)
+        sid = (cell[cell["outcome"].isin(["timeout"])]["sample_id"].tolist() or bad["sample_id"].tolist())[0]
+        text = next(s.text for s in ds.samples if s.id == sid)
+        log(f"shrinking {r['engine']} x fuzz_{r['grammar_seed']} ({sid})")
+        got = shrink(meta["engine"], meta.get("engine_options") or {}, ds.grammar.lark, text, tok, budget_s, total_s)
+        if got is not None:
+            out.append({**got, "engine": r["engine"], "grammar_seed": r["grammar_seed"], "sample_id": sid})
+            log(f"  {got['tokens']} tokens, {got['mask_ms']:.1f} ms, {len(got['grammar'].splitlines())} grammar lines")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("bench", help="the reference and Valiant on fuzzed grammars, in process")
+    b.add_argument("--seeds", default="0:200", help="grammar seeds: 0:200, 3,5,9 or 7")
+    b.add_argument("--lengths", type=int, nargs="+", default=list(BENCH_LENGTHS))
+    b.add_argument("--tokenizer", default="qwen3")
+    b.add_argument("--audit", type=int, default=2, help="Valiant steps per sentence checked against the reference")
+    b.add_argument("--budget-s", type=float, default=60.0, help="time limit per sentence and engine")
+    b.add_argument("--out", required=True)
+    k = sub.add_parser("shrink", help="smallest reproducers of each engine's worst cliffs (runner cells)")
+    k.add_argument("--runs", default="results/cliffs/runs")
+    k.add_argument("--per-engine", type=int, default=1)
+    k.add_argument("--budget-s", type=float, default=30.0, help="time limit of one candidate's masks")
+    k.add_argument("--total-s", type=float, default=600.0, help="time limit of one shrink")
+    k.add_argument("--out", required=True)
+    s = sub.add_parser("section", help="the report's Cliffs section")
+    s.add_argument("--bench", required=True)
+    s.add_argument("--runs", default="results/cliffs/runs")
+    s.add_argument("--reproducers", default=None)
+    s.add_argument("--out", default="results")
+    args = ap.parse_args(argv)
+    if args.cmd == "bench":
+        from gcdbench.experiments.benchfile import write_bench
+
+        records = bench(_parse_seeds(args.seeds), args.lengths, args.tokenizer, args.audit, args.budget_s,
+                        log=lambda m: print(m, flush=True))
+        path = write_bench(args.out, records)
+        fit = fit_bench(records)
+        print(fit.groupby("engine")[["exponent", "worst_us"]].describe().T.to_string())
+        print(f"wrote {path}")
+    elif args.cmd == "shrink":
+        from gcdbench.experiments.benchfile import write_bench
+
+        recs = shrink_worst(Path(args.runs), args.per_engine, args.budget_s, args.total_s,
+                            log=lambda m: print(m, flush=True))
+        print(f"wrote {write_bench(args.out, recs)}")
+    else:
+        from gcdbench.experiments.cliffs_report import cliffs_section
+
+        print("\n".join(cliffs_section(Path(args.bench), Path(args.runs), Path(args.out),
+                                       Path(args.reproducers) if args.reproducers else None)))
+
+
+if __name__ == "__main__":
+    main()

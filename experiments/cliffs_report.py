@@ -1,0 +1,165 @@
+"""The report's "Cliffs" section: growth exponents and worst masks on fuzzed grammars, from stored files only
+(the bench file of ``python -m gcdbench.experiments.cliffs bench``, the runner cells of ``experiment=cliffs`` and
+the reproducers of ``cliffs shrink``)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcdbench.experiments.beyond import loglog_slope, run_dirs
+from gcdbench.experiments.cliffs import CLIFF_EXPONENT, fit_bench
+from gcdbench.experiments.report import _markdown, cell_commits, measured_at, read_cell_file, warn
+
+WORST_SHOWN = 3
+
+
+def cell_growth(roots) -> pd.DataFrame:
+    """Per (engine config, fuzzed grammar, sentence) of the runner cells: masks made, mean and max mask time,
+    outcome; plus the cell's audit and provenance."""
+    rows = []
+    for d in run_dirs(roots):
+        try:
+            meta = read_cell_file(d, "run.json")
+            if not str(meta.get("dataset", "")).startswith("fuzz_"):
+                continue
+            steps = read_cell_file(d, "steps.parquet")
+            samples = read_cell_file(d, "samples.parquet")
+            audit = read_cell_file(d, "audit.parquet")
+        except Exception as err:   # one unreadable cell: named, the others reported
+            warn(f"{d}: skipped ({err})")
+            continue
+        seed = int(meta["dataset"].split("_", 1)[1])
+        head = {"config": meta["config"], "grammar_seed": seed, "path": str(d), "compile_error": meta.get("compile_error") or "",
+                "machine": "{cpu} ({cpu_count} cores, {memory_gb} GB)".format(
+                    **{"cpu": "?", "cpu_count": "?", "memory_gb": "?", **(meta.get("machine") or {})}),
+                "commit": "+".join(cell_commits(meta, samples)),
+                "audited": int(len(audit)) if audit is not None else 0,
+                "agree_profile": int(audit["agree"].sum()) if audit is not None and "agree" in audit else 0}
+        if samples is None or not len(samples):
+            rows.append({**head, "sample_id": None, "outcome": "compile_error" if head["compile_error"] else "none"})
+            continue
+        per = steps.groupby("sample_id")["mask_us"].agg(["size", "mean", "max"]) if steps is not None and len(steps) \
+            else pd.DataFrame(columns=["size", "mean", "max"])
+        for r in samples.to_dict("records"):
+            sid = r["sample_id"]
+            st = per.loc[sid] if sid in per.index else None
+            m = re.search(r"-L(\d+)-", sid)
+            rows.append({**head, "sample_id": sid, "outcome": r["outcome"],
+                         "target": int(m.group(1)) if m else np.nan,
+                         "masks": int(st["size"]) if st is not None else 0,
+                         "mean_us": float(st["mean"]) if st is not None else np.nan,
+                         "max_us": float(st["max"]) if st is not None else np.nan})
+    return pd.DataFrame(rows)
+
+
+def fit_cells(g: pd.DataFrame) -> pd.DataFrame:
+    """Per (config, grammar): exponent of mean mask time against masks made, worst mask, outcomes, audit."""
+    out = []
+    for (config, seed), s in g.groupby(["config", "grammar_seed"]):
+        ran = s[s["masks"] > 0] if "masks" in s else s.iloc[:0]
+        cut = int(s["outcome"].isin(["timeout", "skipped", "oom"]).sum())
+        out.append({"engine": config, "grammar_seed": int(seed),
+                    "exponent": loglog_slope(ran["masks"], ran["mean_us"]) if len(ran) else np.nan,
+                    "worst_us": float(ran["max_us"].max()) if len(ran) else np.nan,
+                    "longest_tokens": int(ran["masks"].max() - 1) if len(ran) else 0,
+                    "cut_short": cut, "compile_error": s["compile_error"].iloc[0],
+                    "outcomes": ", ".join(f"{k} {v}" for k, v in s["outcome"].value_counts().items()),
+                    "audited": int(s["audited"].iloc[0]), "agree": int(s["agree_profile"].iloc[0]),
+                    "machine": s["machine"].iloc[0], "commit": s["commit"].iloc[0]})
+    return pd.DataFrame(out)
+
+
+def _cliff(r) -> bool:
+    return bool(r["cut_short"]) or (not np.isnan(r["exponent"]) and r["exponent"] > CLIFF_EXPONENT)
+
+
+def summary(fit: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine: grammars, how many compiled, exponent median/max, cliffs, worst mask, audit."""
+    rows = []
+    for engine, s in fit.groupby("engine"):
+        ran = s[s["compile_error"].fillna("") == ""] if "compile_error" in s else s
+        cliffs = ran[ran.apply(_cliff, axis=1)] if len(ran) else ran
+        rows.append({"engine": engine, "grammars": len(s), "compiled": len(ran),
+                     "exponent p50": _f(ran["exponent"].median()), "exponent max": _f(ran["exponent"].max()),
+                     "cliffs": len(cliffs), "worst mask (ms)": _f(ran["worst_us"].max() / 1e3, 2),
+                     "audit (agree/steps)": f"{int(ran['agree'].sum())}/{int(ran['audited'].sum())}"})
+    return pd.DataFrame(rows)
+
+
+def _f(v, nd: int = 2) -> str:
+    return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.{nd}f}"
+
+
+def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers: Path | None = None) -> list[str]:
+    """README lines of the "Cliffs" section and its CSV files under ``out`` (empty when nothing is stored)."""
+    out = Path(out)
+    lines: list[str] = []
+    if bench is not None and Path(bench).exists():
+        doc = json.loads(Path(bench).read_text())
+        fb = fit_bench(doc["records"])
+        out.mkdir(parents=True, exist_ok=True)
+        fb.to_csv(out / "cliffs_bench.csv", index=False)
+        ref, val = fb[fb["engine"] == "reference"], fb[fb["engine"] == "valiant"]
+        m = doc.get("machine") or {}
+        lines += [
+            "## Cliffs: fuzzed grammars", "",
+            f"`{bench}`: the reference checker and Valiant on {fb['grammar_seed'].nunique()} fuzzed grammars "
+            f"(`datasets/fuzz.py`, seeds {fb['grammar_seed'].min()}-{fb['grammar_seed'].max()}), each with sentences "
+            f"of growing length (`{doc.get('command', '')}`), at commit {str(doc.get('git_commit'))[:7]}"
+            f"{' (dirty tree)' if doc.get('git_dirty') else ''} on {m.get('cpu', '?')} ({m.get('cpu_count', '?')} "
+            "cores). Exponent: least-squares slope of log mean cost against log length over the longer half of "
+            "the lengths (reference: cost per byte against bytes, bound O(n^2) per byte, so at most 2; Valiant: "
+            "cost per mask against tokens, bound O(n^2) chart work per token).", "",
+        ]
+        tab = pd.DataFrame([
+            {"engine": name, "grammars": len(s), "exponent p50": _f(s["exponent"].median()),
+             "exponent p99": _f(s["exponent"].quantile(0.99)), "exponent max": _f(s["exponent"].max()),
+             "over bound (> 2)": int((s["exponent"] > CLIFF_EXPONENT).sum()),
+             "worst": (_f(s["worst_us"].max() / 1e3, 2) + " ms per byte" if name == "reference"
+                       else _f(s["worst_us"].max() / 1e3, 2) + " ms per mask"),
+             "worst mask at the longest sentence (ms)": "–" if name == "reference" else _f(s["at_longest_us"].max() / 1e3, 2),
+             "audit (agree/steps)": "–" if name == "reference" else f"{int(s['agree'].sum())}/{int(s['audited'].sum())}",
+             "sentences finished": f"{int(s['finished'].sum())}/{int(s['sentences'].sum())}"}
+            for name, s in (("reference", ref), ("valiant", val)) if len(s)])
+        lines += [_markdown(tab, parse_numbers=False), ""]
+        top = fb.sort_values("exponent", ascending=False).groupby("engine").head(WORST_SHOWN)
+        lines += ["Largest exponents:", "",
+                  _markdown(top[["engine", "grammar_seed", "templates", "exponent", "worst_us", "outcomes"]]
+                            .assign(exponent=lambda d: d["exponent"].map(_f),
+                                    worst_us=lambda d: d["worst_us"].map(lambda v: _f(v, 0))), parse_numbers=False), ""]
+    if runs is not None and Path(runs).exists():
+        g = cell_growth([Path(runs)])
+        if len(g):
+            fit = fit_cells(g)
+            out.mkdir(parents=True, exist_ok=True)
+            fit.to_csv(out / "cliffs_cells.csv", index=False)
+            if not lines:
+                lines += ["## Cliffs: fuzzed grammars", ""]
+            lines += [f"### Every engine on fuzzed grammars (`{runs}`)", "",
+                      "Runner cells of `experiment=cliffs` (per-mask times on Qwen3, one audited step per sentence, "
+                      "limits of the preset). A cliff: an exponent above 2, or a sentence cut short by a limit. "
+                      "Cliffs of other engines are findings, not defects of this harness.", "",
+                      _markdown(summary(fit), parse_numbers=False), "",
+                      measured_at(fit.assign(config=fit["engine"], dataset=fit["grammar_seed"].map(lambda s: f"fuzz_{s}"))), ""]
+            worst = fit[fit.apply(_cliff, axis=1)].sort_values(["cut_short", "exponent"], ascending=False)
+            rep = json.loads(Path(reproducers).read_text()).get("records", []) \
+                if reproducers is not None and Path(reproducers).exists() else []
+            if len(worst):
+                lines += ["Each engine's worst grammars (cut short first, then by exponent):", ""]
+                for r in worst.groupby("engine").head(WORST_SHOWN).to_dict("records"):
+                    lines.append(f"- {r['engine']} × fuzz_{r['grammar_seed']}: exponent {_f(r['exponent'])}, worst "
+                                 f"mask {_f(r['worst_us'] / 1e3, 1)} ms, {r['outcomes']}")
+                    for x in rep:
+                        if x.get("engine") == r["engine"] and x.get("grammar_seed") == r["grammar_seed"]:
+                            lines.append(f"  smallest reproducer found: {x['tokens']} tokens, mask "
+                                         f"{_f(x['mask_ms'], 1)} ms (first mask {_f(x['first_ms'], 2)} ms); grammar:")
+                            lines += ["", "  ```", *["  " + ln for ln in x["grammar"].splitlines()], "  ```",
+                                      f"  prefix: `{x['prefix'][:200]}`", ""]
+                lines.append("")
+    if lines:
+        (out / "cliffs.md").write_text("\n".join(lines) + "\n")
+    return lines

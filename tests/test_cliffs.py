@@ -1,0 +1,145 @@
+"""Issue 25 (cliffs): the reference checker and Valiant stay polynomial where a terminal may follow itself, and the
+cliffs tooling (bench, fits, shrinker, report section) works end to end on small inputs. Counters, not clocks: the
+number of configurations and chart nodes a state holds is what grew exponentially before."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from gcdbench.datasets.fuzz import SEXPR_GRAMMAR, generate_grammar
+from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.reference import DEAD, ReferenceChecker, ReferenceEngine
+from gcdbench.parsers.tokenizers import byte_level
+
+SEXPR = GrammarSpec(name="sexpr", lark=SEXPR_GRAMMAR)
+GROUP = "(f x a) uu (list-vector 9 ab)"
+
+
+def _sentence(k: int) -> str:
+    return "(" + " ".join([GROUP] * k) + ")"
+
+
+def test_reference_state_stays_small_on_the_sexpr_grammar():
+    """Before: 234,256 configurations after 120 bytes (one Earley chart per cut path). Now one boundary node per
+    byte position: a state holds at most one configuration per (piece start in the current word, DFA state)."""
+    rc = ReferenceChecker(SEXPR)
+    data = _sentence(20).encode()
+    sid = rc.initial()
+    worst = 0
+    for b in data:
+        sid = rc.step(sid, b)
+        assert sid != DEAD
+        worst = max(worst, len(rc._sets[sid]))
+    assert rc.accepts(sid)
+    assert worst <= 2 * len("list-vector") + 2, worst
+
+
+def test_reference_merging_is_exact_against_per_path_nodes():
+    """The merged lattice and the per-path charts (what longest-match profiles keep) give the same viability on every
+    prefix of fuzzed sentences and their mutations (the per-path form is exact by construction)."""
+    import random
+
+    from gcdbench.datasets.fuzz import mutate, sample_sentences
+
+    rng = random.Random(0)
+    for seed in (-1, 0, 4, 7, 11):
+        fg = generate_grammar(seed)
+        sp = GrammarSpec(name=f"f{seed}", lark=fg.lark)
+        merged, per_path = ReferenceChecker(sp), ReferenceChecker(sp)
+        per_path.merge = False
+        assert merged.merge
+        for text in sample_sentences(fg, (8, 12), seed=seed):
+            for t in (text, mutate(text, rng), mutate(text, rng)):
+                data = t.encode()
+                a, b = merged.initial(), per_path.initial()
+                for i in range(len(data)):
+                    a, b = merged.step(a, data[i]), per_path.step(b, data[i])
+                    assert (a == DEAD) == (b == DEAD), (seed, t, i)
+                    if a == DEAD:
+                        break
+                assert merged.accepts(a) == per_path.accepts(b), (seed, t)
+
+
+def test_valiant_configurations_and_chart_nodes_stay_linear():
+    """Valiant on the sexpr grammar (bytes vocabulary): masks equal the reference's at every step, the state holds a
+    bounded number of configurations, and the chart store grows by at most one node per byte on the committed path."""
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    tok = byte_level()
+    eng = ValiantEngine(cache=False)
+    eng.compile(SEXPR, tok)
+    rc = ReferenceChecker(SEXPR)
+    data = _sentence(6).encode()
+    mask = allocate_mask(tok.vocab_size)
+    worst = 0
+    for i in range(len(data) + 1):
+        eng.fill_mask(mask)
+        if i % 9 == 0 or i == len(data):
+            want = rc.full_mask_ids(rc.advance(rc.initial(), data[:i]), tok)
+            assert np.array_equal(mask_to_ids(mask, tok.vocab_size), want), data[:i]
+        if i < len(data):
+            assert eng.commit(data[i])
+            worst = max(worst, len(eng.configs))
+    assert worst <= 2 * len("list-vector") + 2, worst
+    assert eng.accepting()
+
+
+def test_bench_fit_and_section(tmp_path):
+    """The in-process bench on two small fuzzed grammars (bytes vocabulary), its fit and the report section."""
+    import json
+
+    from gcdbench.experiments.cliffs import bench, fit_bench
+    from gcdbench.experiments.cliffs_report import cliffs_section
+
+    recs = bench([-1, 3], lengths=(5, 10, 20), tokenizer="bytes", audit=2, budget_s=30, log=lambda m: None)
+    assert {r["engine"] for r in recs} == {"reference", "valiant"}
+    assert all(r["outcome"] == "ok" for r in recs), [r for r in recs if r["outcome"] != "ok"]
+    val = [r for r in recs if r["engine"] == "valiant"]
+    assert sum(r["agree"] for r in val) == sum(r["audited"] for r in val) > 0
+    fit = fit_bench(recs)
+    assert set(fit["grammar_seed"]) == {-1, 3} and fit["exponent"].notna().all()
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"records": recs, "machine": {"cpu": "test"}, "git_commit": "abc1234",
+                                "command": "test"}))
+    lines = cliffs_section(path, None, tmp_path)
+    text = "\n".join(lines)
+    assert "## Cliffs" in text and "| reference" in text and "| valiant" in text
+    assert (tmp_path / "cliffs_bench.csv").exists()
+
+
+class CliffEngine(ReferenceEngine):
+    """The reference, with each mask slower than the last by a factor (an exponential cliff), when the grammar still
+    has its rule ``b``: a shrinker must keep the prefix long enough and that rule."""
+
+    name = "cliff"
+
+    def compile(self, grammar, tokenizer):
+        super().compile(grammar, tokenizer)
+        self.steep = "\nb:" in "\n" + grammar.lark
+        self.n = 0
+
+    def reset(self):
+        super().reset()
+        self.n = 0
+
+    def fill_mask(self, out):
+        super().fill_mask(out)
+        if self.steep:
+            time.sleep(2e-4 * 1.6 ** self.n)
+
+    def commit(self, token_id):
+        self.n += 1
+        return super().commit(token_id)
+
+
+def test_shrink_finds_a_short_prefix_and_drops_unneeded_lines():
+    from gcdbench.experiments.cliffs import shrink
+
+    lark = 'start: item+\nitem: a | b | c\na: "x" | "y"\nb: "z"\nc: "w"\n'
+    got = shrink("tests.test_cliffs:CliffEngine", {}, lark, "xyzxyzxyzxyzxyzxyz", byte_level(), budget_s=20,
+                 total_s=60)
+    assert got is not None
+    assert 5 <= got["tokens"] < 18 and got["mask_ms"] >= 1.0
+    assert "\nb:" in "\n" + got["grammar"] and "c:" not in got["grammar"] and "| c" not in got["grammar"]
