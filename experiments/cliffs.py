@@ -2,11 +2,12 @@
 
 Two parts, both reading the grammar fuzzer (``dataset=fuzz``, :mod:`gcdbench.datasets.fuzz`):
 
-* ``bench``: the reference checker and Valiant in one process, on many grammars (``--seeds 0:200``), each with
-  sentences of growing length (``--lengths``). Per sentence: the reference's cost per byte as it reads the
-  sentence (its documented bound: O(n^2) per byte, so the fitted growth exponent of the mean per-byte cost
-  against length is at most 2), and Valiant's per-mask times along the sentence (Qwen3, the whole vocabulary),
-  with ``--audit`` steps per sentence checked against the reference's whole-vocabulary mask. One JSON record per
+* ``bench``: the reference checker and the engines named by ``--engine`` (e.g. Valiant) in one process, on many
+  grammars (``--seeds 0:200``), each with sentences of growing length (``--lengths``). Per sentence: the
+  reference's cost per byte as it reads the sentence (its documented bound: O(n^2) per byte, so the fitted growth
+  exponent of the mean per-byte cost against length is at most 2), and each engine's per-mask times along the
+  sentence (Qwen3, the whole vocabulary), with ``--audit`` steps per sentence checked against the reference's
+  whole-vocabulary mask under the engine's declared profile. One JSON record per
   (grammar, sentence, engine) through :mod:`benchfile` (commit, machine, versions).
 * ``section``: the report's "Cliffs" section from that file and from the runner cells of ``experiment=cliffs``
   (every engine on a seeded subset of the grammars): per engine the fitted per-token growth exponent of each
@@ -14,7 +15,7 @@ Two parts, both reading the grammar fuzzer (``dataset=fuzz``, :mod:`gcdbench.dat
   ambiguity figure), its worst mask, and its worst grammars with the smallest reproducer found
   (:func:`shrink`: the shortest prefix, and the fewest grammar lines, that keep the cliff).
 
-    python -m gcdbench.experiments.cliffs bench --seeds 0:200 --out results/cliffs/bench.json
+    python -m gcdbench.experiments.cliffs bench --engine valiant --seeds 0:200 --out results/cliffs/bench.json
     python -m experiments.run -m experiment=cliffs
     python -m gcdbench.experiments.cliffs section --bench results/cliffs/bench.json --runs results/cliffs/runs --out results
 """
@@ -45,7 +46,7 @@ def _parse_seeds(spec: str) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# bench: the reference and Valiant, in process
+# bench: the reference and the named engines, in process
 # --------------------------------------------------------------------------------------------------------------
 def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
     """Read ``data`` byte by byte with a fresh reference checker: total and per-byte times, the largest state."""
@@ -72,22 +73,22 @@ def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
             "max_byte_us": float(per.max() * 1e6), "max_state_configs": worst_state}
 
 
-def _valiant_records(ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
-    """Valiant along every sentence of ``ds``: per-mask times, and ``audit`` steps per sentence against the
-    reference's whole-vocabulary mask."""
+def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
+    """``engine`` along every sentence of ``ds``: per-mask times, and ``audit`` steps per sentence against the
+    reference's whole-vocabulary mask under the engine's declared profile."""
     from gcdbench.parsers.base import CompileError, allocate_mask, mask_to_ids
     from gcdbench.parsers.reference import DEAD, ReferenceChecker
-    from gcdbench.parsers.valiant.engine import ValiantEngine
+    from gcdbench.parsers.registry import create_engine
 
-    eng = ValiantEngine(cache=False)
+    eng = create_engine(engine, **options)
     t0 = time.perf_counter()
     try:
         eng.compile(ds.grammar, tok)
     except CompileError as err:
-        return [{"engine": "valiant", "sample_id": s.id, "outcome": "compile_error", "error": str(err)[:300]}
+        return [{"engine": engine, "sample_id": s.id, "outcome": "compile_error", "error": str(err)[:300]}
                 for s in ds.samples]
     init_s = time.perf_counter() - t0
-    rc = ReferenceChecker(ds.grammar)
+    rc = ReferenceChecker(ds.grammar, eng.profile())
     mask = allocate_mask(tok.vocab_size)
     eng.reset()                     # untimed warm-up on the shortest sentence (numba, scratch, first charts)
     for t in ds.samples[0].ids(tok):
@@ -123,16 +124,18 @@ def _valiant_records(ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
                 outcome = "timeout"
                 break
         us = np.array(times) * 1e6
-        out.append({"engine": "valiant", "sample_id": s.id, "outcome": outcome, "tokens": len(ids),
+        out.append({"engine": engine, "sample_id": s.id, "outcome": outcome, "tokens": len(ids),
                     "masks": len(times), "init_s": round(init_s, 3), "mean_us": float(us.mean()),
                     "p50_us": float(np.median(us)), "max_us": float(us.max()),
                     "last10_us": float(us[-10:].mean()), "audited": audited, "agree": agree,
-                    "counters": {k: int(v) for k, v in eng.counters.items()}})
+                    "counters": {k: int(v) for k, v in (getattr(eng, "counters", None) or {}).items()}})
     return out
 
 
-def bench(seeds, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=2, budget_s=60.0, log=print) -> list[dict]:
-    """Records of the reference and Valiant on fuzzed grammars ``seeds`` (see the module docstring)."""
+def bench(seeds, engines: dict, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=2, budget_s=60.0,
+          log=print) -> list[dict]:
+    """Records of the reference (per byte) and of ``engines`` (name -> options; per mask) on fuzzed grammars
+    ``seeds`` (see the module docstring)."""
     import random
 
     from gcdbench.datasets.registry import load_dataset
@@ -147,11 +150,13 @@ def bench(seeds, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=2, budget_s=60.
         for s in ds.samples:
             r = _reference_record(ds.grammar, s.text.encode(), budget_s)
             records.append({**head, "engine": "reference", "sample_id": s.id, "tokens": lens[s.id], **r})
-        for r in _valiant_records(ds, tok, audit, budget_s, random.Random(seed)):
-            records.append({**head, **r})
-        worst = max((r.get("max_us", 0) for r in records[-len(ds.samples):]), default=0)
-        log(f"grammar {seed}: {len(ds.samples)} sentences ({', '.join(map(str, lens.values()))} tokens), "
-            f"Valiant worst mask {worst:,.0f} us")
+        worst = {}
+        for name, opts in engines.items():
+            got = _engine_records(name, opts, ds, tok, audit, budget_s, random.Random(seed))
+            records += [{**head, **r} for r in got]
+            worst[name] = max((r.get("max_us", 0) for r in got), default=0)
+        log(f"grammar {seed}: {len(ds.samples)} sentences ({', '.join(map(str, lens.values()))} tokens), worst mask "
+            + ", ".join(f"{k} {v:,.0f} us" for k, v in worst.items()))
     return records
 
 
@@ -178,7 +183,7 @@ def fit_bench(records: list[dict]) -> pd.DataFrame:
             "engine": engine, "grammar_seed": int(seed), "templates": "+".join(g["templates"].iloc[0]),
             "sentences": len(g), "finished": len(ok), "exponent": slope, "worst_us": worst,
             "longest_tokens": int(longest["tokens"]) if longest is not None else 0,
-            "at_longest_us": float(longest["max_us"]) if longest is not None and engine == "valiant" else np.nan,
+            "at_longest_us": float(longest["max_us"]) if longest is not None and engine != "reference" else np.nan,
             "audited": int(g["audited"].fillna(0).sum()) if "audited" in g else 0,
             "agree": int(g["agree"].fillna(0).sum()) if "agree" in g else 0,
             "outcomes": ", ".join(f"{k} {v}" for k, v in g["outcome"].value_counts().items()),
@@ -225,15 +230,16 @@ def _mask_times(engine: str, options: dict, lark: str, ids: list[int], tok, budg
 
 
 def _cliff_at(times: list[float], factor: float = 10.0, floor_s: float = 1e-3) -> int | None:
-    """The first mask index whose time is at least ``factor`` times the median of the first five masks and at
-    least ``floor_s`` (None: no cliff)."""
+    """Where a lasting cliff starts: the first mask index from which every mask takes at least ``factor`` times the
+    median of the first five masks and at least ``floor_s`` (None: the last mask is below that). A lone slow mask
+    (a pause of the machine) earlier on is not a cliff."""
     if not times:
         return None
-    base = float(np.median(times[:5]))
-    for i, t in enumerate(times):
-        if t >= max(floor_s, factor * base):
-            return i
-    return None
+    limit = max(floor_s, factor * float(np.median(times[:5])))
+    k = len(times)
+    while k > 0 and times[k - 1] >= limit:
+        k -= 1
+    return k if k < len(times) else None
 
 
 def _candidates(lark: str):
@@ -282,7 +288,7 @@ def shrink(engine: str, options: dict, lark: str, text: str, tok, budget_s: floa
             except Exception:
                 continue
             got = _mask_times(engine, options, cand, ids, tok, budget_s)
-            if got and _cliff_at(got) is not None and _cliff_at(got) >= len(got) - 2:
+            if got and _cliff_at(got) is not None:
                 lark, times, changed = cand, got, True
                 break
     return {"engine": engine, "tokens": len(ids), "mask_ms": float(times[-1]) * 1e3, "first_ms": first * 1e3,
@@ -321,11 +327,12 @@ def shrink_worst(runs: Path, per_engine: int = 1, budget_s: float = 30.0, total_
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("bench", help="the reference and Valiant on fuzzed grammars, in process")
+    b = sub.add_parser("bench", help="the reference and the named engines on fuzzed grammars, in process")
+    b.add_argument("--engine", nargs="+", required=True, help="engines (registry names) timed per mask")
     b.add_argument("--seeds", default="0:200", help="grammar seeds: 0:200, 3,5,9 or 7")
     b.add_argument("--lengths", type=int, nargs="+", default=list(BENCH_LENGTHS))
     b.add_argument("--tokenizer", default="qwen3")
-    b.add_argument("--audit", type=int, default=2, help="Valiant steps per sentence checked against the reference")
+    b.add_argument("--audit", type=int, default=2, help="steps per sentence checked against the reference")
     b.add_argument("--budget-s", type=float, default=60.0, help="time limit per sentence and engine")
     b.add_argument("--out", required=True)
     k = sub.add_parser("shrink", help="smallest reproducers of each engine's worst cliffs (runner cells)")
@@ -343,8 +350,8 @@ def main(argv=None):
     if args.cmd == "bench":
         from gcdbench.experiments.benchfile import write_bench
 
-        records = bench(_parse_seeds(args.seeds), args.lengths, args.tokenizer, args.audit, args.budget_s,
-                        log=lambda m: print(m, flush=True))
+        records = bench(_parse_seeds(args.seeds), {e: {} for e in args.engine}, args.lengths, args.tokenizer,
+                        args.audit, args.budget_s, log=lambda m: print(m, flush=True))
         path = write_bench(args.out, records)
         fit = fit_bench(records)
         print(fit.groupby("engine")[["exponent", "worst_us"]].describe().T.to_string())

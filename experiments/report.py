@@ -599,10 +599,11 @@ def _batch_text(run_dir: Path, c: dict) -> str:
 
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = (),
-                 before: tuple = ()) -> str:
+                 before: tuple = (), cliffs: Path | None = None) -> str:
     """Tables, README.md and figures under ``out`` from the run folders under ``results`` (Table 1), ``also``
-    (further runs, each with its per-prefix-length tails), ``batch`` (batch mode) and ``before`` (per-prefix tail
-    CSVs of earlier commits, drawn beside the further runs' tails in the growth figure)."""
+    (further runs, each with its per-prefix-length tails), ``batch`` (batch mode), ``before`` (per-prefix tail
+    CSVs of earlier commits, drawn beside the further runs' tails in the growth figure) and ``cliffs`` (a folder
+    with ``bench.json``, ``runs/`` and ``reproducers.json`` of the fuzzed grammars)."""
     cells = collect(results)
     batch_roots = ([results] if is_batch(cells).any() else []) + [Path(b) for b in batch]
     cells = single_mode(cells)
@@ -673,6 +674,11 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
     readme += beyond_section([results, *map(Path, also), Path(results).parent / "suite"], out, tokenizer)
     if batch_roots:
         readme += batch_section(batch_roots, out, cells)
+    if cliffs is not None:
+        from gcdbench.experiments.cliffs_report import cliffs_section
+
+        cliffs = Path(cliffs)
+        readme += cliffs_section(cliffs / "bench.json", cliffs / "runs", out, cliffs / "reproducers.json")
     (out / "README.md").write_text("\n".join(readme) + "\n")
     _add_figures(results, out)
     return md_t1
@@ -952,9 +958,11 @@ def main(argv=None):
     ap.add_argument("--before", nargs="*", default=[],
                     help="per-prefix tail CSVs of earlier runs (prefix_tails_<name>_<commit>.csv): a growth figure "
                          "draws them beside the --also runs' tails")
+    ap.add_argument("--cliffs", default=None,
+                    help="folder of the fuzzed-grammar results (bench.json, runs/, reproducers.json): a Cliffs section")
     args = ap.parse_args(argv)
     print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also), tuple(args.batch),
-                       tuple(args.before)))
+                       tuple(args.before), Path(args.cliffs) if args.cliffs else None))
 
 
 if __name__ == "__main__":

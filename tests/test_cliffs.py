@@ -93,7 +93,8 @@ def test_bench_fit_and_section(tmp_path):
     from gcdbench.experiments.cliffs import bench, fit_bench
     from gcdbench.experiments.cliffs_report import cliffs_section
 
-    recs = bench([-1, 3], lengths=(5, 10, 20), tokenizer="bytes", audit=2, budget_s=30, log=lambda m: None)
+    recs = bench([-1, 3], {"valiant": {"cache": False}}, lengths=(5, 10, 20), tokenizer="bytes", audit=2,
+                 budget_s=30, log=lambda m: None)
     assert {r["engine"] for r in recs} == {"reference", "valiant"}
     assert all(r["outcome"] == "ok" for r in recs), [r for r in recs if r["outcome"] != "ok"]
     val = [r for r in recs if r["engine"] == "valiant"]
