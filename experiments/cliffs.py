@@ -68,9 +68,11 @@ def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
             return {"outcome": "timeout", "at_byte": i, "bytes_read": i + 1}
     ok = rc.accepts(sid)
     half = per[len(per) // 2:] if len(per) > 1 else per
+    live = len(rc.earley._by_seed)     # Earley nodes still referenced (the weak memo drops the others)
     return {"outcome": "ok" if ok else "no_eos", "bytes": len(data), "total_s": float(per.sum()),
             "mean_byte_us": float(per.mean() * 1e6), "last_half_byte_us": float(half.mean() * 1e6),
-            "max_byte_us": float(per.max() * 1e6), "max_state_configs": worst_state}
+            "max_byte_us": float(per.max() * 1e6), "max_state_configs": worst_state, "states": len(rc._sets),
+            "live_nodes": live}
 
 
 def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
@@ -100,7 +102,7 @@ def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: f
         ids = s.ids(tok)
         eng.reset()
         check = set(rng.sample(range(len(ids) + 1), min(audit, len(ids) + 1))) | {len(ids)} if audit else set()
-        times, agree, audited, outcome = [], 0, 0, "ok"
+        times, agree, audited, outcome, ref_s = [], 0, 0, "ok", 0.0
         t_sample = time.perf_counter()
         for i in range(len(ids) + 1):
             t = time.perf_counter()
@@ -108,8 +110,10 @@ def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: f
             times.append(time.perf_counter() - t)
             if i in check:
                 got = mask_to_ids(mask, tok.vocab_size)
+                t_ref = time.perf_counter()
                 sid = rc.advance(rc.initial(), tok.decode(ids[:i]))
                 want = rc.full_mask_ids(sid, tok) if sid != DEAD else np.zeros(0, np.int64)
+                ref_s = max(ref_s, time.perf_counter() - t_ref)
                 audited += 1
                 agree += int(np.array_equal(np.sort(got), np.sort(want)))
             if i == len(ids):
@@ -128,6 +132,7 @@ def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: f
                     "masks": len(times), "init_s": round(init_s, 3), "mean_us": float(us.mean()),
                     "p50_us": float(np.median(us)), "max_us": float(us.max()),
                     "last10_us": float(us[-10:].mean()), "audited": audited, "agree": agree,
+                    "reference_mask_s_max": round(ref_s, 4),
                     "counters": {k: int(v) for k, v in (getattr(eng, "counters", None) or {}).items()}})
     return out
 

@@ -814,7 +814,10 @@ from gcdbench.parsers.valiant.engine import ValiantEngine
 tok = load_tokenizer("qwen3")
 tb = load_treebank(sys.argv[1])
 longest = max(tb.samples, key=lambda s: len(s.text))
-cases = [(tb.grammar, longest.text), (load_grammar("spider"), "SELECT T1.name FROM a AS T1 WHERE T1.x > --5 AND T1.y = 'a-b'")]
+from gcdbench.datasets.fuzz import SEXPR_GRAMMAR
+from gcdbench.parsers.base import GrammarSpec
+cases = [(tb.grammar, longest.text), (load_grammar("spider"), "SELECT T1.name FROM a AS T1 WHERE T1.x > --5 AND T1.y = 'a-b'"),
+         (GrammarSpec(name="sexpr", lark=SEXPR_GRAMMAR), "(" + " ".join(["(f x a) uu (list-vector 9 ab)"] * 8) + ")")]
 for threads in (1, 2):
     h = hashlib.sha256()
     for sp, text in cases:
@@ -834,7 +837,8 @@ for threads in (1, 2):
 @pytest.mark.slow
 def test_no_out_of_bounds_access(data_root, tmp_path):
     """numba does not check indices: the longest TreeBank sample (more than 64 tiers: rows of two words, scratch
-    and path buffers grown several times) and a Spider query with '-' chains run with NUMBA_BOUNDSCHECK=1 (every
+    and path buffers grown several times), a Spider query with '-' chains and an S-expression whose merged boundaries
+    have edges in a tier's second word run with NUMBA_BOUNDSCHECK=1 (every
     array access checked; a fresh numba cache), one and two threads, and give the same masks as the normal build."""
     import os
     import subprocess
