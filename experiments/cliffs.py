@@ -45,6 +45,28 @@ def _parse_seeds(spec: str) -> list[int]:
     return [int(x) for x in spec.split(",") if x.strip()]
 
 
+def deciles(costs) -> list[float]:
+    """Cumulative cost at 10%, 20%, ..., 100% of a sentence (its per-byte or per-mask costs in order)."""
+    c = np.cumsum(np.asarray(costs, float))
+    if not c.size:
+        return []
+    return [float(c[max(0, int(np.ceil(d * c.size / 10)) - 1)]) for d in range(1, 11)]
+
+
+def within_exponent(n: float, cum: list[float]) -> float:
+    """Growth exponent of the cost per unit along one sentence of ``n`` units from its cumulative deciles: the
+    least-squares slope of log cumulative cost against log position over the last 70% of the sentence, minus one
+    (cost per unit ~ position^k gives cumulative ~ position^(k+1)). NaN when too short."""
+    if not cum or n < 20:
+        return float("nan")
+    x = np.array([np.ceil(d * n / 10) for d in range(1, 11)], float)[3:]
+    y = np.asarray(cum, float)[3:]
+    ok = y > 0
+    if ok.sum() < 3:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0]) - 1.0
+
+
 # --------------------------------------------------------------------------------------------------------------
 # bench: the reference and the named engines, in process
 # --------------------------------------------------------------------------------------------------------------
@@ -71,7 +93,8 @@ def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
     live = len(rc.earley._by_seed)     # Earley nodes still referenced (the weak memo drops the others)
     return {"outcome": "ok" if ok else "no_eos", "bytes": len(data), "total_s": float(per.sum()),
             "mean_byte_us": float(per.mean() * 1e6), "last_half_byte_us": float(half.mean() * 1e6),
-            "max_byte_us": float(per.max() * 1e6), "max_state_configs": worst_state, "states": len(rc._sets),
+            "max_byte_us": float(per.max() * 1e6), "cum_deciles_s": deciles(per), "max_state_configs": worst_state,
+            "states": len(rc._sets),
             "live_nodes": live}
 
 
@@ -131,7 +154,8 @@ def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: f
         out.append({"engine": engine, "sample_id": s.id, "outcome": outcome, "tokens": len(ids),
                     "masks": len(times), "init_s": round(init_s, 3), "mean_us": float(us.mean()),
                     "p50_us": float(np.median(us)), "max_us": float(us.max()),
-                    "last10_us": float(us[-10:].mean()), "audited": audited, "agree": agree,
+                    "last10_us": float(us[-10:].mean()), "cum_deciles_s": deciles(us / 1e6), "audited": audited,
+                    "agree": agree,
                     "reference_mask_s_max": round(ref_s, 4),
                     "counters": {k: int(v) for k, v in (getattr(eng, "counters", None) or {}).items()}})
     return out
@@ -169,25 +193,31 @@ def bench(seeds, engines: dict, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=
 # fits
 # --------------------------------------------------------------------------------------------------------------
 def fit_bench(records: list[dict]) -> pd.DataFrame:
-    """Per (engine, grammar): the growth exponent (Valiant: mean mask time against tokens; reference: mean cost per
-    byte against bytes), the worst mask (Valiant) or byte (reference), the mask at the longest sentence, and
-    the audit."""
+    """Per (engine, grammar): the growth exponent of the cost per unit (reference: per byte; engines: per mask)
+    along its longest finished sentence (:func:`within_exponent`, the measure compared with the bound), the
+    exponent across the sentence lengths (mean cost against length: sentences of different lengths may differ in
+    kind, e.g. one long word against short ones), the worst byte or mask, the worst mask of the longest sentence,
+    and the audit."""
     df = pd.DataFrame(records)
     rows = []
     for (engine, seed), g in df.groupby(["engine", "grammar_seed"]):
         ok = g[g["outcome"].isin(["ok", "no_eos"])] if "outcome" in g else g
+        unit = "bytes" if engine == "reference" else "masks"
         if engine == "reference":
             x, y = ok.get("bytes"), ok.get("mean_byte_us")
             worst = ok["max_byte_us"].max() if len(ok) else np.nan
         else:
             x, y = ok.get("tokens"), ok.get("mean_us")
             worst = ok["max_us"].max() if len(ok) else np.nan
-        slope = loglog_slope(x, y) if x is not None and len(ok) else np.nan
-        longest = ok.loc[ok["tokens"].idxmax()] if len(ok) else None
+        across = loglog_slope(x, y) if x is not None and len(ok) else np.nan
+        longest = ok.loc[ok[unit].idxmax()] if len(ok) and unit in ok else None
+        within = within_exponent(longest[unit], longest.get("cum_deciles_s")) if longest is not None \
+            and isinstance(longest.get("cum_deciles_s"), list) else np.nan
         rows.append({
             "engine": engine, "grammar_seed": int(seed), "templates": "+".join(g["templates"].iloc[0]),
-            "sentences": len(g), "finished": len(ok), "exponent": slope, "worst_us": worst,
-            "longest_tokens": int(longest["tokens"]) if longest is not None else 0,
+            "sentences": len(g), "finished": len(ok), "exponent": within, "exponent_across": across,
+            "worst_us": worst, "longest_tokens": int(longest["tokens"]) if longest is not None else 0,
+            "longest_units": int(longest[unit]) if longest is not None else 0,
             "at_longest_us": float(longest["max_us"]) if longest is not None and engine != "reference" else np.nan,
             "audited": int(g["audited"].fillna(0).sum()) if "audited" in g else 0,
             "agree": int(g["agree"].fillna(0).sum()) if "agree" in g else 0,

@@ -144,3 +144,40 @@ def test_shrink_finds_a_short_prefix_and_drops_unneeded_lines():
     assert got is not None
     assert 5 <= got["tokens"] < 18 and got["mask_ms"] >= 1.0
     assert "\nb:" in "\n" + got["grammar"] and "c:" not in got["grammar"] and "| c" not in got["grammar"]
+
+
+def test_within_exponent_reads_the_growth_of_the_cost_per_unit():
+    from gcdbench.experiments.cliffs import deciles, within_exponent
+
+    n = 400
+    pos = np.arange(1, n + 1, dtype=float)
+    assert abs(within_exponent(n, deciles(np.full(n, 3.0)))) < 0.05          # flat
+    assert abs(within_exponent(n, deciles(pos)) - 1) < 0.1                  # linear per unit
+    assert abs(within_exponent(n, deciles(pos ** 2)) - 2) < 0.15            # quadratic per unit
+    assert np.isnan(within_exponent(10, deciles(np.ones(10))))
+
+
+@pytest.mark.parametrize("seed", [48, 84, 125, 128])
+def test_fuzzer_worst_cases_valiant_equals_the_reference(seed):
+    """Regression: the grammars whose sentences were the reference's and Valiant's most expensive in the 200-grammar
+    bench (a long word of self-following, overlapping terminals gives one piece per start position), at CI size."""
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    ds = load_dataset({"name": "fuzz", "grammar_seed": seed, "lengths": [15, 40]}, data_root=None)
+    tok = byte_level()
+    eng = ValiantEngine(cache=False)
+    eng.compile(ds.grammar, tok)
+    rc = ReferenceChecker(ds.grammar)
+    mask = allocate_mask(tok.vocab_size)
+    for s in ds.samples:
+        data = s.text.encode()
+        eng.reset()
+        for i in range(len(data) + 1):
+            eng.fill_mask(mask)
+            if i % 7 == 0 or i == len(data):
+                want = rc.full_mask_ids(rc.advance(rc.initial(), data[:i]), tok)
+                assert np.array_equal(mask_to_ids(mask, tok.vocab_size), want), (seed, data[:i])
+            if i < len(data):
+                assert eng.commit(data[i])
+        assert eng.accepting()
