@@ -159,8 +159,8 @@ class Completer:
     # -- finishing the parse from a chart -----------------------------------------------------------------
     def _f_node(self, node) -> dict:
         """``{A: (cost, back)}``: the cost of finishing the parse once ``A`` is complete from Earley node ``node``
-        (the reference's :class:`~gcdbench.parsers.reference.Node`); ``back`` is the item ``(rule, dot, origin
-        node)`` whose rest is derived next (None: ``A`` is the start symbol and ``node`` the root, the parse is
+        (the reference's :class:`~gcdbench.parsers.reference.Node`; items in sorted order, so ties break alike in
+        every process); ``back`` is the item ``(rule, dot, origin node)`` whose rest is derived next (None: ``A`` is the start symbol and ``node`` the root, the parse is
         done)."""
         key = id(node)
         hit = self._fcol.get(key)
@@ -168,15 +168,16 @@ class Completer:
             return hit[1]
         f: dict[str, tuple] = {self.start: (0, None)} if node is self.rc.earley.root else {}
         same = []
-        for ri, d, org in node.items:
+        for ri, d, org in sorted(node.items):
             exp = self.rules[ri].expansion
             if d >= len(exp) or exp[d] in self.terms:
                 continue
             rest = self.rest_cost(ri, d + 1)
-            if org is not None:
-                up = self._f_node(org).get(self.rules[ri].origin)
+            if org >= 0:
+                on = self.rc.earley.node(org)
+                up = self._f_node(on).get(self.rules[ri].origin)
                 if up is not None and rest + up[0] < f.get(exp[d], (float("inf"),))[0]:
-                    f[exp[d]] = (rest + up[0], (ri, d, org))
+                    f[exp[d]] = (rest + up[0], (ri, d, on))
             else:
                 same.append((ri, d, rest))
         changed = True
@@ -197,8 +198,8 @@ class Completer:
         if node.accepting:
             return 0, []
         best = (float("inf"), None)
-        for ri, d, org in node.items:
-            org = node if org is None else org
+        for ri, d, org in sorted(node.items):
+            org = node if org < 0 else self.rc.earley.node(org)
             up = self._f_node(org).get(self.rules[ri].origin)
             if up is not None:
                 c = self.rest_cost(ri, d) + up[0]

@@ -47,6 +47,7 @@ exact, and exponential on grammars where a terminal may follow itself (README, "
 from __future__ import annotations
 
 import functools
+import itertools
 import weakref
 
 import numpy as np
@@ -86,17 +87,21 @@ class TerminalDFA:
 # --------------------------------------------------------------------------------------------------
 class Node:
     """An Earley column at one terminal boundary: the items of every terminal sequence (every cut of the bytes
-    so far) that ends there. An item is ``(rule, dot, origin)``; ``origin`` is the :class:`Node` where the rule
-    began, or None for this node itself (so a node holds no reference to itself and is freed by reference
-    counting once no state uses it)."""
+    so far) that ends there. An item is ``(rule, dot, origin)``; ``origin`` is the ``serial`` of the node where
+    the rule began, or -1 for this node itself. Items are tuples of ints, which Python's cycle collector does not
+    track (a node's tens of thousands of items would otherwise make its full collections take 0.1 s pauses on
+    long prefixes); a node keeps the nodes its pieces began at (``parents``) alive, and through them every
+    origin its items name, and is freed by reference counting once no state uses it."""
 
-    __slots__ = ("items", "waiting", "expected", "accepting", "__weakref__")
+    __slots__ = ("serial", "items", "waiting", "expected", "accepting", "parents", "__weakref__")
 
-    def __init__(self, items, waiting, expected, accepting):
-        self.items = items            # frozenset of (rule_idx, dot, origin Node or None)
+    def __init__(self, serial, items, waiting, expected, accepting, parents):
+        self.serial = serial          # this node's number (items name their origin by it)
+        self.items = items            # frozenset of (rule_idx, dot, origin serial or -1)
         self.waiting = waiting        # symbol -> tuple of the items whose dot is before it
         self.expected = expected      # frozenset of terminal names
         self.accepting = accepting
+        self.parents = parents        # the nodes the pieces that end here began at
 
 
 class Earley:
@@ -114,16 +119,21 @@ class Earley:
         for i, r in enumerate(self.rules):
             self.by_origin.setdefault(r.origin, []).append(i)
         self.nullable = ir.nullable
+        self._nodes: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # serial -> live node
+        self._serials = itertools.count()
         self._by_seed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._by_ends: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-        self.root = None
-        self.root = self._close({(i, 0, None) for i in self.by_origin.get(ir.start, [])})
+        self.root = self._close({(i, 0, -1) for i in self.by_origin.get(ir.start, [])}, ())
 
-    def _close(self, seed: set) -> Node:
+    def node(self, serial: int) -> Node:
+        return self._nodes[serial]
+
+    def _close(self, seed: set, parents: tuple) -> Node:
         """Predict/complete closure of a new node from its seed items (Aycock–Horspool for nullables)."""
         items, todo = set(seed), list(seed)
         waiting: dict[str, list] = {}
         rules, term, nullable, by_origin = self.rules, self.ir.terminals, self.nullable, self.by_origin
+        nodes = self._nodes
         while todo:
             it = todo.pop()
             ri, dot, org = it
@@ -133,26 +143,28 @@ class Earley:
                 waiting.setdefault(sym, []).append(it)
                 if sym in term:
                     continue
-                new = [(j, 0, None) for j in by_origin.get(sym, ())]
+                new = [(j, 0, -1) for j in by_origin.get(sym, ())]
                 if sym in nullable:
                     new.append((ri, dot + 1, org))
             else:
                 lhs = rules[ri].origin
-                if org is None:          # an empty derivation here: advance this node's own items
+                if org < 0:              # an empty derivation here: advance this node's own items
                     new = [(rj, d + 1, o) for (rj, d, o) in list(waiting.get(lhs, ()))]
                 else:
-                    new = [(rj, d + 1, org if o is None else o) for (rj, d, o) in org.waiting.get(lhs, ())]
+                    new = [(rj, d + 1, org if o < 0 else o) for (rj, d, o) in nodes[org].waiting.get(lhs, ())]
             for x in new:
                 if x not in items:
                     items.add(x)
                     todo.append(x)
         expected = frozenset(s for s in waiting if s in term)
-        root, start = self.root, self.ir.start
-        accepting = any(
-            d == len(rules[ri].expansion) and rules[ri].origin == start and (o is root if root is not None else o is None)
-            for (ri, d, o) in items
-        )
-        return Node(frozenset(items), {k: tuple(v) for k, v in waiting.items()}, expected, accepting)
+        start = self.ir.start
+        root = -1 if not parents else 0    # the root is serial 0, and the only node without parents
+        accepting = any(d == len(rules[ri].expansion) and rules[ri].origin == start and o == root
+                        for (ri, d, o) in items)
+        node = Node(next(self._serials), frozenset(items), {k: tuple(v) for k, v in waiting.items()}, expected,
+                    accepting, parents)
+        nodes[node.serial] = node
+        return node
 
     def boundary(self, ends: frozenset) -> Node:
         """The node after the pieces ``ends`` (a frozenset of ``(node, terminal or None)``) end here."""
@@ -165,14 +177,15 @@ class Earley:
                 return node
         seed = set()
         for node, t in ends:
+            sn = node.serial
             if t is None:
-                seed.update((ri, d, node if o is None else o) for (ri, d, o) in node.items)
+                seed.update((ri, d, sn if o < 0 else o) for (ri, d, o) in node.items)
             else:
-                seed.update((ri, d + 1, node if o is None else o) for (ri, d, o) in node.waiting.get(t, ()))
+                seed.update((ri, d + 1, sn if o < 0 else o) for (ri, d, o) in node.waiting.get(t, ()))
         key = frozenset(seed)
         got = self._by_seed.get(key)
         if got is None:
-            got = self._close(seed)
+            got = self._close(seed, tuple({n for n, _ in ends}))
             self._by_seed[key] = got
         self._by_ends[ends] = got
         return got
