@@ -38,7 +38,10 @@ def cell_growth(roots) -> pd.DataFrame:
                     **{"cpu": "?", "cpu_count": "?", "memory_gb": "?", **(meta.get("machine") or {})}),
                 "commit": "+".join(cell_commits(meta, samples)),
                 "audited": int(len(audit)) if audit is not None else 0,
-                "agree_profile": int(audit["agree"].sum()) if audit is not None and "agree" in audit else 0}
+                "agree_language": int(audit["agree_language"].sum()) if audit is not None and "agree_language" in audit
+                else 0,
+                "agree_profile": int(audit["agree_profile"].sum()) if audit is not None and "agree_profile" in audit
+                else 0}
         if samples is None or not len(samples):
             rows.append({**head, "sample_id": None, "outcome": "compile_error" if head["compile_error"] else "none"})
             continue
@@ -57,10 +60,12 @@ def cell_growth(roots) -> pd.DataFrame:
 
 
 def fit_cells(g: pd.DataFrame) -> pd.DataFrame:
-    """Per (config, grammar): exponent of mean mask time against masks made, worst mask, outcomes, audit."""
+    """Per (config, grammar): exponent of mean mask time against masks made (sentences the engine went through or
+    that a limit cut short; a refused token ends a sentence early and says nothing of growth), worst mask,
+    outcomes, audit."""
     out = []
     for (config, seed), s in g.groupby(["config", "grammar_seed"]):
-        ran = s[s["masks"] > 0] if "masks" in s else s.iloc[:0]
+        ran = s[(s["masks"] > 0) & s["outcome"].isin(["ok", "no_eos", "timeout"])] if "masks" in s else s.iloc[:0]
         cut = int(s["outcome"].isin(["timeout", "skipped", "oom"]).sum())
         out.append({"engine": config, "grammar_seed": int(seed),
                     "exponent": loglog_slope(ran["masks"], ran["mean_us"]) if len(ran) else np.nan,
@@ -69,6 +74,7 @@ def fit_cells(g: pd.DataFrame) -> pd.DataFrame:
                     "cut_short": cut, "compile_error": s["compile_error"].iloc[0],
                     "outcomes": ", ".join(f"{k} {v}" for k, v in s["outcome"].value_counts().items()),
                     "audited": int(s["audited"].iloc[0]), "agree": int(s["agree_profile"].iloc[0]),
+                    "agree_language": int(s["agree_language"].iloc[0]),
                     "machine": s["machine"].iloc[0], "commit": s["commit"].iloc[0]})
     return pd.DataFrame(out)
 
@@ -86,7 +92,8 @@ def summary(fit: pd.DataFrame) -> pd.DataFrame:
         rows.append({"engine": engine, "grammars": len(s), "compiled": len(ran),
                      "exponent p50": _f(ran["exponent"].median()), "exponent max": _f(ran["exponent"].max()),
                      "cliffs": len(cliffs), "worst mask (ms)": _f(ran["worst_us"].max() / 1e3, 2),
-                     "audit (agree/steps)": f"{int(ran['agree'].sum())}/{int(ran['audited'].sum())}"})
+                     "audit: language": f"{int(ran['agree_language'].sum())}/{int(ran['audited'].sum())}",
+                     "audit: declared profile": f"{int(ran['agree'].sum())}/{int(ran['audited'].sum())}"})
     return pd.DataFrame(rows)
 
 
@@ -145,7 +152,10 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                 lines += ["## Cliffs: fuzzed grammars", ""]
             lines += [f"### Every engine on fuzzed grammars (`{runs}`)", "",
                       "Runner cells of `experiment=cliffs` (per-mask times on Qwen3, one audited step per sentence, "
-                      "limits of the preset). A cliff: an exponent above 2, or a sentence cut short by a limit. "
+                      "limits of the preset; exponent: mean mask time against masks made, over the sentences the "
+                      "engine went through or a limit cut short). A cliff: an exponent above 2, or a sentence cut "
+                      "short by a limit. Audit: audited steps whose whole-vocabulary mask equals the harness's "
+                      "language, and the engine's declared profile. "
                       "Cliffs of other engines are findings, not defects of this harness.", "",
                       _markdown(summary(fit), parse_numbers=False), "",
                       measured_at(fit.assign(config=fit["engine"], dataset=fit["grammar_seed"].map(lambda s: f"fuzz_{s}"))), ""]
@@ -159,8 +169,10 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                                  f"mask {_f(r['worst_us'] / 1e3, 1)} ms, {r['outcomes']}")
                     for x in rep:
                         if x.get("engine") == r["engine"] and x.get("grammar_seed") == r["grammar_seed"]:
-                            lines.append(f"  smallest reproducer found: {x['tokens']} tokens, mask "
-                                         f"{_f(x['mask_ms'], 1)} ms (first mask {_f(x['first_ms'], 2)} ms); grammar:")
+                            last = ("past the shrinker's time budget" if not np.isfinite(x["mask_ms"])
+                                    else f"{_f(x['mask_ms'], 1)} ms")
+                            lines.append(f"  smallest reproducer found: {x['tokens']} tokens, the mask after them "
+                                         f"{last} (first masks {_f(x['first_ms'], 1)} ms); grammar:")
                             lines += ["", "  ```", *["  " + ln for ln in x["grammar"].splitlines()], "  ```",
                                       f"  prefix: `{x['prefix'][:200]}`", ""]
                 lines.append("")
