@@ -124,17 +124,22 @@ class ChartStore:
             info = extend(self.mem, self.nodes, node, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
                           self.pathbuf, self.term[node], *self.gp)
             self.steps += 1
+        return self._add(key, node, t, t_off, p_off, e_off, info)
+
+    def _add(self, key, node: int, t: int, t_off: int, p_off: int, e_off: int, info: int) -> int:
+        """Record a new chart node, child of ``node`` (last terminal ``t``, -1 for a merged boundary), memoised
+        under ``key``."""
         c = self.kids[key] = len(self.parent)
         self.parent.append(node)
         self.term.append(t)
-        self.depth.append(n + 1)
+        self.depth.append(self.depth[node] + 1)
         self.tier_off.append(t_off)
         self.p_off.append(p_off)
         self.e_off.append(e_off)
         self.accept.append(bool(info & 1))
         if c >= self.nodes.shape[0]:
             self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
-        self.nodes[c] = (node, n + 1, t_off, p_off)
+        self.nodes[c] = (node, self.depth[c], t_off, p_off)
         return c
 
     def merged(self, node: int, edges: frozenset) -> int:
@@ -166,18 +171,7 @@ class ChartStore:
                             np.array(terms, dtype=np.int64), t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
                             self.pathbuf, *self.gp)
         self.steps += 1
-        m = self.kids[key] = len(self.parent)
-        self.parent.append(node)
-        self.term.append(-1)
-        self.depth.append(n + 1)
-        self.tier_off.append(t_off)
-        self.p_off.append(p_off)
-        self.e_off.append(e_off)
-        self.accept.append(bool(info & 1))
-        if m >= self.nodes.shape[0]:
-            self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
-        self.nodes[m] = (node, n + 1, t_off, p_off)
-        return m
+        return self._add(key, node, -1, t_off, p_off, e_off, info)
 
     def boundary(self, configs, ends) -> int:
         """The one chart node of the boundary where the pieces ``ends`` (``(c, t)`` pairs) of ``configs`` end:
