@@ -118,13 +118,18 @@ class ChartStore:
             info = int(self.mem[e_off + g.WT])
             self.adopted += 1
         else:
-            off = self._alloc(g.node_words(n))
-            t_off, p_off = off, off + g.tier_words(n)
-            e_off = p_off + g.WN
+            t_off, p_off, e_off = self._slot(n)
             info = extend(self.mem, self.nodes, node, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
                           self.pathbuf, self.term[node], *self.gp)
             self.steps += 1
         return self._add(key, node, t, t_off, p_off, e_off, info)
+
+    def _slot(self, n: int) -> tuple[int, int, int]:
+        """Arena room for the new tier of a child of a node with ``n`` tiers: (tier, ANC, EXPECT) offsets."""
+        g = self.g
+        t_off = self._alloc(g.node_words(n))
+        p_off = t_off + g.tier_words(n)
+        return t_off, p_off, p_off + g.WN
 
     def _add(self, key, node: int, t: int, t_off: int, p_off: int, e_off: int, info: int) -> int:
         """Record a new chart node, child of ``node`` (last terminal ``t``, -1 for a merged boundary), memoised
@@ -155,7 +160,6 @@ class ChartStore:
         m = self.kids.get(key)
         if m is not None:
             return m
-        g = self.g
         n = self.depth[node]
         t0, rows, terms = -1, [], []
         for c, t in sorted(edges):
@@ -164,9 +168,7 @@ class ChartStore:
             else:
                 rows.append(n - self.depth[c])
                 terms.append(t)
-        off = self._alloc(g.node_words(n))
-        t_off, p_off = off, off + g.tier_words(n)
-        e_off = p_off + g.WN
+        t_off, p_off, e_off = self._slot(n)
         info = extend_edges(self.mem, self.nodes, node, t0, np.array(rows, dtype=np.int64),
                             np.array(terms, dtype=np.int64), t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
                             self.pathbuf, *self.gp)
@@ -483,8 +485,8 @@ class ValiantEngine(Engine):
                 key = b
             elif type(key) is frozenset:
                 key = store.boundary(self.configs, key)
-            if e[0] and e[2] and not acc:
-                acc = store.accept[key] if any(term_of[x] < ng for x in e[2] if accept[x]) else acc
+            if not acc and any(accept[x] and term_of[x] < ng for x in e[2]):
+                acc = store.accept[key]
             got = bases.get(key)
             if got is None:
                 bases[key] = e
