@@ -190,9 +190,6 @@ class Earley:
         self._by_ends[ends] = got
         return got
 
-    def scan(self, node: Node, terminal: str) -> Node:
-        return self.boundary(frozenset(((node, terminal),)))
-
 
 # --------------------------------------------------------------------------------------------------
 # The checker
