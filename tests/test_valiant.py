@@ -51,6 +51,16 @@ atom: SYMBOL
 SYMBOL: /[a-z0-9][a-z0-9\-]*/
 %ignore /[ ]+/
 """,
+    # overlapping terminals that may follow one another and themselves (fuzz grammar 18's kind): a word of k
+    # letters has about 3^k terminal sequences, so walks over the cap go on merged boundaries (align.py)
+    "overlap": r"""
+start: item+
+item: NAME | IDENT | NUM | "is"i NAME | "{" item* "}"
+NAME: /[a-z_]+/
+IDENT: /[a-z0-9_]+/
+NUM: /[0-9]+/
+%ignore /\s+/
+""",
 }
 
 
@@ -392,6 +402,7 @@ SAMPLES = {
     "nullable": ["", "ab", "ab!, (ab)", "(( ab ))", "a!,b!"],
     "unicode": ["héllo é", "HÉLLO€ ; € 3.5", "€1→héllo"],
     "sexpr": ["(f x)", "((f x a) uu (list-vector 9 ab) (f x a) uu)", "(ab-c  (d) e)"],
+    "overlap": ["isab_c9", "{ab12 cd}is x", "a1b2c3d {{e}} IS  f_g"],
 }
 
 
@@ -440,13 +451,20 @@ def multi_tokenizer(texts, extra=()) -> Tokenizer:
                      special_ids={"<eos>": len(toks)}, _encoder=encode)
 
 
+@pytest.mark.parametrize("token_states", [256, 2, 1])
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
-def test_masks_equal_reference_multibyte_tokens(name):
-    """Tokens spanning several terminals (e.g. "');" or "(a+"), split UTF-8 characters, ignored runs."""
+def test_masks_equal_reference_multibyte_tokens(name, token_states):
+    """Tokens spanning several terminals (e.g. "');" or "(a+"), split UTF-8 characters, ignored runs. With
+    ``token_states`` 1 or 2 the walks of most multi-terminal tokens go on merged boundaries (align.py)."""
     Ref = _reference()
     sp = spec(name)
     tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b"\xc3", b"\xa9llo", b"\x82\xac1"])
-    e = _engine(sp, tok)
+    e = _engine(sp, tok, token_states=token_states)
+    merged = e.comp.meta["merged_nodes"]
+    if token_states == 1 and name != "ambiguous":   # (ambiguous: one-byte terminals, no walk holds two states)
+        assert merged > 0
+    if name == "overlap":
+        assert (merged > 0) == (token_states < 256)
     ref = Ref(sp)
     ids = range(tok.vocab_size)
     for text in SAMPLES[name]:
@@ -506,9 +524,12 @@ def test_registry():
 # ----------------------------------------------------------------------------------------------
 def _canonical(al):
     def seq(v):
+        """The node as its path: a terminal per level, or a merged boundary's (row, terminal) edges."""
         out = []
         while v > 0:
-            out.append(int(al.node_term[v]))
+            lo, hi = al.merge_start[v], al.merge_start[v + 1]
+            out.append(int(al.node_term[v]) if hi == lo else
+                       tuple(zip(al.merge_row[lo:hi].tolist(), al.merge_term[lo:hi].tolist())))
             v = int(al.node_parent[v])
         return tuple(reversed(out))
 
@@ -538,10 +559,11 @@ def test_numba_aligner_equals_python_aligner(name):
     cnf = to_cnf(ir)
     lex = build_lexer(ir, cnf.terminals)
     tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b"\xc3", b"\xa9llo", b"\x82\xac1"])
-    a = Aligner(lex, cnf.follow).build(tok.token_bytes, tok.eos_id)
-    b = build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id)
-    assert a.n_nodes == b.n_nodes
-    assert _canonical(a) == _canonical(b)
+    for cap in (256, 2):
+        a = Aligner(lex, cnf.follow, cap).build(tok.token_bytes, tok.eos_id)
+        b = build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id, cap)
+        assert a.n_nodes == b.n_nodes
+        assert _canonical(a) == _canonical(b)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -625,6 +647,60 @@ def test_threads_give_the_same_masks(name):
             assert _ids(one, tok.vocab_size) == _ids(two, tok.vocab_size), (text, b)
             if b is not None:
                 assert one.commit(b) and two.commit(b)
+
+
+# tokens long enough that their walks go on merged boundaries with the default cap, several lexical shapes (two-piece
+# camelCase, digits inside words, keywords inside words, ignored runs inside a token), as a Qwen3 vocabulary has them
+LONG_TOKENS = [b"classname", b"className", b" className", b"toStringIs", b"a1b2c3d4e5", b"isabcdefgh", b" is abcdef",
+               b"Isabcdef123", b"abc def ghi", b"{abcdefghij}", b"x_y_z_w_v_u", b"abcdefghijklmnop", b"1234567890ab"]
+
+
+@pytest.mark.parametrize("token_states", [256, 1])
+def test_merged_boundaries_two_phases_equal_reference(token_states):
+    """Long tokens on the overlap grammar: walks over the cap go on merged boundaries, whose chains a mask searches
+    in a second phase (in rounds by depth) for the tokens the first did not allow; every mask equals the
+    reference's, and the second phase ran (rounds past the first included)."""
+    from gcdbench.parsers.valiant.kernels_common import FIRST_ROUND
+
+    Ref = _reference()
+    sp = spec("overlap")
+    texts = SAMPLES["overlap"] + ["classname isabc tostringis a1b2c3d4e5", "{isabcdefgh} x_y_z_w_v_u 1234567890ab"]
+    tok = multi_tokenizer(texts, extra=LONG_TOKENS)
+    e = _engine(sp, tok, token_states=token_states)
+    al = e.comp.align
+    assert e.comp.meta["merged_nodes"] > 0
+    assert al.node_depth[e._chain["ct_node"]].max() > FIRST_ROUND     # tuples for a second round
+    ref = Ref(sp)
+    ids = range(tok.vocab_size)
+    for text in texts:
+        e.reset()
+        prefix = b""
+        for t in tok.encode(text) + [None]:
+            assert _ids(e, tok.vocab_size) == ref.allowed_tokens(prefix, ids, tok), (text, prefix)
+            if t is not None:
+                assert e.commit(t)
+                prefix += tok.token_bytes[t]
+    assert e.counters["chain_searches"] > 0
+
+
+def test_threads_give_the_same_masks_merged_boundaries():
+    """As test_threads_give_the_same_masks, with merged boundaries and a mask's second phase."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba sees one core: threads=2 cannot be set")
+    sp = spec("overlap")
+    tok = multi_tokenizer(SAMPLES["overlap"], extra=LONG_TOKENS)
+    one = _engine(sp, tok, token_states=1)
+    two = _engine(sp, tok, token_states=1, threads=2)
+    for text in SAMPLES["overlap"]:
+        one.reset()
+        two.reset()
+        for t in tok.encode(text) + [None]:
+            assert _ids(one, tok.vocab_size) == _ids(two, tok.vocab_size), (text, t)
+            if t is not None:
+                assert one.commit(t) and two.commit(t)
+    assert two.counters["chain_searches"] > 0
 
 
 def test_threads_out_of_range_is_a_clear_error():

@@ -72,6 +72,15 @@ def test_cuda_simulator_equals_cpu(grammar, workers, bfs_depth):
     _case("search", "--grammar", grammar, "--workers", workers, "--bfs-depth", bfs_depth, "--threads", 4)
 
 
+@pytest.mark.parametrize("grammar,bfs_depth", [("overlap", 2), ("sexpr", 1)])
+def test_cuda_simulator_equals_cpu_merged_boundaries(grammar, bfs_depth):
+    """The same with most tokens aligned on merged boundaries (``token_states=1``): merged nodes viable by their
+    edges and given a lattice step in the BFS levels and in the DFS."""
+    out = _case("search", "--grammar", grammar, "--workers", 2, "--bfs-depth", bfs_depth, "--threads", 4,
+                "--token-states", 1)
+    assert "merged nodes" in out
+
+
 def test_fast_scheduler_gives_the_same_results():
     """The faster simulator scheduler used for Qwen3-size inputs runs the same search case to the same end."""
     _case("search", "--grammar", "tiny_sql", "--workers", 3, "--bfs-depth", 2, "--threads", 4, "--fast")

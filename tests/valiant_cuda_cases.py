@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def _engines(sp, tok, workers, bfs_depth, threads):
+def _engines(sp, tok, workers, bfs_depth, threads, token_states=256):
     """The CPU engine and the CUDA one (the second loads the first one's artifacts from a fresh disk cache)."""
     import tempfile
 
@@ -28,9 +28,10 @@ def _engines(sp, tok, workers, bfs_depth, threads):
     from gcdbench.parsers.valiant.engine import ValiantEngine
 
     cache = tempfile.mkdtemp(prefix="valiant-cuda-cases-")
-    cpu = ValiantEngine(cache_dir=cache)
+    cpu = ValiantEngine(cache_dir=cache, token_states=token_states)
     cpu.compile(sp, tok)
-    gpu = ValiantEngine(cache_dir=cache, backend="cuda", workers=workers, bfs_depth=bfs_depth)
+    gpu = ValiantEngine(cache_dir=cache, backend="cuda", workers=workers, bfs_depth=bfs_depth,
+                        token_states=token_states)
     gpu.compile(sp, tok)
     gpu.backend = CudaSearch(gpu.comp, workers=workers, bfs_depth=bfs_depth, threads=threads)
     return cpu, gpu
@@ -89,11 +90,14 @@ def case_step(args) -> str:
 
 
 def case_search(args) -> str:
-    """Tree searches (all nodes, and the needed ones) and masks along the samples of a test grammar."""
+    """Tree searches (all nodes, and the needed ones) and masks along the samples of a test grammar (with
+    ``--token-states 1``, most multi-terminal tokens aligned on merged boundaries)."""
     from test_valiant import SAMPLES, multi_tokenizer, spec
 
     tok = multi_tokenizer(SAMPLES[args.grammar][:2], extra=[b"');", b"))", b"((a", b"a+b)", b"(a b"])
-    cpu, gpu = _engines(spec(args.grammar), tok, args.workers, args.bfs_depth, args.threads)
+    cpu, gpu = _engines(spec(args.grammar), tok, args.workers, args.bfs_depth, args.threads, args.token_states)
+    if args.token_states < 256:
+        assert cpu.comp.meta["merged_nodes"] > 0, "no merged boundary to compare"
     masks = 0
     for text in SAMPLES[args.grammar][:2]:
         cpu.reset()
@@ -109,7 +113,7 @@ def case_search(args) -> str:
             masks += 1
             if t is not None:
                 assert cpu.commit(t) and gpu.commit(t)
-    return f"{masks} masks"
+    return f"{masks} masks, {cpu.comp.meta['merged_nodes']} merged nodes"
 
 
 def case_grow(args) -> str:
@@ -217,6 +221,7 @@ def main(argv=None) -> None:
     ap.add_argument("--text", default="SELECT count(*) FROM singer WHERE age > 20 AND name != 'Joe'")
     ap.add_argument("--data-root", default=str(HERE.parents[1] / "shared" / "data"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--token-states", type=int, default=256, help="the engine option (align.py: merged walks)")
     args = ap.parse_args(argv)
     if args.fast:
         import cudasim_fast

@@ -1,4 +1,4 @@
-"""Token/terminal alignment (paper section 6): the terminal tree and each token's tuples.
+r"""Token/terminal alignment (paper section 6): the terminal tree and each token's tuples.
 
 Scannerless lexing makes the "current lexer state" a set of configurations ``(chart, x)``: ``chart`` is
 the chart after the terminals committed on that branch, ``x`` a global DFA state of the piece in progress
@@ -23,6 +23,20 @@ are nodes of one global trie ``T`` (the paper's flat array of terminal sequences
 * ``cont`` x -> (node, token) for the walks that end ``term(x)`` at some ``1 <= j < len(w)``.
 
 Trie children are only created for terminal pairs that can be adjacent in some sentence (``follow``).
+
+*Merged boundaries.* Where terminals overlap and may follow one another (``\w+`` beside ``[a-z]+``, a name beside
+a number), the bytes of one token can be cut into exponentially many terminal sequences, and so would its trie
+nodes be. A walk that holds more than ``max_states`` (trie node, DFA state) pairs after some byte is done again
+as a *merged walk*, on a lattice of boundaries, as the reference and the committed chart do: every piece that
+ends at one inner byte position ends at **one** trie node, the boundary after the previous one (its parent),
+whose chart is a lattice step (``kernels_common.chart_step_edges``) holding an edge ``(row, t)`` per piece:
+terminal ``t`` spans from the ancestor ``row`` levels above the parent to the new boundary. A merged node has
+``node_term = -1`` and its edges in ``merge_start / merge_row / merge_term``; it is viable iff some edge's
+terminal is in EXPECT of the boundary the edge starts at. The tuples of a merged walk are the usual
+``child(start, t)`` of its pieces in progress at the end (``start`` a node of the chain). One chain per walk,
+one state per (boundary, DFA state): polynomial in the token's length, and shared between tokens of one lexical
+shape. The search takes no idem shortcut (``kernels_common.certify``) on the path to a merged node
+(:func:`alias_blocked`), so along it trie depth is tier position, which the rows rely on.
 """
 from __future__ import annotations
 
@@ -36,7 +50,7 @@ from .lexer import Lexer
 @dataclass
 class Alignment:
     node_parent: np.ndarray    # int32 [N]
-    node_term: np.ndarray      # int32 [N] (-1 for the root)
+    node_term: np.ndarray      # int32 [N] (-1 for the root and for merged boundaries)
     node_depth: np.ndarray     # int32 [N]
     child_start: np.ndarray    # int32 [N+1] CSR of children (sorted by terminal)
     child_ids: np.ndarray      # int32
@@ -48,6 +62,9 @@ class Alignment:
     cont_nodes: np.ndarray     # int32 node of each (x, node) group
     cont_nstart: np.ndarray    # int64 [groups+1] into cont_tok
     cont_tok: np.ndarray       # int32
+    merge_start: np.ndarray    # int64 [N+1] CSR of each node's merged edges (empty for a node with a terminal)
+    merge_row: np.ndarray      # int32: the edge starts ``row`` levels above the node's parent
+    merge_term: np.ndarray     # int32: the terminal the edge spans
 
     @property
     def n_nodes(self) -> int:
@@ -63,7 +80,8 @@ class Alignment:
             "child_start": self.child_start, "child_ids": self.child_ids, "bnd_start": self.bnd_start,
             "bnd_tok0": self.bnd_tok[0], "bnd_tok1": self.bnd_tok[1], "call_start": self.call_start,
             "call_tok": self.call_tok, "cont_xstart": self.cont_xstart, "cont_nodes": self.cont_nodes,
-            "cont_nstart": self.cont_nstart, "cont_tok": self.cont_tok,
+            "cont_nstart": self.cont_nstart, "cont_tok": self.cont_tok, "merge_start": self.merge_start,
+            "merge_row": self.merge_row, "merge_term": self.merge_term,
         }
 
     @classmethod
@@ -71,7 +89,7 @@ class Alignment:
         return cls(
             a["node_parent"], a["node_term"], a["node_depth"], a["child_start"], a["child_ids"], a["bnd_start"],
             [a["bnd_tok0"], a["bnd_tok1"]], a["call_start"], a["call_tok"], a["cont_xstart"], a["cont_nodes"],
-            a["cont_nstart"], a["cont_tok"],
+            a["cont_nstart"], a["cont_tok"], a["merge_start"], a["merge_row"], a["merge_term"],
         )
 
 
@@ -80,25 +98,53 @@ class _Trie:
         self.parent = [-1]
         self.term = [-1]
         self.depth = [0]
+        self.edges: list[tuple] = [()]      # a merged node's sorted (row, terminal) edges, () otherwise
         self.kids: dict[tuple[int, int], int] = {}
+        self.merged_kids: dict[tuple[int, tuple], int] = {}
         self.follow = follow
+
+    def _new(self, node: int, t: int, edges: tuple) -> int:
+        self.parent.append(node)
+        self.term.append(t)
+        self.depth.append(self.depth[node] + 1)
+        self.edges.append(edges)
+        return len(self.parent) - 1
+
+    def can_follow(self, node: int, t: int) -> bool:
+        """May terminal ``t`` start right after node ``node``'s boundary (some terminal ending there may precede
+        it)?"""
+        if node == 0:
+            return True
+        last = self.term[node]
+        if last >= 0:
+            return bool(self.follow[last, t])
+        return any(self.follow[e, t] for _, e in self.edges[node])
 
     def child(self, node: int, t: int) -> int:
         key = (node, t)
         c = self.kids.get(key)
         if c is None:
-            last = self.term[node]
-            if last >= 0 and not self.follow[last, t]:
+            if not self.can_follow(node, t):
                 return -1
-            c = self.kids[key] = len(self.parent)
-            self.parent.append(node)
-            self.term.append(t)
-            self.depth.append(self.depth[node] + 1)
+            c = self.kids[key] = self._new(node, t, ())
+        return c
+
+    def merged(self, tip: int, ends) -> int:
+        """The boundary after ``tip`` where the pieces ``ends`` (``(start node, terminal)``, every start node on the
+        chain of ``tip``) end: a child of ``tip`` with terminal ``t`` if that is the only piece and it began at
+        ``tip``, else a merged node."""
+        edges = tuple(sorted({(self.depth[tip] - self.depth[s], t) for s, t in ends}))
+        if edges[0][0] == 0 and len(edges) == 1:
+            return self.child(tip, edges[0][1])
+        key = (tip, edges)
+        c = self.merged_kids.get(key)
+        if c is None:
+            c = self.merged_kids[key] = self._new(tip, -1, edges)
         return c
 
 
 class Aligner:
-    def __init__(self, lex: Lexer, follow: np.ndarray):
+    def __init__(self, lex: Lexer, follow: np.ndarray, max_states: int = 256):
         self.lex = lex
         self.trie = _Trie(follow)
         self.trans = lex.trans
@@ -114,10 +160,13 @@ class Aligner:
             for b in np.flatnonzero(row >= 0).tolist():
                 self.starts[b].append((u, int(row[b])))
         self.ng = ng
+        self.max_states = max_states
         self._memo: dict[bytes, frozenset] = {}
 
     def boundary(self, s: bytes) -> frozenset:
-        """{(node, first_piece_ignored)} for the boundary walk of ``s`` (memoised)."""
+        """{(node, first_piece_ignored)} for the boundary walk of ``s`` (memoised): one trie node per terminal
+        sequence, or, when more than ``max_states`` (node, DFA state, flag) triples are alive after some byte, the
+        merged walk's nodes (:meth:`merged_walk`; the nodes the first walk made up to that byte stay in the trie)."""
         got = self._memo.get(s)
         if got is not None:
             return got
@@ -130,7 +179,10 @@ class Aligner:
                 c = trie.child(0, u)
                 if c >= 0:
                     cur.add((c, g, False))
+        over = len(cur) > self.max_states
         for b in s[1:]:
+            if over:
+                break
             nxt = set()
             starts_b = self.starts[b]
             for node, g, f in cur:
@@ -148,8 +200,54 @@ class Aligner:
             cur = nxt
             if not cur:
                 break
-        out = frozenset((node, f) for node, _, f in cur)
+            over = len(cur) > self.max_states
+        if over:
+            out = frozenset({(v, False) for v in self.merged_walk(s, False)}
+                            | {(v, True) for v in self.merged_walk(s, True)})
+        else:
+            out = frozenset((node, f) for node, _, f in cur)
         self._memo[s] = out
+        return out
+
+    def merged_walk(self, s: bytes, first_ignored: bool) -> set[int]:
+        """The tuple nodes of the walk of ``s`` whose first piece is ignored (or a grammar terminal) on a lattice of
+        boundaries: a state is (index of its piece's start boundary in the chain, DFA state); at each inner position
+        the grammar pieces that end there make one boundary node (:meth:`_Trie.merged`), made only when some piece
+        starts from it; a piece after an ignored one starts where the ignored piece began."""
+        trie, trans, accept, term_of, ng = self.trie, self.trans, self.accept, self.term_of, self.ng
+        chain = [0]
+        cur = {(0, g) for u, g in self.starts[s[0]] if (u >= ng) == first_ignored}
+        for b in s[1:]:
+            starts_b = self.starts[b]
+            nxt = set()
+            ends = []
+            for k, g in cur:
+                g2 = trans[g, b]
+                if g2 >= 0:
+                    nxt.add((k, int(g2)))
+                if accept[g]:
+                    u = int(term_of[g])
+                    if u < ng:                  # (a piece only starts where it may follow)
+                        ends.append((k, u))
+                    else:                   # an ignored piece ends: pieces start where it began
+                        for u2, g2 in starts_b:
+                            if u2 >= ng or trie.can_follow(chain[k], u2):
+                                nxt.add((k, g2))
+            if ends:
+                fol = trie.follow
+                new = [g2 for u2, g2 in starts_b if u2 >= ng or any(fol[t, u2] for _, t in ends)]
+                if new:
+                    chain.append(trie.merged(chain[-1], [(chain[k], t) for k, t in ends]))
+                    nxt.update((len(chain) - 1, g2) for g2 in new)
+            cur = nxt
+            if not cur:
+                break
+        out = set()
+        for k, g in cur:
+            u = int(term_of[g])
+            v = chain[k] if u >= ng else trie.child(chain[k], u)
+            if v >= 0:
+                out.add(v)
         return out
 
     def build(self, token_bytes: list[bytes], eos_id: int) -> Alignment:
@@ -216,10 +314,29 @@ class Aligner:
                 nodes.append(node)
                 ctok.extend(sorted(c[node]))
                 nstart.append(len(ctok))
+        merge_start = np.zeros(n + 1, dtype=np.int64)
+        merge_start[1:] = np.cumsum([len(e) for e in t.edges])
+        flat = [e for es in t.edges for e in es]
         return Alignment(
             parent, term, depth, child_start, child_ids, bnd_start, bnd_tok, call_start, call_tok, cont_xstart,
             np.array(nodes, dtype=np.int32), np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32),
+            merge_start, np.array([r for r, _ in flat], dtype=np.int32), np.array([e for _, e in flat], dtype=np.int32),
         )
+
+
+def alias_blocked(al: Alignment) -> np.ndarray:
+    """uint8 [N]: 1 for a merged node and each of its ancestors. The search takes no idem shortcut for such a
+    node (a merged edge's row counts the tiers between its ends, so each node on the path needs its own)."""
+    flags = (np.diff(al.merge_start) > 0).astype(np.uint8)
+    par = al.node_parent
+    for v in np.flatnonzero(flags)[::-1].tolist():   # a parent's id is smaller than its child's
+        u = int(par[v])
+        while u > 0 and not flags[u]:
+            flags[u] = 1
+            u = int(par[u])
+    if flags.any():
+        flags[0] = 1
+    return flags
 
 
 def _tokens_below(d: dict, prefix: tuple):
@@ -301,4 +418,4 @@ def prune_dominated(al: Alignment) -> Alignment:
     return Alignment(
         al.node_parent, al.node_term, al.node_depth, al.child_start, al.child_ids, bnd_start, bnd_tok, al.call_start,
         al.call_tok, np.array(xstart, dtype=np.int64), np.array(nodes, dtype=np.int32),
-        np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32))
+        np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32), al.merge_start, al.merge_row, al.merge_term)

@@ -25,7 +25,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .kernels_common import N_STATS, Grammar, Trie, for_cuda
+from .kernels_common import INFO_OLD, N_STATS, Grammar, Trie, for_cuda
 
 MAXD = 256      # deepest trie path a worker can walk (per-thread stack size)
 THREADS = 128   # threads per block on a GPU
@@ -71,6 +71,7 @@ def _nth_gpu():
 DEVICE = for_cuda({"_or_word": _or_word_gpu, "_or_old": _or_old_gpu, "_sync": _sync_gpu, "_ctz": _ctz_gpu,
                    "_emit": _emit_gpu, "_tid": _tid_gpu, "_nth": _nth_gpu})
 chart_step_gpu = DEVICE["chart_step"]
+chart_step_edges_gpu = DEVICE["chart_step_edges"]
 certify_gpu = DEVICE["certify"]
 dfs_gpu = DEVICE["dfs"]
 
@@ -107,20 +108,32 @@ def _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node
 
 @cuda.jit(device=True)
 def _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth, n_left,
-          WN, child_ids, node_term):
+          WN, T):
     """Work item ``i`` of a level list (a child position): returns (child v, its parent u) if u's chart exists
-    (u is the root or a viable BFS node), v is needed and v's terminal is in u's EXPECT; else (-1, -1)."""
+    (u is the root or a viable BFS node), v is needed and v is viable: its terminal is in u's EXPECT, or for a
+    merged boundary some edge's terminal in EXPECT of the ancestor it starts at (``kernels_common.edges_viable``;
+    every ancestor of u is the root or a viable BFS node too); else (-1, -1)."""
     ci = level_ci[i]
-    v = child_ids[ci]
+    v = T.child_ids[ci]
     u = node_parent[v]
     if u != 0 and flags[u] == 0:
         return -1, -1
     if not needed[v]:
         return -1, -1
-    m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
-    a = node_term[v]
-    if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
-        return v, u
+    a = T.node_term[v]
+    if a >= 0:
+        m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+        if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
+            return v, u
+        return -1, -1
+    for k in range(T.merge_start[v], T.merge_start[v + 1]):
+        s = u
+        for _ in range(T.merge_row[k]):
+            s = node_parent[s]
+        m, t_off, e_off = _node_chart(s, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+        a = T.merge_term[k]
+        if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
+            return v, u
     return -1, -1
 
 
@@ -130,7 +143,8 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
     """One BFS level: the children at positions ``level_ci[lo:hi]`` (one trie depth) whose parent is viable are
     checked against the parent's EXPECT; viable ones are flagged, and those with children get their chart
     (one more tier) in their BFS slot, its INFO word certified against the parent's (``certify``: the DFS below
-    takes idem charts without a step). Viable items go round-robin to the blocks."""
+    takes idem charts without a step; a merged boundary's lattice step is never certified from). Viable items go
+    round-robin to the blocks."""
     G = Grammar(*gt)
     T = Trie(*tt)
     w = cuda.blockIdx.x
@@ -141,7 +155,7 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
     skip = w
     for i in range(lo, hi):
         v, u = _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth,
-                     G.n_left, G.WN, T.child_ids, T.node_term)
+                     G.n_left, G.WN, T)
         if v < 0:
             continue
         if skip > 0:
@@ -155,10 +169,16 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
                        G.n_left, G.WN, tid, nth)
             m, t_off, e_off = _node_chart(v, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
             a = np.int64(T.node_term[v])
-            info = chart_step_gpu(mem, tiers, ps, m, a, t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
-            mu, tu, eu = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
-            u_term = base_term if u == 0 else np.int64(T.node_term[u])
-            info2 = certify_gpu(mem, ps, m, a, np.int64(mem[eu + G.WT]), info, u_term, G)
+            if a >= 0:
+                info = chart_step_gpu(mem, tiers, ps, m, a, t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
+                mu, tu, eu = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
+                u_term = base_term if u == 0 else np.int64(T.node_term[u])
+                info2 = certify_gpu(mem, ps, m, a, np.int64(mem[eu + G.WT]), info, u_term, G)
+            else:
+                lo_e, hi_e = T.merge_start[v], T.merge_start[v + 1]
+                info = chart_step_edges_gpu(mem, tiers, ps, m, -1, T.merge_row[lo_e:hi_e], T.merge_term[lo_e:hi_e],
+                                            hi_e - lo_e, t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
+                info2 = info | INFO_OLD     # nothing is certified from a merged boundary
             if info2 != info and tid == 0:
                 mem[e_off + G.WT] = np.uint64(info2)
             cuda.syncthreads()
@@ -185,7 +205,7 @@ def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all
     skip = w
     for i in range(lo, hi):
         v, u = _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth,
-                     G.n_left, G.WN, T.child_ids, T.node_term)
+                     G.n_left, G.WN, T)
         if v < 0:
             continue
         if skip > 0:
@@ -262,7 +282,10 @@ class CudaSearch:
         self._slotted = slot_nodes
         to = self._to
         self.gt = tuple(to(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in g.dev)
-        self.tt = (to(al.child_start), to(al.child_ids), to(al.node_term))
+        from .align import alias_blocked
+
+        self.tt = (to(al.child_start), to(al.child_ids), to(al.node_term), to(al.merge_start), to(al.merge_row),
+                   to(al.merge_term), to(alias_blocked(al)))
         self.level_ci = to(order)
         self.bfs_slot = to(bfs_slot)
         self.node_parent = to(al.node_parent.astype(np.int32))

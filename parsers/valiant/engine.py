@@ -16,17 +16,17 @@ import numpy as np
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
 from gcdbench.parsers.grammar import load_ir
 
-from .align import Aligner, Alignment, prune_dominated as prune_dominated_readable
-from .align_nb import build_alignment, prune_dominated
+from .align import Aligner, Alignment, alias_blocked, prune_dominated as prune_dominated_readable
+from .align_nb import MAX_STATES, build_alignment, prune_dominated
 from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
-from .kernels_common import (N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend,
+from .kernels_common import (FIRST_ROUND, N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, extend,
                              extend_edges)
-from .search import (close_upward, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
-                     search_nodes, work_words)
+from .search import (chain_tables, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
+                     search_nodes, chain_needed, work_words)
 
-VERSION = "gcdbench-valiant-3"
+VERSION = "gcdbench-valiant-4"
 START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
 
 
@@ -217,8 +217,9 @@ class Compiled:
         self.start_nullable = meta["start_nullable"]
 
 
-def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
-    """CNF, lexer DFAs and token tuples. ``aligner='python'`` uses the readable (slow) tuple builder."""
+def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba", token_states: int = MAX_STATES) -> Compiled:
+    """CNF, lexer DFAs and token tuples. ``aligner='python'`` uses the readable (slow) tuple builder;
+    ``token_states``: a walk holding more (trie node, DFA state) pairs is done on merged boundaries (align.py)."""
     t0 = time.perf_counter()
     ir = load_ir(grammar)
     cnf = to_cnf(ir)
@@ -226,11 +227,11 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
     lex = build_lexer(ir, cnf.terminals)
     t1 = time.perf_counter()
     if aligner == "python":
-        al = Aligner(lex, cnf.follow).build(tokenizer.token_bytes, tokenizer.eos_id)
+        al = Aligner(lex, cnf.follow, token_states).build(tokenizer.token_bytes, tokenizer.eos_id)
     else:
         try:
-            al = build_alignment(lex, cnf.follow, tokenizer.token_bytes, tokenizer.eos_id)
-        except ValueError as err:   # a token with too many ways to be cut into terminals
+            al = build_alignment(lex, cnf.follow, tokenizer.token_bytes, tokenizer.eos_id, token_states)
+        except ValueError as err:   # more lexer states than a walk state packs
             raise CompileError(f"valiant: {err}") from err
     n_tuples = _tuples(al)
     al = prune_dominated_readable(al) if aligner == "python" else prune_dominated(al)
@@ -246,6 +247,7 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba") -> Compiled:
         "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
         "lexer_states": lex.n_states, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
         "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
+        "merged_nodes": int(np.count_nonzero(np.diff(al.merge_start))),
         "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},
     }
     return Compiled(arrays, meta)
@@ -255,17 +257,18 @@ def _tuples(al: Alignment) -> int:
     return int(al.bnd_tok[0].size + al.bnd_tok[1].size + al.call_tok.size + al.cont_tok.size)
 
 
-def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer) -> Path:
+def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer, token_states: int) -> Path:
     root = Path(os.path.expanduser(cache_dir or "~/.cache/gcdbench/valiant"))
     from gcdbench.parsers.regex_fsm import SEMANTICS
 
-    return root / f"{VERSION}-{SEMANTICS}-{grammar.key()}-{tokenizer.key()}.npz"
+    return root / f"{VERSION}-{SEMANTICS}-s{token_states}-{grammar.key()}-{tokenizer.key()}.npz"
 
 
-def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bool = True) -> tuple[Compiled, bool]:
+def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bool = True,
+                  token_states: int = MAX_STATES) -> tuple[Compiled, bool]:
     import json
 
-    path = _cache_path(cache_dir, grammar, tokenizer)
+    path = _cache_path(cache_dir, grammar, tokenizer, token_states)
     if use_cache and path.exists():
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -274,7 +277,7 @@ def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bo
             return Compiled(arrays, meta), True
         except Exception:  # a corrupt or stale cache file: rebuild it
             pass
-    comp = build(grammar, tokenizer)
+    comp = build(grammar, tokenizer, token_states=token_states)
     if use_cache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,7 +309,8 @@ class ValiantEngine(Engine):
 
     @classmethod
     def options(cls) -> dict:
-        return {"backend": "cpu", "threads": 1, "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True}
+        return {"backend": "cpu", "threads": 1, "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True,
+                "token_states": MAX_STATES}
 
     option_choices = {"backend": ("cpu", "cuda")}
 
@@ -325,24 +329,30 @@ class ValiantEngine(Engine):
         if self.threads > 1:
             numba.set_num_threads(self.threads)
         self.tokenizer = tokenizer
-        self.comp, self.cache_hit = load_or_build(grammar, tokenizer, self.opts["cache_dir"], self.opts["cache"])
+        if int(self.opts["token_states"]) < 1:
+            raise ValueError(f"engine valiant: token_states must be at least 1, not {self.opts['token_states']}")
+        self.comp, self.cache_hit = load_or_build(grammar, tokenizer, self.opts["cache_dir"], self.opts["cache"],
+                                                  int(self.opts["token_states"]))
         self.vocab_size = tokenizer.vocab_size
         al = self.comp.align
         dense, *dense_idx = dense_lists(al, self.vocab_size)
-        self._need_b = []
-        for f in range(2):     # nodes that some token's boundary walk refers to, closed upward
-            flags = (np.diff(al.bnd_start[f]) > 0).astype(np.uint8)
-            close_upward(flags, al.node_parent)
-            self._need_b.append(flags)
-        self._statics = (*pack_statics(self.comp.grammar.packed, al, dense_idx, *self._need_b), dense)
+        self._chain = chain_tables(al)      # the second phase of a search (search.chain_tables)
+        self._statics = (*pack_statics(self.comp.grammar.packed, al, dense_idx, self._chain, alias_blocked(al)),
+                         dense)
         N = al.n_nodes
         self._flags = np.zeros(2 * N, dtype=np.uint8)      # needed nodes, then fill_tokens' zeroed scratch
         self._vbuf = np.zeros(N, dtype=np.int32)
-        # root children (the trie's depth-1 nodes, one per terminal at most) and terminal -> child index (or K)
+        ch = self._chain
+        ch["b0"], ch["b1"] = bool((ch["ct_kind"] == 0).any()), bool((ch["ct_kind"] == 1).any())
+        ch["any"] = bool(ch["ct_tok"].size)
+        self._xflag = np.zeros(self.comp.trans.shape[0], dtype=np.uint8)
+        # root children (the trie's depth-1 nodes: one per terminal at most, and merged boundaries) and terminal ->
+        # child index (or K), for the store to adopt a kept chart
         self._k_root = int(al.child_start[1] - al.child_start[0])
         rc = np.full(self.comp.grammar.n_term + 1, self._k_root, dtype=np.int64)
         kids = al.child_ids[al.child_start[0]:al.child_start[1]]
-        rc[al.node_term[kids]] = np.arange(self._k_root)
+        single = al.node_term[kids] >= 0
+        rc[al.node_term[kids][single]] = np.flatnonzero(single)
         self._root_child_of = rc[:-1]
         self._depth = al.max_depth
         # Python lists of the lexer tables (faster than numpy scalars in the per-configuration loops)
@@ -354,8 +364,8 @@ class ValiantEngine(Engine):
         self._sizes: dict[int, tuple] = {}
         if self.threads > 1:
             self._vb2 = (np.zeros((self.threads, N), np.int32), np.zeros(self.threads, np.int64))
-        # search work counters, then searches and base charts skipped (mask_virtual), summed in numba
-        self._tot = np.zeros(N_STATS + 2, dtype=np.int64)
+        # search work counters, then searches, base charts skipped (mask_virtual) and second-phase searches (numba)
+        self._tot = np.zeros(N_STATS + 3, dtype=np.int64)
         self._ws1 = np.zeros(c_.grammar.WN + c_.grammar.WT + 1, dtype=np.uint64)   # mask_virtual's scratch
         self._memo_hits = self._steps_done = self._adopted_done = 0
         self.backend = None
@@ -501,10 +511,11 @@ class ValiantEngine(Engine):
         return self._bases_acc()[0]
 
     def needed(self, b0: bool, b1: bool, xs) -> np.ndarray:
-        al = self.comp.align
+        """The nodes the first phase of a search from a base with these lists in use visits."""
+        al, ch = self.comp.align, self._chain
         out = np.zeros(al.n_nodes, dtype=np.uint8)
-        needed_nodes(out, self._need_b[0], self._need_b[1], b0, b1, np.asarray(xs, dtype=np.int32), al.cont_xstart,
-                     al.cont_nodes, al.node_parent)
+        needed_nodes(out, ch["need_b0"], ch["need_b1"], b0, b1, np.asarray(xs, dtype=np.int32), al.cont_xstart,
+                     al.cont_nodes, al.node_parent, ch["chain"])
         return out
 
     def _scratch(self, n: int, T: int):
@@ -528,11 +539,12 @@ class ValiantEngine(Engine):
         return sz[0], sz[1], ws
 
     def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, clear: bool, eos: int, acc: bool,
-                   need=None, T: int = 1) -> int:
+                   need=None, T: int = 1, phase: int = 1) -> int:
         """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes; zeroing ``u`` first
         if ``clear``; setting the EOS bit to ``acc`` if ``eos >= 0``); returns the number of viable nodes
-        (``self._vbuf`` holds them after a search). A search keeps the charts of the root's viable children in the
-        arena: the store adopts them when the next mask's base charts are among them. ``T``: threads."""
+        (``self._vbuf`` holds them after a search). A first-phase search keeps the charts of the root's viable
+        children in the arena: the store adopts them when the next mask's base charts are among them. ``T``: threads;
+        ``phase``: see ``kernels_common.mask_base``."""
         store = self.store
         stride, keep, (work, scr) = self._scratch(store.depth[base], T)
         search = memo is None and need is None
@@ -540,11 +552,12 @@ class ValiantEngine(Engine):
         nv = 0 if search else viable.size
         L = self._depth + 2
         K = self._k_root
-        keep_off = store.used if search and K and base not in store.kept else -1
+        keep_off = store.used if search and phase == 1 and K and base not in store.kept else -1
         if T > 1:
             nv = mask_base_par(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs,
                                search, viable, nv, work, L, self._flags, scr, store.used + T * keep, stride, keep_off,
-                               clear, eos, acc, self._tot, keep, self._vb2[0], self._vb2[1], *self._statics)
+                               clear, eos, acc, self._tot, keep, self._vb2[0], self._vb2[1], phase, self._xflag,
+                               *self._statics)
             if keep_off >= 0:
                 maps = work[:, work.shape[1] - K - 1:]
                 if maps[:, K].any():
@@ -553,7 +566,7 @@ class ValiantEngine(Engine):
         else:
             nv = mask_base(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs, search,
                            viable, nv, work, L, self._flags, scr, store.used + keep, stride, keep_off, clear, eos, acc,
-                           self._tot, *self._statics)
+                           self._tot, phase, self._xflag, *self._statics)
             if keep_off >= 0:
                 used = int(work[-1])
                 if used:
@@ -578,12 +591,14 @@ class ValiantEngine(Engine):
         """Work done so far (load-independent; bench_valiant reports them per mask): tree searches and their memo
         hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
         without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
-        from an earlier search's kept charts, base charts a mask did without (mask_virtual)."""
+        from an earlier search's kept charts, base charts a mask did without (mask_virtual), searches of merged
+        boundaries' chains (a mask's second phase: kernels_common.mask_base)."""
         t = self._tot.tolist()
         return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits, "chart_steps": t[ST_STEPS],
                 "base_steps": self._steps_done + self.store.steps, "nodes_checked": t[ST_CHECKED],
                 "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED], "leaves_certified": t[ST_CERTIFIED],
-                "adopted_charts": self._adopted_done + self.store.adopted, "base_charts_skipped": t[N_STATS + 1]}
+                "adopted_charts": self._adopted_done + self.store.adopted, "base_charts_skipped": t[N_STATS + 1],
+                "chain_searches": t[N_STATS + 2]}
 
     def fill_mask(self, out: np.ndarray) -> None:
         self._fill(out, self.threads)
@@ -598,12 +613,16 @@ class ValiantEngine(Engine):
             u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
             return
         last = len(bases) - 1
+        later = []       # the bases a second phase may search (kernels_common.mask_base)
+        ch = self._chain
         for i, (base, (b0, b1, xs)) in enumerate(bases.items()):
             xt = tuple(xs)
             xa = self._xs_arrays.get(xt)
             if xa is None:
                 xa = self._xs_arrays[xt] = np.array(xs, dtype=np.int32)
             e = eos if i == last else -1
+            if ch["any"] and ((b0 and ch["b0"]) or (b1 and ch["b1"]) or any(ch["x_chain"][x] for x in xs)):
+                later.append((base, b0, b1, xa))
             if type(base) is tuple:    # c + t, needed only by lexer states inside t: maybe no chart at all
                 c, t = base
                 s_ = self._statics
@@ -611,6 +630,8 @@ class ValiantEngine(Engine):
                                 e, acc, self._tot, *s_) >= 0:
                     continue
                 base = self.store.child(c, t)
+                if later and later[-1][0] == (c, t):
+                    later[-1] = (base, b0, b1, xa)
             key = (base, b0, b1, xt)
             memo = self._memo.get(key)
             if memo is not None:
@@ -626,6 +647,24 @@ class ValiantEngine(Engine):
             if len(self._memo) > 64:
                 self._memo.clear()
             self._memo[key] = memo
+        for base, b0, b1, xa in later:     # the chains, for the tokens no base has allowed yet
+            if type(base) is tuple:
+                base = self.store.child(*base)
+            if self.backend is None:
+                self._base_mask(u, base, b0, b1, xa, None, False, -1, acc, T=T, phase=2)
+                continue
+            needed = np.zeros(self.comp.align.n_nodes, dtype=np.uint8)
+            _, si, sl, _ = self._statics
+            lo, hi = 0, FIRST_ROUND       # the rounds of kernels_common._second_phase
+            while True:
+                cnt, deeper = chain_needed(u, needed, b0, b1, xa, self._xflag, lo, hi, self.store.mem,
+                                           self.store.e_off[base], si, sl)
+                if cnt:
+                    viable = self.backend.search(self.store, base, needed)
+                    self._base_mask(u, base, b0, b1, xa, viable, False, -1, acc, need=True, T=T)
+                if not deeper:
+                    break
+                lo, hi = hi, 2 * hi
 
     # -- batch ---------------------------------------------------------------------------------------------
     def fork(self) -> "ValiantEngine":
@@ -637,6 +676,7 @@ class ValiantEngine(Engine):
         other._flags = np.zeros_like(self._flags)
         other._vbuf = np.zeros_like(self._vbuf)
         other._ws1 = np.zeros_like(self._ws1)
+        other._xflag = np.zeros_like(self._xflag)
         other._tot = np.zeros_like(self._tot)
         other._ws, other._sizes, other._xs_arrays = {}, {}, {}
         if self.threads > 1:

@@ -68,7 +68,11 @@ Grammar = namedtuple("Grammar", [
     "cover",       # uint64 [NT, WN]  X != V having every rule V has (so X derives whatever V derives)
     "has_cover",   # uint64 [1, WN]   the V with a non-empty cover
 ])
-Trie = namedtuple("Trie", ["child_start", "child_ids", "node_term"])
+Trie = namedtuple("Trie", [
+    "child_start", "child_ids", "node_term",   # CSR of children; a node's terminal (-1: root, merged boundary)
+    "merge_start", "merge_row", "merge_term",  # a merged boundary's edges (align.py, "merged boundaries")
+    "no_alias",                                # uint8: a merged node or an ancestor of one (align.alias_blocked)
+])
 
 # INFO word of a chart node (after its EXPECT words): bit 0 accept, bit 1 old items, bits 2.. idem terminal + 1
 INFO_ACCEPT = 1
@@ -545,6 +549,8 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
     for ci in range(T.child_start[v], T.child_start[v + 1]):
         k = T.child_ids[ci]
         if needed[k]:
+            if T.node_term[k] < 0:      # a merged boundary: viable by its edges, not by one terminal
+                return False
             for cj in range(T.child_start[k], T.child_start[k + 1]):
                 if needed[T.child_ids[cj]]:
                     return False
@@ -591,6 +597,18 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
 
 
 @_cpu
+def edges_viable(mem, p_offs, m, v, T, WN):
+    """Is merged boundary ``v`` viable, its parent's chart ending at position ``m`` (ANC offsets ``p_offs``): is some
+    edge's terminal in EXPECT of the position the edge starts at (``row`` positions before ``m``)?"""
+    one = np.uint64(1)
+    for i in range(T.merge_start[v], T.merge_start[v + 1]):
+        a = np.int64(T.merge_term[i])
+        if (mem[p_offs[m - T.merge_row[i]] + WN + (a >> 6)] >> np.uint64(a & 63)) & one:
+            return True
+    return False
+
+
+@_cpu
 def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, stride, T, needed, viable, cnt,
         stack_node, stack_ci, e_offs, lv_n, cur, seeds, stats, keep_off, keep_map, G):
     """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
@@ -628,15 +646,19 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
         if tid == 0:
             stats[ST_CHECKED] += 1
         ex = e_offs[d]
-        if (mem[ex + (a >> 6)] >> np.uint64(a & 63)) & one:
+        m = lv_n[d]        # index of the new tier (terminal a, or the merged boundary's edges)
+        if a >= 0:
+            ok = ((mem[ex + (a >> 6)] >> np.uint64(a & 63)) & one) != 0
+        else:
+            ok = edges_viable(mem, p_offs, m, v, T, WN)
+        if ok:
             _emit(viable, cnt, v)
             cnt += 1
             if tid == 0:
                 stats[ST_VIABLE] += 1
             if T.child_start[v + 1] > T.child_start[v]:
-                m = lv_n[d]        # index of the new tier (terminal a)
                 x_info = np.int64(mem[ex + WT])
-                if (x_info >> IDEM_SHIFT) == a + 1:
+                if a >= 0 and T.no_alias[v] == 0 and (x_info >> IDEM_SHIFT) == a + 1:
                     # C_x + a is equivalent to C_x: v's subtree is searched from x's chart
                     if tid == 0:
                         stats[ST_ALIASED] += 1
@@ -646,7 +668,7 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
                     e_offs[d] = ex
                     lv_n[d] = m
                     continue
-                if _row0_certifies(mem, ex - WN, a, v, needed, cur, seeds, T, G):
+                if a >= 0 and _row0_certifies(mem, ex - WN, a, v, needed, cur, seeds, T, G):
                     # every needed child is a leaf proven viable without C_x + a: emit them, no step
                     for cj in range(T.child_start[v], T.child_start[v + 1]):
                         k = T.child_ids[cj]
@@ -668,14 +690,22 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
                     if tid == 0:
                         keep_map[ci - T.child_start[x]] = t_off
                         keep_map[K] += 1
-                info = chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G)
+                if a >= 0:
+                    info = chart_step(mem, tier_offs, p_offs, m, a, t_off, p_off, p_off + WN, cur, seeds, G)
+                else:
+                    lo, hi = T.merge_start[v], T.merge_start[v + 1]
+                    info = chart_step_edges(mem, tier_offs, p_offs, m, -1, T.merge_row[lo:hi], T.merge_term[lo:hi],
+                                            hi - lo, t_off, p_off, p_off + WN, cur, seeds, G)
                 if tid == 0:
                     tier_offs[m] = t_off
                     p_offs[m + 1] = p_off
                     stats[ST_STEPS] += 1
                 _sync()
-                x_term = u_term if d == 0 else np.int64(T.node_term[x])
-                info2 = certify(mem, p_offs, m, a, x_info, info, x_term, G)
+                if a >= 0:
+                    x_term = u_term if d == 0 else np.int64(T.node_term[x])
+                    info2 = certify(mem, p_offs, m, a, x_info, info, x_term, G)
+                else:              # no single last terminal: nothing is certified from a merged boundary
+                    info2 = info | INFO_OLD
                 if info2 != info and tid == 0:
                     mem[p_off + WN + WT] = np.uint64(info2)
                 _sync()
@@ -688,8 +718,8 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
 
 
 # Shared functions in dependency order: what for_cuda compiles, each seeing the CUDA versions of the others.
-SHARED = (_or_track, _close_row, step_epilogue, _step_core, chart_step, _has_self_item, _in_first_of_rights, certify,
-          _row0_certifies, dfs)
+SHARED = (_or_track, _close_row, step_epilogue, _step_core, chart_step, chart_step_edges, _has_self_item,
+          _in_first_of_rights, certify, _row0_certifies, edges_viable, dfs)
 
 
 def for_cuda(primitives: dict) -> dict:
@@ -819,11 +849,15 @@ Tables = namedtuple("Tables", [
     "child_start", "child_ids", "node_term", "node_parent",      # the trie (int32)
     "bnd_tok0", "bnd_tok1", "call_tok", "cont_nodes", "cont_tok",  # token lists (int32)
     "d_b0", "d_b1", "d_call", "d_cont",                           # row of each list in ``dense``, or -1 (int32)
-    "need_b0", "need_b1",                                         # nodes some boundary list needs (int32 0/1)
+    "need_b0", "need_b1",                                         # first-phase nodes of the boundary lists (int32 0/1)
+    "merge_row", "merge_term", "no_alias", "no_alias0",           # merged boundaries (int32; see Trie; no_alias0 zeros)
+    "chain", "ct_tok", "ct_node", "ct_kind", "x_chain",           # the second phase (int32; search.chain_tables)
+    "node_depth",
     "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
+    "merge_start", "ct_start", "ct_gstart",
 ])
-_I_FIELDS = Tables._fields[:15]
-_L_FIELDS = Tables._fields[15:]
+_I_FIELDS = Tables._fields[:25]
+_L_FIELDS = Tables._fields[25:]
 
 
 @_cpu_inline
@@ -863,9 +897,9 @@ def fill_tokens(out, viable, cnt, flags, use_b0, use_b1, xs, A, dense):
 
 
 @_cpu
-def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent):
-    """Nodes a search from one base has to visit: those of the boundary lists in use, those of the
-    continuation groups of its lexer states ``xs``, and all their ancestors."""
+def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent, chain):
+    """Nodes the first phase of a search from one base has to visit: those of the boundary lists in use, those of
+    the continuation groups of its lexer states ``xs`` outside the chains (``chain``), and all their ancestors."""
     for v in range(out.size):
         out[v] = (use_b0 and need_b0[v]) or (use_b1 and need_b1[v])
     out[0] = 1
@@ -873,9 +907,70 @@ def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_no
         x = xs[i]
         for gi in range(cont_xstart[x], cont_xstart[x + 1]):
             v = cont_nodes[gi]
+            if chain[v]:
+                continue
             while not out[v]:
                 out[v] = 1
                 v = node_parent[v]
+
+
+@_cpu
+def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
+    """Nodes a round of the second phase has to visit (into ``out``, zeroed): those of the chain tuples
+    (``search.chain_tables``) at depth ``lo < d <= hi`` of the tokens not in the mask ``got`` (uint32 words) for
+    the lists in use, below the root children viable from the base (EXPECT at ``e_off``), and their ancestors.
+    ``xflag`` is a zeroed uint8 scratch over lexer states, left zeroed. Returns (nodes marked, whether such a
+    token has a tuple deeper than ``hi``)."""
+    for i in range(xs.size):
+        xflag[xs[i]] = 1
+    cnt = 0
+    deeper = False
+    one = np.uint32(1)
+    one64 = np.uint64(1)
+    c0 = A.child_start[0]
+    for g in range(A.ct_gstart.size - 1):
+        if A.ct_gstart[g + 1] == A.ct_gstart[g]:
+            continue
+        r = A.child_ids[c0 + g]
+        a = A.node_term[r]
+        if a >= 0:
+            ok = ((mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & one64) != 0
+        else:                 # a merged root child: its edges begin at the base (row 0)
+            ok = False
+            for q in range(A.merge_start[r], A.merge_start[r + 1]):
+                t = A.merge_term[q]
+                if (mem[e_off + (t >> 6)] >> np.uint64(t & 63)) & one64:
+                    ok = True
+                    break
+        if not ok:
+            continue
+        for i in range(A.ct_gstart[g], A.ct_gstart[g + 1]):
+            tok = A.ct_tok[i]
+            if (got[tok >> 5] >> np.uint32(tok & 31)) & one:
+                continue
+            for j in range(A.ct_start[i], A.ct_start[i + 1]):
+                k = A.ct_kind[j]
+                if (k == 0 and use_b0) or (k == 1 and use_b1) or (k >= 2 and xflag[k - 2]):
+                    v = A.ct_node[j]
+                    d = A.node_depth[v]
+                    if d > hi:
+                        deeper = True
+                        continue
+                    if d <= lo:
+                        continue
+                    while v > 0 and not out[v]:
+                        out[v] = 1
+                        cnt += 1
+                        v = A.node_parent[v]
+    for i in range(xs.size):
+        xflag[xs[i]] = 0
+    if cnt:
+        out[0] = 1
+    return cnt, deeper
+
+
+#: the depth of the chain tuples a second phase's first round looks at (then 2x, 4x ... : kernels_common.mask_base)
+FIRST_ROUND = 4
 
 
 _GM_LEN = GM_LEN
@@ -890,11 +985,21 @@ def _v(flat, sl, k):
 @_cpu_inline
 def unpack_tables(si, sl):
     """The :data:`Tables` record viewed from :func:`pack_statics`'s arrays (no copy)."""
-    bs = _v(sl, sl, 15)
+    bs = _v(sl, sl, 25)
     return Tables(_v(si, sl, 0), _v(si, sl, 1), _v(si, sl, 2), _v(si, sl, 3), _v(si, sl, 4), _v(si, sl, 5),
                   _v(si, sl, 6), _v(si, sl, 7), _v(si, sl, 8), _v(si, sl, 9), _v(si, sl, 10), _v(si, sl, 11),
-                  _v(si, sl, 12), _v(si, sl, 13), _v(si, sl, 14), bs.reshape((2, bs.size // 2)), _v(sl, sl, 16),
-                  _v(sl, sl, 17), _v(sl, sl, 18))
+                  _v(si, sl, 12), _v(si, sl, 13), _v(si, sl, 14), _v(si, sl, 15), _v(si, sl, 16), _v(si, sl, 17),
+                  _v(si, sl, 18), _v(si, sl, 19), _v(si, sl, 20), _v(si, sl, 21), _v(si, sl, 22), _v(si, sl, 23),
+                  _v(si, sl, 24), bs.reshape((2, bs.size // 2)), _v(sl, sl, 26), _v(sl, sl, 27), _v(sl, sl, 28),
+                  _v(sl, sl, 29), _v(sl, sl, 30), _v(sl, sl, 31))
+
+
+@_cpu_inline
+def _trie(A, phase):
+    """The :data:`Trie` record of a :data:`Tables` record for a search's ``phase``: the first visits no merged node,
+    so it may take the idem shortcut anywhere (``no_alias0``)."""
+    return Trie(A.child_start, A.child_ids, A.node_term, A.merge_start, A.merge_row, A.merge_term,
+                A.no_alias0 if phase == 1 else A.no_alias)
 
 
 def work_words(depth: int, n_max: int, k_root: int) -> int:
@@ -935,33 +1040,76 @@ def _mask_ends(out, clear, eos, acc):
             out[eos >> 5] &= ~b
 
 
+@_cpu_inline
+def _search_fill(out, mem, nodes, base, e_off, term, b0, b1, xs, needed, viable, work, L, flags, scr, scratch_off,
+                 stride, keep_off, tot, T, A, G, dense):
+    """One search among ``needed`` (viable nodes into ``viable``, root first) and their tokens OR-ed into ``out``;
+    the work counters added to ``tot``. Returns the number of viable nodes."""
+    work[4 * L:4 * L + N_STATS] = 0
+    viable[0] = 0
+    nv = _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
+                     stride, G.WN, keep_off, A.child_start[1] - A.child_start[0], T, G)
+    for i in range(N_STATS):
+        tot[i] += work[4 * L + i]
+    tot[N_STATS] += 1
+    fill_tokens(out, viable, nv, flags[A.node_parent.size:], b0, b1, xs, A, dense)
+    return nv
+
+
+@_cpu
+def _second_phase(out, mem, nodes, base, e_off, term, b0, b1, xs, viable, work, L, flags, scr, scratch_off, stride,
+                  tot, xflag, A, G, dense):
+    """The chains of a base for the tokens ``out`` does not allow yet, in rounds over the chain tuples by depth
+    (:data:`FIRST_ROUND`, then twice as deep ...), each for the tokens still not allowed: a token is mostly decided
+    by a shallow tuple (one piece after a short first one), and a deep chain is searched only for the tokens that
+    need it."""
+    needed = flags[:A.node_parent.size]
+    lo, hi = 0, FIRST_ROUND
+    while True:
+        needed[:] = 0
+        cnt, deeper = needed_chain(out, needed, b0, b1, xs, xflag, lo, hi, mem, e_off, A)
+        if cnt:
+            _search_fill(out, mem, nodes, base, e_off, term, b0, b1, xs, needed, viable, work, L, flags, scr,
+                         scratch_off, stride, -1, tot, _trie(A, 2), A, G, dense)
+            tot[N_STATS + 2] += 1
+        if not deeper:
+            return
+        lo, hi = hi, 2 * hi
+
+
 @_cpu
 def mask_base(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr, scratch_off,
-              stride, keep_off, clear, eos, acc, tot, su, si, sl, dense):
-    """One base chart's part of a mask: if ``search``, the needed nodes and the tree search (viable nodes into
-    ``viable``, root first; else ``viable[:nv]`` holds a memoised result), then their tokens OR-ed into ``out``.
-    ``nodes`` are the chart store's node rows, ``L`` the levels of a DFS stack (trie depth + 2),
-    ``flags`` uint8 scratch of 2 x nodes (the second half zeroed), ``work`` int64 of :func:`work_words`, ``scr``
-    uint64 of ``WN + scratch_words(n + depth)``; the charts of the root's children are kept from ``keep_off``
+              stride, keep_off, clear, eos, acc, tot, phase, xflag, su, si, sl, dense):
+    """One base chart's part of a mask, ``phase`` 1 or 2 (below): if ``search``, the needed nodes and the tree
+    search (viable nodes into ``viable``, root first; else ``viable[:nv]`` holds a memoised first phase), then their
+    tokens OR-ed into ``out``. ``nodes`` are the chart store's node rows, ``L`` the levels of a DFS stack (trie depth
+    + 2), ``flags`` uint8 scratch of 2 x nodes (the second half zeroed), ``work`` int64 of :func:`work_words`,
+    ``scr`` uint64 of ``WN + scratch_words(n + depth)``; the charts of the root's children are kept from ``keep_off``
     (if >= 0; map at the end of ``work``); the search's work counters are added to ``tot``; ``clear`` / ``eos``,
-    ``acc``: see :func:`_mask_ends`. Returns the number of viable nodes."""
+    ``acc``: see :func:`_mask_ends`. Returns the number of viable nodes of a first phase.
+
+    Phase 1 searches every node outside the chains (search.chain_tables), for every base of a mask first; phase 2,
+    once ``out`` holds all of them, searches the chain nodes of the tokens ``out`` does not allow yet
+    (:func:`_second_phase`; ``xflag``: a zeroed uint8 scratch over lexer states). A first phase depends on its base
+    only (memoised by the engine), a second phase on the whole mask."""
     A = unpack_tables(si, sl)
     N = A.node_parent.size
     if clear:
         out[:] = 0
     if search:
         G = unpack_grammar(su, si, sl)
-        needed = flags[:N]
-        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
-        work[4 * L:4 * L + N_STATS] = 0
-        viable[0] = 0
-        nv = _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr,
-                         scratch_off, stride, G.WN, keep_off, A.child_start[1] - A.child_start[0],
-                         Trie(A.child_start, A.child_ids, A.node_term), G)
-        for i in range(N_STATS):
-            tot[i] += work[4 * L + i]
-        tot[N_STATS] += 1
-    fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
+        if phase == 2:
+            _second_phase(out, mem, nodes, base, e_off, term, b0, b1, xs, viable, work, L, flags, scr, scratch_off,
+                          stride, tot, xflag, A, G, dense)
+            nv = 0
+        else:
+            needed = flags[:N]
+            needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent,
+                         A.chain)
+            nv = _search_fill(out, mem, nodes, base, e_off, term, b0, b1, xs, needed, viable, work, L, flags, scr,
+                              scratch_off, stride, keep_off, tot, _trie(A, 1), A, G, dense)
+    else:
+        fill_tokens(out, viable, nv, flags[N:], b0, b1, xs, A, dense)
     _mask_ends(out, False, eos, acc)
     return nv
 
@@ -975,23 +1123,30 @@ def search_nodes(mem, nodes, base, e_off, term, needed, viable, work, L, scr, sc
     work[4 * L:4 * L + N_STATS] = 0
     viable[0] = 0
     return _search_one(mem, nodes, base, e_off, term, A.child_start[0], 1, needed, viable, 1, work, L, scr, scratch_off,
-                       stride, G.WN, -1, A.child_start[1] - A.child_start[0], Trie(A.child_start, A.child_ids,
-                                                                                   A.node_term), G)
+                       stride, G.WN, -1, A.child_start[1] - A.child_start[0], _trie(A, 2), G)
+
+
+@_cpu
+def chain_needed(got, needed, b0, b1, xs, xflag, lo, hi, mem, e_off, si, sl):
+    """:func:`needed_chain` from the packed tables (``needed`` zeroed here): the CUDA backend's second phase."""
+    needed[:] = 0
+    return needed_chain(got, needed, b0, b1, xs, xflag, lo, hi, mem, e_off, unpack_tables(si, sl))
 
 
 @_cpu
 def mask_virtual(out, mem, nodes, c, t, xs, viable, flags, scr, clear, eos, acc, tot, su, si, sl, dense):
     """A base chart ``c + t`` that only lexer states ``xs`` still inside ``t`` need (no boundary lists): if every
-    trie node they need is a root child without needed children whose terminal the items ``t`` closes on its own
-    surely predict (``_row0_certifies`` from ``c``'s ANC), the viable nodes are known without the chart: OR their
-    tokens into ``out`` (``clear``, ``eos``, ``acc``: see :func:`_mask_ends`) and return how many; else return -1
-    and touch nothing but scratch."""
+    trie node the first phase needs is a root child without needed children whose terminal the items ``t`` closes
+    on its own surely predict (``_row0_certifies`` from ``c``'s ANC), the viable nodes are known without the
+    chart: OR their tokens into ``out`` (``clear``, ``eos``, ``acc``: see :func:`_mask_ends`) and return how many;
+    else return -1 and touch nothing but scratch. (A second phase, if the lexer states have chain continuations
+    (``x_chain``), needs the chart.)"""
     A = unpack_tables(si, sl)
     G = unpack_grammar(su, si, sl)
     N = A.node_parent.size
     needed = flags[:N]
-    needed_nodes(needed, A.need_b0, A.need_b1, False, False, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
-    T = Trie(A.child_start, A.child_ids, A.node_term)
+    needed_nodes(needed, A.need_b0, A.need_b1, False, False, xs, A.cont_xstart, A.cont_nodes, A.node_parent, A.chain)
+    T = _trie(A, 1)
     if not _row0_certifies(mem, nodes[c, 3], t, 0, needed, scr[G.WN:], scr[:G.WN], T, G):
         return -1
     viable[0] = 0
@@ -1012,20 +1167,26 @@ def mask_virtual(out, mem, nodes, c, t, xs, viable, flags, scr, clear, eos, acc,
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def mask_base_par(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L, flags, scr,
-                  scratch_off, stride, keep_off, clear, eos, acc, tot, keep_words, vbuf, counts, su, si, sl, dense):
+                  scratch_off, stride, keep_off, clear, eos, acc, tot, keep_words, vbuf, counts, phase, xflag, su, si,
+                  sl, dense):
     """:func:`mask_base` with the search split over ``W = vbuf.shape[0]`` threads (numba ``prange``): worker w
     searches the root's children w, w + W, ... with its own row of ``work``, ``scr`` and ``vbuf``, its own
-    scratch region ``scratch_off + w * stride * L`` and kept-chart region ``keep_off + w * keep_words``. Chart
-    tiers below the base are shared and only read."""
+    scratch region ``scratch_off + w * stride * L`` and kept-chart region ``keep_off + w * keep_words`` (first
+    phase). Chart tiers below the base are shared and only read."""
     A = unpack_tables(si, sl)
     N = A.node_parent.size
     if clear:
         out[:] = 0
+    if search and phase == 2:     # the rounds of a second phase (one thread: they are a few chart steps each)
+        _second_phase(out, mem, nodes, base, e_off, term, b0, b1, xs, viable, work[0], L, flags, scr[0], scratch_off,
+                      stride, tot, xflag, A, unpack_grammar(su, si, sl), dense)
+        _mask_ends(out, False, eos, acc)
+        return 0
     if search:
         G = unpack_grammar(su, si, sl)
         needed = flags[:N]
-        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent)
-        T = Trie(A.child_start, A.child_ids, A.node_term)
+        needed_nodes(needed, A.need_b0, A.need_b1, b0, b1, xs, A.cont_xstart, A.cont_nodes, A.node_parent, A.chain)
+        T = _trie(A, phase)
         W = vbuf.shape[0]
         K = A.child_start[1] - A.child_start[0]
         for w in numba.prange(W):

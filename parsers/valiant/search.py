@@ -22,7 +22,7 @@ import numpy as np
 
 from .kernels_common import (  # noqa: F401  (the jitted mask entry points live beside the device logic they call)
     _GM_LEN, _I_FIELDS, _L_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, mask_virtual, needed_nodes,
-    search_nodes, unpack_tables, work_words)
+    search_nodes, chain_needed, unpack_tables, work_words)
 
 
 def dense_lists(al, vocab_size: int, min_len: int = 512):
@@ -49,6 +49,70 @@ def dense_lists(al, vocab_size: int, min_len: int = 512):
     return dense, d_b0, d_b1, d_call, d_cont
 
 
+def chain_tables(al) -> dict:
+    """The tables of a mask's second phase (``kernels_common.mask_base``). A *chain node* is a merged boundary or a
+    node below one; its tuples are searched only for the tokens that the first phase, over every other node, did
+    not allow: a token is allowed iff some tuple of it is viable, and on grammars with merged walks most tokens are
+    allowed by a tuple outside the chains (one piece for a whole word), whose search costs a few chart steps where
+    the chains cost hundreds. Returns ``chain`` (uint8 per node), ``need_b0`` / ``need_b1`` (the first phase's
+    boundary-list nodes, closed upward), the chain tuples grouped by the root child above their node (CSR
+    ``ct_gstart`` over the root's children, in child order) and in a group by token (``ct_tok`` ascending, CSR
+    ``ct_start`` into ``ct_node`` / ``ct_kind``: 0 ``bnd[0]``, 1 ``bnd[1]``, ``2 + x`` a continuation of lexer state
+    ``x``), and ``x_chain`` (int32 per lexer state: it has chain continuations). A group whose root child is not
+    viable from a base is skipped whole."""
+    N = al.n_nodes
+    merged = np.diff(al.merge_start) > 0
+    chain = np.zeros(N, dtype=np.uint8)
+    par = al.node_parent
+    for v in range(1, N):          # a parent's id is smaller than its child's
+        chain[v] = merged[v] or chain[par[v]]
+    out = {"chain": chain}
+    nodes, kinds, toks = [], [], []
+    for f in range(2):
+        lens = np.diff(al.bnd_start[f])
+        flags = ((lens > 0) & (chain == 0)).astype(np.uint8)
+        close_upward(flags, par)
+        out[f"need_b{f}"] = flags
+        node = np.repeat(np.arange(N, dtype=np.int64), lens)
+        sel = chain[node] == 1
+        nodes.append(node[sel])
+        toks.append(al.bnd_tok[f][sel].astype(np.int64))
+        kinds.append(np.full(int(sel.sum()), f, dtype=np.int64))
+    G = al.call_start.size - 1
+    glen = np.diff(al.cont_nstart)
+    gx = np.repeat(np.arange(G, dtype=np.int64), np.diff(al.cont_xstart))
+    node = np.repeat(al.cont_nodes.astype(np.int64), glen)
+    sel = chain[node] == 1
+    nodes.append(node[sel])
+    toks.append(al.cont_tok[sel].astype(np.int64))
+    xk = np.repeat(gx, glen)[sel]
+    kinds.append(2 + xk)
+    x_chain = np.zeros(G, dtype=np.int32)
+    x_chain[np.unique(xk)] = 1
+    node, kind, tok = (np.concatenate(a) for a in (nodes, kinds, toks))
+    # group the tuples by the root child above their node (its position among the root's children)
+    K = int(al.child_start[1] - al.child_start[0])
+    top = np.arange(N, dtype=np.int64)
+    depth = al.node_depth.astype(np.int64)
+    for _ in range(int(depth.max()) if N > 1 else 0):
+        up = depth[top] > 1
+        if not up.any():
+            break
+        top[up] = par[top[up]]
+    pos = np.full(N, -1, dtype=np.int64)
+    pos[al.child_ids[al.child_start[0]:al.child_start[1]]] = np.arange(K)
+    grp = pos[top[node]]
+    order = np.lexsort((node, kind, tok, grp))
+    grp, tok = grp[order], tok[order]
+    new_pair = np.ones(tok.size, dtype=bool)
+    new_pair[1:] = (grp[1:] != grp[:-1]) | (tok[1:] != tok[:-1])
+    starts = np.flatnonzero(new_pair)
+    out.update(ct_tok=tok[starts].astype(np.int32), ct_start=np.append(starts, tok.size).astype(np.int64),
+               ct_gstart=np.searchsorted(grp[starts], np.arange(K + 1)).astype(np.int64),
+               ct_node=node[order].astype(np.int32), ct_kind=kind[order].astype(np.int32), x_chain=x_chain)
+    return out
+
+
 @numba.njit(cache=True, nogil=True)
 def close_upward(flags, node_parent):
     """Flag every ancestor of a flagged node (a parent's id is smaller than its child's)."""
@@ -58,7 +122,7 @@ def close_upward(flags, node_parent):
     flags[0] = 1
 
 
-def pack_statics(gpack, al, dense_idx, need_b0, need_b1) -> tuple:
+def pack_statics(gpack, al, dense_idx, chain: dict, no_alias) -> tuple:
     """``(su, si, sl)``: everything static a search and a mask read, in three flat arrays: ``su`` the grammar's
     uint64 tables, ``si`` its int32 tables then the trie's and the token lists' (``Tables`` fields 0-14), ``sl``
     the grammar header (``kernels_common.pack_grammar``), then (offset, length) of each ``Tables`` field, then
@@ -70,9 +134,14 @@ def pack_statics(gpack, al, dense_idx, need_b0, need_b1) -> tuple:
     src = {"child_start": al.child_start, "child_ids": al.child_ids, "node_term": al.node_term,
            "node_parent": al.node_parent, "bnd_tok0": al.bnd_tok[0], "bnd_tok1": al.bnd_tok[1],
            "call_tok": al.call_tok, "cont_nodes": al.cont_nodes, "cont_tok": al.cont_tok, "d_b0": d_b0, "d_b1": d_b1,
-           "d_call": d_call, "d_cont": d_cont, "need_b0": need_b0, "need_b1": need_b1,
+           "d_call": d_call, "d_cont": d_cont, "need_b0": chain["need_b0"], "need_b1": chain["need_b1"],
+           "merge_row": al.merge_row, "merge_term": al.merge_term, "no_alias": no_alias,
+           "no_alias0": np.zeros(al.n_nodes, np.int32), "chain": chain["chain"], "ct_tok": chain["ct_tok"],
+           "ct_node": chain["ct_node"], "ct_kind": chain["ct_kind"], "x_chain": chain["x_chain"],
+           "node_depth": al.node_depth,
            "bnd_start": al.bnd_start.ravel(), "call_start": al.call_start, "cont_xstart": al.cont_xstart,
-           "cont_nstart": al.cont_nstart}
+           "cont_nstart": al.cont_nstart, "merge_start": al.merge_start, "ct_start": chain["ct_start"],
+           "ct_gstart": chain["ct_gstart"]}
     head, parts_i, parts_l = [], [gi], []
     oi = gi.size
     ol = _GM_LEN + 2 * len(Tables._fields)
