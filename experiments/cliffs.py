@@ -1,14 +1,16 @@
 """Cliffs: how the cost of a mask grows with the prefix on fuzzed grammars (issue 25).
 
-Two parts, both reading the grammar fuzzer (``dataset=fuzz``, :mod:`gcdbench.datasets.fuzz`):
+Commands, all reading the grammar fuzzer (``dataset=fuzz``, :mod:`gcdbench.datasets.fuzz`):
 
 * ``bench``: the reference checker and the engines named by ``--engine`` (e.g. Valiant) in one process, on many
   grammars (``--seeds 0:200``), each with sentences of growing length (``--lengths``). Per sentence: the
-  reference's cost per byte as it reads the sentence (its documented bound: O(n^2) per byte, so the fitted growth
-  exponent of the mean per-byte cost against length is at most 2), and each engine's per-mask times along the
-  sentence (Qwen3, the whole vocabulary), with ``--audit`` steps per sentence checked against the reference's
+  reference's cost per byte as it reads the sentence, with the two factors of its documented bound (O(S^2) per
+  byte for an Earley column of S items, S <= D (n + 1): :func:`fit_bench`), and each engine's per-mask times along
+  the sentence (Qwen3, the whole vocabulary), with ``--audit`` steps per sentence checked against the reference's
   whole-vocabulary mask under the engine's declared profile. One JSON record per
   (grammar, sentence, engine) through :mod:`benchfile` (commit, machine, versions).
+* ``collect``: the runner cells of ``experiment=cliffs`` as one row per (cell, sentence) with the cell's commit
+  and machine (masks, mean and worst mask, outcome, audit): what is committed in place of every mask.
 * ``section``: the report's "Cliffs" section from that file and from the runner cells of ``experiment=cliffs``
   (every engine on a seeded subset of the grammars): per engine the fitted per-token growth exponent of each
   grammar (least squares of log mean mask time against log sentence length over the longer half, as the
@@ -17,11 +19,15 @@ Two parts, both reading the grammar fuzzer (``dataset=fuzz``, :mod:`gcdbench.dat
 
     python -m gcdbench.experiments.cliffs bench --engine valiant --seeds 0:200 --out results/cliffs/bench.json
     python -m experiments.run -m experiment=cliffs
-    python -m gcdbench.experiments.cliffs section --bench results/cliffs/bench.json --runs results/cliffs/runs --out results
+    python -m gcdbench.experiments.cliffs collect --runs results/cliffs/runs --out results/cliffs/cells.csv
+    python -m gcdbench.experiments.cliffs section --bench results/cliffs/bench.json --runs results/cliffs/cells.csv \
+        --reproducers results/cliffs/reproducers.json --out results
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import time
 from pathlib import Path
@@ -70,14 +76,41 @@ def within_exponent(n: float, cum: list[float]) -> float:
 # --------------------------------------------------------------------------------------------------------------
 # bench: the reference and the named engines, in process
 # --------------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def quiet_gc():
+    """Time a loop without the cycle collector's full passes over everything the process held before it (the
+    tokenizer, earlier grammars, engines): ``gc.freeze()`` moves those objects out of every collection, the loop's
+    own objects are collected as usual. In one process over 200 grammars those passes had made single bytes of the
+    reference take 0.1 s (grammar 160: 27 us per byte alone, 225 us in the bench)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def dotted_rules(grammar) -> int:
+    """``D``, the dotted rules of ``grammar`` as the reference reads it: an Earley column holds at most ``D`` items
+    per origin, so ``D (n + 1)`` after ``n`` bytes."""
+    from gcdbench.parsers.grammar import load_ir
+
+    return sum(len(r.expansion) + 1 for r in load_ir(grammar).rules)
+
+
 def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
-    """Read ``data`` byte by byte with a fresh reference checker: total and per-byte times, the largest state."""
+    """Read ``data`` byte by byte with a fresh reference checker: total and per-byte times, the largest state,
+    and the two factors of the documented bound (a byte costs O(S^2) for a column of S items, S <= D (n + 1)):
+    each byte's column size S (the newest Earley node's items) against ``D (n + 1)``, and the per-byte time binned by
+    S (bins of powers of two: count and mean us), for :func:`fit_bench`."""
     from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
     rc = ReferenceChecker(grammar)
+    D = dotted_rules(grammar)
     sid = rc.initial()
     t_all = time.perf_counter()
     per = np.zeros(len(data))
+    size = np.zeros(len(data), dtype=np.int64)
     worst_state = 0
     for i, b in enumerate(data):
         t0 = time.perf_counter()
@@ -85,17 +118,43 @@ def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
         per[i] = time.perf_counter() - t0
         if sid == DEAD:
             return {"outcome": "rejected", "at_byte": i}
-        worst_state = max(worst_state, len(rc._sets[sid]))
+        configs = rc._sets[sid]
+        worst_state = max(worst_state, len(configs))
+        size[i] = len(max((c[0] for c in configs), key=lambda node: node.serial).items)
         if time.perf_counter() - t_all > budget_s:
             return {"outcome": "timeout", "at_byte": i, "bytes_read": i + 1}
     ok = rc.accepts(sid)
     half = per[len(per) // 2:] if len(per) > 1 else per
     live = len(rc.earley._by_seed)     # Earley nodes still referenced (the weak memo drops the others)
+    k = np.floor(np.log2(np.maximum(size, 1))).astype(int)
+    bins = {int(b): [int((k == b).sum()), float(per[k == b].mean() * 1e6)] for b in np.unique(k)}
     return {"outcome": "ok" if ok else "no_eos", "bytes": len(data), "total_s": float(per.sum()),
             "mean_byte_us": float(per.mean() * 1e6), "last_half_byte_us": float(half.mean() * 1e6),
             "max_byte_us": float(per.max() * 1e6), "cum_deciles_s": deciles(per), "max_state_configs": worst_state,
-            "states": len(rc._sets),
-            "live_nodes": live}
+            "states": len(rc._sets), "live_nodes": live, "dotted_rules": D, "max_column_items": int(size.max()),
+            "column_bound_ratio": float((size / (D * (np.arange(len(data)) + 2))).max()),
+            "byte_us_by_column": bins}
+
+
+def state_exponent(bins_list, min_range: int = 3, min_count: int = 5) -> float:
+    """Exponent of the per-byte time against the column size, pooled over a grammar's sentences (the bins of
+    :func:`_reference_record`): least squares of log mean time against log column size over the bins with at least
+    ``min_count`` bytes; NaN when they span fewer than ``min_range`` powers of two (the column did not grow enough
+    to fit, as on LR-like grammars, where it stays O(|G|))."""
+    count: dict[int, int] = {}
+    total: dict[int, float] = {}
+    for bins in bins_list:
+        if not isinstance(bins, dict):
+            continue
+        for b, (c, us) in bins.items():
+            count[int(b)] = count.get(int(b), 0) + c
+            total[int(b)] = total.get(int(b), 0.0) + c * us
+    ks = sorted(b for b in count if count[b] >= min_count and total[b] > 0)
+    if len(ks) < 2 or ks[-1] - ks[0] < min_range:
+        return float("nan")
+    x = np.log(2.0 ** (np.array(ks) + 0.5))
+    y = np.log([total[b] / count[b] for b in ks])
+    return float(np.polyfit(x, y, 1)[0])
 
 
 def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
@@ -181,11 +240,13 @@ def bench(seeds, engines: dict, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=
         head = {"grammar_seed": seed, "dataset": ds.name, "templates": list(ds.meta.get("templates", []))}
         lens = {s.id: len(s.ids(tok)) for s in ds.samples}
         for s in ds.samples:
-            r = _reference_record(ds.grammar, s.text.encode(), budget_s)
+            with quiet_gc():
+                r = _reference_record(ds.grammar, s.text.encode(), budget_s)
             records.append({**head, "engine": "reference", "sample_id": s.id, "tokens": lens[s.id], **r})
         worst = {}
         for name, opts in engines.items():
-            got = _engine_records(name, opts, ds, tok, audit, budget_s, random.Random(seed))
+            with quiet_gc():
+                got = _engine_records(name, opts, ds, tok, audit, budget_s, random.Random(seed))
             records += [{**head, **r} for r in got]
             worst[name] = max((r.get("max_us", 0) for r in got), default=0)
         log(f"grammar {seed}: {len(ds.samples)} sentences ({', '.join(map(str, lens.values()))} tokens), worst mask "
@@ -198,10 +259,14 @@ def bench(seeds, engines: dict, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=
 # --------------------------------------------------------------------------------------------------------------
 def fit_bench(records: list[dict]) -> pd.DataFrame:
     """Per (engine, grammar): the growth exponent of the cost per unit (reference: per byte; engines: per mask)
-    along its longest finished sentence (:func:`within_exponent`, the measure compared with the bound), the
+    along its longest finished sentence (:func:`within_exponent`; the measure compared with an engine's bound), the
     exponent across the sentence lengths (mean cost against length: sentences of different lengths may differ in
     kind, e.g. one long word against short ones), the worst byte or mask, the worst mask of the longest sentence,
-    and the audit."""
+    and the audit. For the reference, the two factors of its bound: the largest column size over ``D (n + 1)``
+    (``column_bound_ratio``, at most 1 by construction of Earley columns) and the exponent of the per-byte time
+    against the column size (``exponent_state``, bound 2: :func:`state_exponent`). A per-byte cost that grows with
+    the length of a glued word, not with the position, overshoots a fit against the position when the word
+    starts late; the column size is the variable the bound is stated in."""
     df = pd.DataFrame(records)
     rows = []
     for (engine, seed), g in df.groupby(["engine", "grammar_seed"]):
@@ -217,9 +282,13 @@ def fit_bench(records: list[dict]) -> pd.DataFrame:
         longest = ok.loc[ok[unit].idxmax()] if len(ok) and unit in ok else None
         within = within_exponent(longest[unit], longest.get("cum_deciles_s")) if longest is not None \
             and isinstance(longest.get("cum_deciles_s"), list) else np.nan
+        ref = engine == "reference" and "byte_us_by_column" in ok
         rows.append({
             "engine": engine, "grammar_seed": int(seed), "templates": "+".join(g["templates"].iloc[0]),
             "sentences": len(g), "finished": len(ok), "exponent": within, "exponent_across": across,
+            "exponent_state": state_exponent(ok["byte_us_by_column"].tolist()) if ref else np.nan,
+            "column_bound_ratio": float(ok["column_bound_ratio"].max()) if ref and len(ok) else np.nan,
+            "max_column_items": int(ok["max_column_items"].max()) if ref and len(ok) else 0,
             "worst_us": worst, "longest_tokens": int(longest["tokens"]) if longest is not None else 0,
             "longest_units": int(longest[unit]) if longest is not None else 0,
             "at_longest_us": float(longest["max_us"]) if longest is not None and engine != "reference" else np.nan,
@@ -382,9 +451,12 @@ def main(argv=None):
     k.add_argument("--budget-s", type=float, default=30.0, help="time limit of one candidate's masks")
     k.add_argument("--total-s", type=float, default=600.0, help="time limit of one shrink")
     k.add_argument("--out", required=True)
+    c = sub.add_parser("collect", help="one row per (cell, sentence) of the runner cells, with commit and machine")
+    c.add_argument("--runs", default="results/cliffs/runs")
+    c.add_argument("--out", required=True, help="a CSV file (what section --runs reads in place of the cells)")
     s = sub.add_parser("section", help="the report's Cliffs section")
     s.add_argument("--bench", required=True)
-    s.add_argument("--runs", default="results/cliffs/runs")
+    s.add_argument("--runs", default="results/cliffs/runs", help="the runner cells, or the CSV of cliffs collect")
     s.add_argument("--reproducers", default=None)
     s.add_argument("--out", default="results")
     args = ap.parse_args(argv)
@@ -397,6 +469,13 @@ def main(argv=None):
         fit = fit_bench(records)
         print(fit.groupby("engine")[["exponent", "worst_us"]].describe().T.to_string())
         print(f"wrote {path}")
+    elif args.cmd == "collect":
+        from gcdbench.experiments.cliffs_report import cell_growth
+
+        g = cell_growth([Path(args.runs)])
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        g.drop(columns=["path"]).to_csv(args.out, index=False)
+        print(f"wrote {args.out}: {len(g)} rows from {g['config'].nunique() if len(g) else 0} engine configs")
     elif args.cmd == "shrink":
         from gcdbench.experiments.benchfile import write_bench
 

@@ -102,7 +102,8 @@ def _f(v, nd: int = 2) -> str:
 
 
 def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers: Path | None = None) -> list[str]:
-    """README lines of the "Cliffs" section and its CSV files under ``out`` (empty when nothing is stored)."""
+    """README lines of the "Cliffs" section and its CSV files under ``out`` (empty when nothing is stored). ``runs``:
+    the runner cells' folder, or the per-sentence summary ``cliffs collect`` wrote from it (a CSV file)."""
     out = Path(out)
     lines: list[str] = []
     if bench is not None and Path(bench).exists():
@@ -111,39 +112,71 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
         out.mkdir(parents=True, exist_ok=True)
         fb.to_csv(out / "cliffs_bench.csv", index=False)
         m = doc.get("machine") or {}
+        engines = sorted(set(fb["engine"]) - {"reference"})
         lines += [
             "## Cliffs: fuzzed grammars", "",
-            f"`{bench}`: the reference checker and {', '.join(sorted(set(fb['engine']) - {'reference'}))} on "
-            f"{fb['grammar_seed'].nunique()} fuzzed grammars "
-            f"(`datasets/fuzz.py`, seeds {fb['grammar_seed'].min()}-{fb['grammar_seed'].max()}), each with sentences "
-            f"of growing length (`{doc.get('command', '')}`), at commit {str(doc.get('git_commit'))[:7]}"
+            f"`{bench}`: the reference checker and {', '.join(engines)} on {fb['grammar_seed'].nunique()} fuzzed "
+            f"grammars (`datasets/fuzz.py`, seeds {fb['grammar_seed'].min()}-{fb['grammar_seed'].max()}), each with "
+            f"sentences of growing length (`{doc.get('command', '')}`), at commit {str(doc.get('git_commit'))[:7]}"
             f"{' (dirty tree)' if doc.get('git_dirty') else ''} on {m.get('cpu', '?')} ({m.get('cpu_count', '?')} "
-            "cores). Exponent: how the cost of one unit (reference: a byte, bound O(n^2) per byte, so at most 2; "
-            "engines: a mask) grows with the position in the grammar's longest sentence (slope of log cumulative "
-            "cost against log position over its last 70%, minus one). Across lengths: the slope of log mean cost "
-            "against log length over the longer half of the five sentences, which also moves when sentences of "
-            "different lengths differ in kind (one long glued word against short words).", "",
+            "cores), each timed sentence with the cycle collector's earlier objects frozen (`cliffs.quiet_gc`).", "",
+            "**Reference checker.** Its bound is O(|G|^2 n^2) per byte in two factors: a byte costs O(S^2) for an "
+            "Earley column of S items, and a column after n bytes holds at most D (n + 1) items (D: the grammar's "
+            "dotted rules). Both are measured at every byte: the largest S / (D (n + 1)) (at most 1), and the exponent "
+            "of the per-byte time against S (least squares over bins of S, pooled over a grammar's sentences; – where "
+            "S never grew past 8x, as on LR-like grammars). The exponent against the position in the longest "
+            "sentence is kept for information: where a long glued word makes the cost grow with the word (from where "
+            "it starts), not with the position, that fit overshoots.", "",
         ]
-        tab = pd.DataFrame([
-            {"engine": name, "grammars": len(s), "refused (compile error)": int((s["finished"] == 0).sum()),
-             "exponent p50": _f(s["exponent"].median()), "exponent p99": _f(s["exponent"].quantile(0.99)),
-             "exponent max": _f(s["exponent"].max()), "over bound (> 2)": int((s["exponent"] > CLIFF_EXPONENT).sum()),
-             "across lengths max": _f(s["exponent_across"].max()),
-             "worst": _f(s["worst_us"].max() / 1e3, 2) + (" ms per byte" if name == "reference" else " ms per mask"),
-             "worst mask, longest sentence (ms)": "–" if name == "reference" else _f(s["at_longest_us"].max() / 1e3, 2),
-             "audit (agree/steps)": "–" if name == "reference" else f"{int(s['agree'].sum())}/{int(s['audited'].sum())}",
-             "sentences finished": f"{int(s['finished'].sum())}/{int(s['sentences'].sum())}"}
-            for name, s in sorted(fb.groupby("engine"), key=lambda kv: kv[0] != "reference")])
-        lines += [_markdown(tab, parse_numbers=False), ""]
-        top = fb.sort_values("exponent", ascending=False).groupby("engine").head(WORST_SHOWN)
-        lines += ["Largest exponents:", "",
-                  _markdown(top[["engine", "grammar_seed", "templates", "exponent", "exponent_across", "worst_us",
-                                 "longest_units", "outcomes"]]
-                            .assign(exponent=lambda d: d["exponent"].map(_f),
-                                    exponent_across=lambda d: d["exponent_across"].map(_f),
-                                    worst_us=lambda d: d["worst_us"].map(lambda v: _f(v, 0))), parse_numbers=False), ""]
+        ref = fb[fb["engine"] == "reference"]
+        if len(ref):
+            st = ref["exponent_state"]
+            lines += [_markdown(pd.DataFrame([{
+                "grammars": len(ref), "sentences finished": f"{int(ref['finished'].sum())}/{int(ref['sentences'].sum())}",
+                "max S / (D (n + 1))": _f(ref["column_bound_ratio"].max(), 3),
+                "exponent vs S: fitted": f"{int(st.notna().sum())}",
+                "p50": _f(st.median()), "p99": _f(st.quantile(0.99)), "max": _f(st.max()),
+                "over 2": int((st > CLIFF_EXPONENT).sum()),
+                "largest column (items)": int(ref["max_column_items"].max()),
+                "worst byte (ms)": _f(ref["worst_us"].max() / 1e3, 2),
+                "position exponent max (information)": _f(ref["exponent"].max())}]), parse_numbers=False), ""]
+            top = ref.sort_values("exponent_state", ascending=False).head(WORST_SHOWN)
+            lines += ["Largest exponents against S:", "",
+                      _markdown(top[["grammar_seed", "templates", "exponent_state", "exponent", "max_column_items",
+                                     "worst_us"]]
+                                .assign(exponent_state=lambda d: d["exponent_state"].map(_f),
+                                        exponent=lambda d: d["exponent"].map(_f),
+                                        worst_us=lambda d: d["worst_us"].map(lambda v: _f(v, 0))),
+                                parse_numbers=False), ""]
+        eng = fb[fb["engine"] != "reference"]
+        if len(eng):
+            lines += ["**Engines** (per mask, Qwen3, the whole vocabulary; audited steps against the reference under "
+                      "the engine's declared profile). Exponent: how the cost of a mask grows with the position in the "
+                      "grammar's longest sentence (slope of log cumulative cost against log position over its last "
+                      "70%, minus one; bound 2). Across lengths: the slope of log mean cost against log length over "
+                      "the longer half of the five sentences, which also moves when sentences differ in kind.", ""]
+            tab = pd.DataFrame([
+                {"engine": name, "grammars": len(s), "refused (compile error)": int((s["finished"] == 0).sum()),
+                 "exponent p50": _f(s["exponent"].median()), "exponent p99": _f(s["exponent"].quantile(0.99)),
+                 "exponent max": _f(s["exponent"].max()), "over bound (> 2)": int((s["exponent"] > CLIFF_EXPONENT).sum()),
+                 "across lengths max": _f(s["exponent_across"].max()),
+                 "worst mask (ms)": _f(s["worst_us"].max() / 1e3, 2),
+                 "worst mask, longest sentence: p50 / p99 / max (ms)": " / ".join(
+                     _f(s["at_longest_us"].quantile(q) / 1e3, 2) for q in (0.5, 0.99, 1.0)),
+                 "audit (agree/steps)": f"{int(s['agree'].sum())}/{int(s['audited'].sum())}",
+                 "sentences finished": f"{int(s['finished'].sum())}/{int(s['sentences'].sum())}"}
+                for name, s in eng.groupby("engine")])
+            lines += [_markdown(tab, parse_numbers=False), ""]
+            top = eng.sort_values("at_longest_us", ascending=False).groupby("engine").head(WORST_SHOWN)
+            lines += ["Worst masks of the longest sentences:", "",
+                      _markdown(top[["engine", "grammar_seed", "templates", "exponent", "exponent_across",
+                                     "at_longest_us", "longest_units", "outcomes"]]
+                                .assign(exponent=lambda d: d["exponent"].map(_f),
+                                        exponent_across=lambda d: d["exponent_across"].map(_f),
+                                        at_longest_us=lambda d: d["at_longest_us"].map(lambda v: _f(v, 0))),
+                                parse_numbers=False), ""]
     if runs is not None and Path(runs).exists():
-        g = cell_growth([Path(runs)])
+        g = pd.read_csv(runs) if Path(runs).is_file() else cell_growth([Path(runs)])
         if len(g):
             fit = fit_cells(g)
             out.mkdir(parents=True, exist_ok=True)

@@ -101,12 +101,16 @@ def test_bench_fit_and_section(tmp_path):
     assert sum(r["agree"] for r in val) == sum(r["audited"] for r in val) > 0
     fit = fit_bench(recs)
     assert set(fit["grammar_seed"]) == {-1, 3} and fit["exponent"].notna().all()
+    ref = fit[fit["engine"] == "reference"]
+    assert (ref["column_bound_ratio"] > 0).all() and (ref["column_bound_ratio"] <= 1).all()
+    assert (ref["max_column_items"] > 0).all()
     path = tmp_path / "bench.json"
     path.write_text(json.dumps({"records": recs, "machine": {"cpu": "test"}, "git_commit": "abc1234",
                                 "command": "test"}))
     lines = cliffs_section(path, None, tmp_path)
     text = "\n".join(lines)
-    assert "## Cliffs" in text and "| reference" in text and "| valiant" in text
+    assert "## Cliffs" in text and "**Reference checker.**" in text and "| valiant" in text
+    assert "max S / (D (n + 1))" in text and "exponent vs S" in text
     assert (tmp_path / "cliffs_bench.csv").exists()
 
 
@@ -155,6 +159,52 @@ def test_within_exponent_reads_the_growth_of_the_cost_per_unit():
     assert abs(within_exponent(n, deciles(pos)) - 1) < 0.1                  # linear per unit
     assert abs(within_exponent(n, deciles(pos ** 2)) - 2) < 0.15            # quadratic per unit
     assert np.isnan(within_exponent(10, deciles(np.ones(10))))
+
+
+def test_state_exponent_reads_time_against_the_column_size():
+    from gcdbench.experiments.cliffs import state_exponent
+
+    def bins(f):
+        return {k: [10, f(2.0 ** (k + 0.5))] for k in range(2, 10)}
+
+    assert abs(state_exponent([bins(lambda s: 3 * s * s)]) - 2) < 1e-6
+    assert abs(state_exponent([bins(lambda s: s), bins(lambda s: s)]) - 1) < 1e-6      # pooled sentences
+    assert np.isnan(state_exponent([{3: [50, 10.0], 4: [50, 12.0]}]))                   # the column barely grew
+    assert np.isnan(state_exponent([{2: [1, 1.0], 9: [1, 1e6]}]))                       # too few bytes per bin
+
+
+@pytest.mark.parametrize("seed,cap", [(18, 16), (34, 16), (142, 4)])
+def test_previously_refused_grammars_equal_the_reference(seed, cap):
+    """Regression: fuzzed grammars Valiant refused before merged boundaries ("too many lexing configurations
+    inside one token": overlapping terminals that follow one another), with a vocabulary of multi-byte pieces of
+    their sentences and a small ``token_states``, so that walks go on merged boundaries and masks take their
+    second phase; every mask equals the reference's."""
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.parsers.tokenizers import Tokenizer
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    ds = load_dataset({"name": "fuzz", "grammar_seed": seed, "lengths": [10, 20]}, data_root=None)
+    texts = [s.text.encode() for s in ds.samples]
+    pieces = sorted({t[i:i + k] for t in texts for k in (2, 3, 5, 8, 12) for i in range(0, len(t) - k + 1, 3)})
+    toks = [bytes([b]) for b in range(256)] + pieces
+    tok = Tokenizer(name=f"fuzz{seed}-pieces", token_bytes=toks + [b""], eos_id=len(toks),
+                    special_ids={"<eos>": len(toks)})
+    eng = ValiantEngine(cache=False, token_states=cap)
+    eng.compile(ds.grammar, tok)
+    assert eng.comp.meta["merged_nodes"] > 0
+    rc = ReferenceChecker(ds.grammar)
+    mask = allocate_mask(tok.vocab_size)
+    for data in texts:
+        eng.reset()
+        for i in range(len(data) + 1):
+            eng.fill_mask(mask)
+            if i % 3 == 0 or i == len(data):
+                want = rc.full_mask_ids(rc.advance(rc.initial(), data[:i]), tok)
+                assert np.array_equal(mask_to_ids(mask, tok.vocab_size), want), (seed, data[:i])
+            if i < len(data):
+                assert eng.commit(data[i])
+        assert eng.accepting()
+    assert eng.counters["chain_searches"] > 0
 
 
 @pytest.mark.parametrize("seed", [48, 84, 125, 128])
