@@ -897,7 +897,7 @@ def batch_overview(bcells: pd.DataFrame) -> pd.DataFrame:
         row = rows.setdefault(key, {"dataset": key[0], "config": key[1], "threads": key[2]})
         per, gain = r["per-seq µs"], r["gain vs B=1"]
         row[f"B={r['B']}"] = "×" if per == "–" and str(r["outcomes"]).startswith("×") else (
-            per if gain in ("–", "1.00×") else f"{per} ({gain})")
+            per if gain == "–" or int(r["B"]) == 1 else f"{per} ({gain})")
     df = pd.DataFrame(list(rows.values()))
     bs = sorted({int(c[2:]) for c in df.columns if c.startswith("B=")})
     return df[["dataset", "config", "threads", *[f"B={b}" for b in bs]]]
