@@ -12,11 +12,11 @@ from pathlib import Path
 
 
 def write_bench(path: str | Path, records: list[dict]) -> Path:
-    from gcdbench.experiments.runner import git_state, machine_info, package_versions
+    from gcdbench.experiments.runner import RESULT_FOLDERS, git_state, machine_info, package_versions
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    git = git_state()
+    git = git_state(ignore=RESULT_FOLDERS)
     doc = {"command": " ".join(["python", *sys.orig_argv[1:]]),
            "when": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine_info(), "git_commit": git["commit"],
            "git_dirty": git["dirty"], "versions": package_versions(), "records": records}

@@ -142,6 +142,11 @@ def git_state(ignore: tuple[str, ...] = (), repo: Path | None = None) -> dict:
         return {"commit": None, "dirty": None}
 
 
+#: folders whose changes never make a run's tree dirty: result files are data, not code (a bench that rewrites a
+#: committed result file before a sweep starts must not mark the sweep's cells as run on a dirty tree)
+RESULT_FOLDERS = ("results",)
+
+
 def repo_folders(*paths) -> tuple[str, ...]:
     """Those of ``paths`` that lie in this repository, relative to it (for ``git_state(ignore=...)``): a
     program's own output folder, e.g. a run's ``out_dir`` (result files are not code, and ``fresh=true`` deletes
@@ -765,7 +770,7 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         _audit_pending(cell, None, dataset, tokenizer, engine_name, opts, probe, cfg)
         return None
     limits = cfg.limits
-    g = git_state(ignore=repo_folders(cfg.out_dir))
+    g = git_state(ignore=repo_folders(cfg.out_dir) + RESULT_FOLDERS)
     session = {
         "id": cell.next_session_id(), "status": "running",
         "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join(["python", *sys.argv]),

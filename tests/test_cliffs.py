@@ -165,12 +165,13 @@ def test_state_exponent_reads_time_against_the_column_size():
     from gcdbench.experiments.cliffs import state_exponent
 
     def bins(f):
-        return {k: [10, f(2.0 ** (k + 0.5))] for k in range(2, 10)}
+        return {k: [10, f(2.0 ** (k + 0.5))] for k in range(2, 12)}
 
     assert abs(state_exponent([bins(lambda s: 3 * s * s)]) - 2) < 1e-6
     assert abs(state_exponent([bins(lambda s: s), bins(lambda s: s)]) - 1) < 1e-6      # pooled sentences
-    assert np.isnan(state_exponent([{3: [50, 10.0], 4: [50, 12.0]}]))                   # the column barely grew
-    assert np.isnan(state_exponent([{2: [1, 1.0], 9: [1, 1e6]}]))                       # too few bytes per bin
+    assert np.isnan(state_exponent([{6: [50, 10.0], 7: [50, 12.0]}]))                   # the column barely grew
+    assert np.isnan(state_exponent([{5: [1, 1.0], 9: [1, 1e6]}]))                       # too few bytes per bin
+    assert np.isnan(state_exponent([{1: [50, 0.3], 2: [50, 1.0], 4: [9, 30.0]}]))       # small columns only
 
 
 @pytest.mark.parametrize("seed,cap", [(18, 16), (34, 16), (142, 4)])

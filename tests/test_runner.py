@@ -339,6 +339,23 @@ def test_git_state_ignores_the_named_folders_only(tmp_path):
     assert git_state(("out",), repo=tmp_path)["dirty"] is True
 
 
+def test_a_run_ignores_changed_result_files_in_its_dirty_check(tmp_path, letters, monkeypatch):
+    """A session's git_dirty looks at code only: its own out_dir and every committed result folder are left out
+    (a bench that rewrote results/cliffs/bench.json had marked a later sweep's cells as run on a dirty tree)."""
+    import gcdbench.experiments.runner as runner
+
+    seen = []
+    real = runner.git_state
+
+    def spy(ignore=(), repo=None):
+        seen.append(tuple(ignore))
+        return real(ignore, repo)
+
+    monkeypatch.setattr(runner, "git_state", spy)
+    run(make_cfg(tmp_path, "engine=reference", *letters, "audit.per_sample=0"))
+    assert seen and all("results" in ig for ig in seen), seen
+
+
 def test_a_run_does_not_count_its_own_result_folder_as_a_dirty_tree(tmp_path):
     """fresh=true deletes a cell's committed result files before the session records its commit; those are
     results, not code, so the session's git_dirty must not turn true because of them."""
