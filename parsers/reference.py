@@ -40,9 +40,12 @@ which is O(1) on LR-like grammars (no right-recursive chains), so a byte costs O
 byte step times the trie nodes of the vocabulary that stay alive, memoised on equal configuration sets.
 Memory: the interned states of the committed path (one per prefix byte and profile) plus one mask's walk.
 
-The two profiles where which pieces may start or end depends on the *path* (``lexing="longest_match"``:
-rivals are the terminals that path expects; ``trailing_ignore=False``) keep one node per cut path instead:
-exact, and exponential on grammars where a terminal may follow itself (README, "Reference checker").
+Every profile (longest match, ``trailing_ignore=False`` included) keeps that one node per position: which pieces
+may start or end at a boundary is decided by the terminals *that node* expects, the union over every parse of the
+prefix, which is what LLGuidance's single Earley set does too (``tests/test_cliffs.py`` has the grammar where
+"the terminals that cut path expects" would differ, and LLGuidance's masks there). Before, those two profiles kept
+one node per cut path: exponential where a terminal may follow itself (an audit of LLGuidance on a fuzzed grammar
+grew to 24 GB), and a different language from the engine they describe on such grammars.
 """
 from __future__ import annotations
 
@@ -57,6 +60,10 @@ from gcdbench.parsers.grammar import GrammarIR, load_ir
 from gcdbench.parsers.regex_fsm import byte_dfa
 
 DEAD = -1
+
+#: how pieces ending at one position share boundary nodes: ``position`` (one node: every profile), ``path`` (one per
+#: cut path, exponential; for tests: where a profile's lexing does not depend on the parse, the two agree)
+MERGE = ("position", "path")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -202,14 +209,14 @@ class ReferenceChecker:
     language some engine implements, executed exactly (the audit compares an engine with both):
 
     * ``lexing="longest_match"``: *contextual* maximal munch: a piece may only end where no terminal allowed
-      at its start could go on matching the next byte (no backtracking, no priorities: two terminals
-      matching the same longest text are both kept). ``lexing="standard"``: maximal munch over *all*
+      at its start (expected there by some parse of the prefix) could go on matching the next byte (no
+      backtracking, no priorities: two terminals matching the same longest text are both kept). ``lexing="standard"``: maximal munch over *all*
       terminals, whether the parser allows them there or not, and on a tie a string literal beats a regex
       (keywords are reserved), as Lark's standard lexer does. ``lexing="dynamic"``: each terminal takes only
       its *own* longest match (a piece of ``T`` ends only where ``T`` itself cannot go on), other terminals
       may end elsewhere: Lark's ``lexer="dynamic"``.
-    * ``trailing_ignore=False``: ignored text may not start at a terminal boundary where the parser expects
-      no further terminal, i.e. after a sentence that no terminal can extend (``SELECT a FROM t;`` + ``\n``);
+    * ``trailing_ignore=False``: ignored text may not start at a terminal boundary where no parse expects a
+      further terminal, i.e. after a sentence that no terminal can extend (``SELECT a FROM t;`` + ``\n``);
       ignored text after a sentence that could still go on (``SELECT a FROM t`` + `` ``) stays allowed.
     * ``leading_ignore=True``: ignored text may also come before the first terminal.
     * ``case_fold`` and ``regex_classes``: how the terminals' regexes read case-insensitive parts and
@@ -234,12 +241,9 @@ class ReferenceChecker:
             for name, t in self.ir.terminals.items()
         }
         self.earley = Earley(self.ir)
-        # One boundary node per byte position (every cut merged) is exact when which pieces may start or end at
-        # a boundary does not depend on the terminal sequence before it. Contextual longest match (rivals are
-        # the terminals *that path* expects) and trailing_ignore=False (ignored text only after a path that can
-        # go on) do depend on it: those profiles keep one node per cut path, exact but exponential on grammars
-        # where a terminal may follow itself (README, "Reference checker").
-        self.merge = profile.lexing != "longest_match" and profile.trailing_ignore
+        # How the pieces that end at one byte position share boundary nodes (:data:`MERGE`): one node, whose
+        # expected terminals (the union over every parse) decide the longest match's rivals and trailing ignores.
+        self.merge = "position"
         self._sets: list[frozenset] = []
         self._ids: dict[frozenset, int] = {}
         self._trans: dict[tuple[int, int], int] = {}
@@ -317,9 +321,9 @@ class ReferenceChecker:
             if self._may_end(term, q, rivals, byte):   # the piece ends here
                 ends.append((node, None if term in self._ignore else term))
         if ends:
-            if self.merge:       # one boundary for every piece that ends here
+            if self.merge == "position":     # one boundary for every piece that ends here
                 self._start_pieces(self.earley.boundary(frozenset(ends)), False, byte, new)
-            else:
+            else:                            # one per cut path (tests only)
                 for e in set(ends):
                     self._start_pieces(self.earley.boundary(frozenset((e,))), False, byte, new)
         return frozenset(new)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gcdbench.datasets.fuzz import SEXPR_GRAMMAR, generate_grammar
-from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.base import GrammarSpec, Profile, allocate_mask, mask_to_ids
 from gcdbench.parsers.reference import DEAD, ReferenceChecker, ReferenceEngine
 from gcdbench.parsers.tokenizers import byte_level
 
@@ -48,8 +48,8 @@ def test_reference_merging_is_exact_against_per_path_nodes():
         fg = generate_grammar(seed)
         sp = GrammarSpec(name=f"f{seed}", lark=fg.lark)
         merged, per_path = ReferenceChecker(sp), ReferenceChecker(sp)
-        per_path.merge = False
-        assert merged.merge
+        per_path.merge = "path"
+        assert merged.merge == "position"
         for text in sample_sentences(fg, (8, 12), seed=seed):
             for t in (text, mutate(text, rng), mutate(text, rng)):
                 data = t.encode()
@@ -60,6 +60,58 @@ def test_reference_merging_is_exact_against_per_path_nodes():
                     if a == DEAD:
                         break
                 assert merged.accepts(a) == per_path.accepts(b), (seed, t)
+
+
+# Where a profile's lexing depends on the parse (longest match: the rivals are the terminals expected where a piece
+# began), "expected by that cut path" and "expected by some parse" differ. A and B both match "a", then the parses
+# expect X ("x", then Z "y") or Y (/xy?/, then "!"): per cut path "axy" is a sentence (A X Z), with one node per
+# position Y's longer match wins and only "!" may follow. The third: trailing_ignore=False after "a", where the parse
+# A expects nothing and B expects C: per path the space belongs to B's parse only, so "a " is no sentence; with one
+# node per position it is. LLGuidance keeps one Earley set: one node per position, in all three.
+DISCRIMINATING = [
+    ('start: A X Z | B Y "!"\nA: "a"\nB: /a/\nX: "x"\nZ: "y"\nY: /xy?/\n', "axy!"),
+    ('start: A T X Z | B T Y "!"\nA: "a"\nB: /a/\nT: "t"\nX: "x"\nZ: "y"\nY: /xy?/\n', "atxy!"),
+    ('start: A | B C\nA: "a"\nB: /a/\nC: "c"\n%ignore " "\n', "a c"),
+]
+
+
+@pytest.mark.parametrize("lark,text", DISCRIMINATING)
+def test_longest_match_profile_is_llguidances_one_node_per_position(lark, text):
+    """The reference's LLGuidance profile (one boundary node per position, polynomial) gives LLGuidance's own masks on
+    the grammars where one node per cut path (what it kept before, exponential) gives other masks."""
+    from gcdbench.parsers.llguidance_engine import LLGuidanceEngine
+
+    sp, tok = GrammarSpec(name="disc", lark=lark), byte_level()
+    eng = LLGuidanceEngine()
+    eng.compile(sp, tok)
+    rc, per_path = ReferenceChecker(sp, eng.profile()), ReferenceChecker(sp, eng.profile())
+    assert rc.merge == "position"
+    per_path.merge = "path"
+    a, b, differ = rc.initial(), per_path.initial(), 0
+    for i in range(len(text) + 1):
+        out = allocate_mask(tok.vocab_size)
+        eng.fill_mask(out)
+        got = mask_to_ids(out, tok.vocab_size).tolist()
+        assert got == rc.full_mask_ids(a, tok).tolist(), (text, i)
+        differ += got != per_path.full_mask_ids(b, tok).tolist()
+        if i < len(text):
+            assert eng.commit(text.encode()[i])
+            a, b = rc.step(a, text.encode()[i]), per_path.step(b, text.encode()[i])
+    assert differ == 1
+
+
+def test_longest_match_state_stays_small_on_the_sexpr_grammar():
+    """One node per cut path gave LLGuidance's profile exponentially many configurations on the S-expression grammar;
+    one node per position keeps a state linear in the current word."""
+    rc = ReferenceChecker(SEXPR, Profile(lexing="longest_match", trailing_ignore=False))
+    data = _sentence(20).encode()
+    sid, worst = rc.initial(), 0
+    for b in data:
+        sid = rc.step(sid, b)
+        assert sid != DEAD
+        worst = max(worst, len(rc._sets[sid]))
+    assert worst <= 4 * (len("list-vector") + 2), worst
+    assert rc.accepts(sid)
 
 
 def test_valiant_configurations_and_chart_nodes_stay_linear():
