@@ -26,11 +26,34 @@ class DataError(ValueError):
     """A data file that cannot be used as it is (not UTF-8, no samples, unknown dataset option)."""
 
 
+#: the largest input file read (grammar, samples, data), in MB; ``GCDBENCH_MAX_INPUT_MB`` raises it
+MAX_INPUT_MB = 256
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
-    """The text of a UTF-8 file; a file that is not UTF-8 raises :class:`DataError` naming the file and the byte
-    offset of the first bad byte (the codec's own message names neither)."""
+    """The text of a UTF-8 file. A file that is not UTF-8 raises :class:`DataError` naming the file and the byte
+    offset of the first bad byte (the codec's own message names neither); a directory, a device or a file over
+    :data:`MAX_INPUT_MB` is refused the same way, read no further than the limit; a leading byte order mark is
+    dropped, with a note (it is not text of the grammar or of the first sample)."""
+    import os
+    import stat
+    import sys
+
     path = Path(path)
-    data = path.read_bytes()
+    if path.is_dir():
+        raise DataError(f"{what} {path} is a directory: give the path of a file")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        raise DataError(f"{what} {path} is not a regular file (a device or a pipe): give the path of a file")
+    limit_mb = float(os.environ.get("GCDBENCH_MAX_INPUT_MB", MAX_INPUT_MB))
+    limit = int(limit_mb * 2**20)
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise DataError(f"{what} {path} is larger than {limit_mb:g} MB: split it, or raise the limit with "
+                        "GCDBENCH_MAX_INPUT_MB=<MB>")
+    if data.startswith(b"\xef\xbb\xbf"):
+        print(f"note: {what} {path} starts with a UTF-8 byte order mark; it is ignored", file=sys.stderr)
+        data = data[3:]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import os
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +32,54 @@ MAX_EXAMPLES = 5
 def reference(grammar, profile: Profile = Profile()) -> ReferenceChecker:
     """One checker per (grammar, profile), shared by every auditor of the process (its memo tables grow)."""
     return ReferenceChecker(grammar, profile)
+
+
+@functools.lru_cache(maxsize=1)
+def reference_source_digest() -> str:
+    """A digest of the reference's code (checker, regex DFAs, grammar loading): part of every cached mask's key,
+    so a change to the reference never serves a mask it computed before."""
+    from gcdbench.parsers import grammar, reference as ref_module, regex_fsm
+
+    h = hashlib.sha256()
+    for m in (ref_module, regex_fsm, grammar):
+        h.update(Path(m.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+class MaskCache:
+    """Reference masks on disk, one packed bitmask file per (reference code, grammar, tokenizer, profile, prefix):
+    every engine of a sweep audits the same steps of the same samples (the steps are chosen from the sample and
+    the seed), so the reference computes each mask once for all of them (issue 27)."""
+
+    def __init__(self, folder, grammar, tokenizer):
+        self.folder = Path(folder)
+        self.vocab = tokenizer.vocab_size
+        h = hashlib.sha256(f"{reference_source_digest()}|{tokenizer.key()}|{grammar.start}|".encode())
+        h.update(grammar.lark.encode())
+        self.base = h.digest()
+
+    def _path(self, profile: Profile, prefix: bytes) -> Path:
+        h = hashlib.sha256(self.base)
+        h.update(repr(profile).encode() + b"\0" + prefix)
+        key = h.hexdigest()
+        return self.folder / key[:2] / f"{key[2:]}.npy"
+
+    def get(self, profile: Profile, prefix: bytes, compute) -> np.ndarray:
+        path = self._path(profile, prefix)
+        try:
+            bits = np.load(path)
+            return np.flatnonzero(np.unpackbits(bits, count=self.vocab)).astype(np.int64)
+        except (OSError, ValueError):   # absent, or damaged: computed again and rewritten
+            pass
+        ids = compute()
+        bits = np.zeros(self.vocab, dtype=bool)
+        bits[ids] = True
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.packbits(bits))
+        os.replace(tmp, path)
+        return ids
 
 
 def profile_str(profile: Profile) -> str:
@@ -48,7 +99,8 @@ class Auditor:
     ``Auditor(grammar, tokenizer, engine_name, options)`` is still accepted: it builds that profile itself.)
     """
 
-    def __init__(self, grammar, tokenizer, profile: Profile | str = Profile(), options: dict | None = None):
+    def __init__(self, grammar, tokenizer, profile: Profile | str = Profile(), options: dict | None = None,
+                 cache_dir=None):
         if isinstance(profile, str):   # legacy form: an engine name and its options
             from gcdbench.parsers.registry import engine_class
 
@@ -60,6 +112,7 @@ class Auditor:
         self.profile = profile
         self.ref = reference(grammar)
         self.ref_profile = self.ref if profile == Profile() else reference(grammar, profile)
+        self.cache = MaskCache(cache_dir, grammar, tokenizer) if cache_dir is not None else None
 
     @staticmethod
     def _ids(checker: ReferenceChecker, prefix: bytes, tok) -> np.ndarray:
@@ -68,7 +121,10 @@ class Auditor:
 
     def reference_ids(self, prefix: bytes, profile: bool = False) -> np.ndarray:
         """Token ids allowed after ``prefix`` in the harness's language (``profile=True``: in the declared one)."""
-        return self._ids(self.ref_profile if profile else self.ref, prefix, self.tok)
+        checker = self.ref_profile if profile else self.ref
+        if self.cache is None:
+            return self._ids(checker, prefix, self.tok)
+        return self.cache.get(checker.profile, prefix, lambda: self._ids(checker, prefix, self.tok))
 
     def compare(self, prefix: bytes, got: np.ndarray) -> dict:
         """One step's comparison of the engine's allowed ids ``got`` (ascending) with both references."""

@@ -9,10 +9,12 @@ count below 1 and a limit that is not positive fail in :func:`validate`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 
 class ConfigError(ValueError):
@@ -63,8 +65,18 @@ class RunConfig:
     report: bool = True                # print this cell's summary line when it ends
 
 
+def folder_safe(value) -> str:
+    """``value`` as one folder name: every run of characters outside ``[A-Za-z0-9_.,=+-]`` becomes ``-``, so a name
+    with ``/`` or ``..`` cannot take a path out of its folder (resolver ``${safe:...}`` in ``conf/config.yaml``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.,=+-]+", "-", str(value))
+
+
 def register() -> None:
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    # Hydra's own run folder is named from user values before the runner validates them (issue 27, item 6)
+    OmegaConf.register_new_resolver("safe", folder_safe, replace=True)
 
 
 def sample_count(value) -> int | None:
@@ -107,6 +119,9 @@ def validate(cfg) -> int | None:
     for key, value in cfg.limits.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ConfigError(f"limits.{key}={value!r}: a limit must be a number > 0")
+        if not math.isfinite(value):   # run.json would hold Infinity, which strict JSON readers refuse
+            raise ConfigError(f"limits.{key}={value!r}: a limit must be finite (for no practical limit write a large "
+                              "number, e.g. 1e9)")
     if not isinstance(cfg.audit.per_sample, int) or cfg.audit.per_sample < 0:
         raise ConfigError(f"audit.per_sample={cfg.audit.per_sample!r}: write a whole number >= 0 (0: no audit)")
     k = cfg.audit.samples

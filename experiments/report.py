@@ -62,6 +62,10 @@ def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
 
+#: what every cell's run.json holds (the report reads them without checking again)
+RUN_JSON_KEYS = ("engine", "config", "dataset", "tokenizer")
+
+
 class Unreadable(Exception):
     """A stored file of a cell that cannot be read; ``str()`` names the file and the reason."""
 
@@ -85,9 +89,14 @@ def read_cell_file(run_dir: Path, name: str):
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text()) if name.endswith(".json") else pd.read_parquet(path)
+        got = json.loads(path.read_text()) if name.endswith(".json") else pd.read_parquet(path)
     except Exception as err:   # noqa: BLE001 - json, OS and pyarrow errors all mean "cannot use this file"
         raise Unreadable(f"cannot read {path} ({type(err).__name__}: {str(err)[:160]})") from None
+    if name == "run.json":   # a foreign or truncated file is one skipped cell, never a failed report (issue 27)
+        missing = [k for k in RUN_JSON_KEYS if not isinstance(got, dict) or k not in got]
+        if missing:
+            raise Unreadable(f"{path} is not a gcdbench run.json (no {', '.join(missing)})")
+    return got
 
 
 def cell_commits(meta: dict, samples: pd.DataFrame | None) -> tuple[str, ...]:
@@ -166,7 +175,10 @@ def cell_stats(run_dir: Path) -> dict:
     samples = read_cell_file(run_dir, "samples.parquet")
     steps = read_cell_file(run_dir, "steps.parquet")
     audit = read_cell_file(run_dir, "audit.parquet")
-    if samples is not None and meta.get("n_rows") is not None and meta["n_rows"] != len(samples):
+    if samples is None:   # the identity is written before any row: a run stopped (or still running) before its first
+        raise Unreadable(f"{run_dir} holds no rows yet (a run stopped before it stored its first samples; run the "
+                         "same command again to resume it)")
+    if meta.get("n_rows") is not None and meta["n_rows"] != len(samples):
         warn(f"{run_dir}: run.json describes {meta['n_rows']} samples, samples.parquet holds {len(samples)} "
              "(a run stopped while merging; re-run the cell to repair it)")
     row = {
@@ -961,6 +973,14 @@ def main(argv=None):
     ap.add_argument("--cliffs", default=None,
                     help="folder of the fuzzed-grammar results (bench.json, runs/, reproducers.json): a Cliffs section")
     args = ap.parse_args(argv)
+    for flag, path, want in (("--results", Path(args.results), "a folder of runs"), ("--out", Path(args.out), "")):
+        probe = path
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if (flag == "--results" and not path.is_dir()) or not probe.is_dir():
+            ap.exit(2, f"error: {flag} {path}: " + (f"{probe} is a file, not a folder" if probe.exists() and
+                                                     not probe.is_dir() else "no such folder")
+                    + f"; give {want or 'a folder (or a path to create)'}\n")
     print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also), tuple(args.batch),
                        tuple(args.before), Path(args.cliffs) if args.cliffs else None))
 

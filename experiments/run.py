@@ -69,6 +69,38 @@ def main(cfg: DictConfig) -> None:
         print(cell_summary(out))
 
 
+def out_dir_problem(out_dir) -> str | None:
+    """Why ``out_dir`` cannot hold results (one line with the fix), or None. Checked by :class:`OutDirCheck`
+    before Hydra creates its own folders there."""
+    import os
+
+    path = Path(str(out_dir)).expanduser()
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"out_dir={out_dir}: {probe} is a file, not a folder; give a folder (or a path to create) as out_dir"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"out_dir={out_dir}: {probe} is not writable by this user; give a folder you can write to as out_dir"
+    return None
+
+
+class OutDirCheck(Callback):
+    """Refuses an unusable ``out_dir`` in one line (exit code 2) before Hydra writes its run folder into it."""
+
+    def _check(self, config: DictConfig) -> None:
+        problem = out_dir_problem(config.out_dir)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            sys.exit(2)
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config)
+
+
 class SweepSummary(Callback):
     """At the end of a multirun: one line per failed job (from each job's ``job.json``; a job without one died
     before it could write it), ``<sweep dir>/jobs.json`` with every job's status, exit code 1 if any failed."""

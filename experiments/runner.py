@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import inspect
 import json
 import os
 import platform
@@ -43,7 +42,7 @@ from omegaconf import OmegaConf
 
 from gcdbench.experiments.worker import (BATCH_ROW_FIELDS, BATCH_STEP_FIELDS, DETERMINISTIC_COMPILE_FAILURES,
                                          ROW_FIELDS, SlotJournal, StepLog)
-from gcdbench.parsers.base import CompileError, Outcome
+from gcdbench.parsers.base import Outcome
 from gcdbench.parsers.limited import Event, LimitedProcess, exit_description
 
 STEP_COLUMNS = [
@@ -55,6 +54,8 @@ SAMPLE_COLUMNS = [
     "peak_rss_mb", "session", "git_commit", "git_dirty", "host",
 ]
 MAX_MESSAGE = 2000
+#: the reference's audited masks, shared by every cell of one out_dir (``experiments/audit.py``, MaskCache)
+REFERENCE_CACHE = ".cache/reference_masks"
 RESULT_FILES = ("run.json", "samples.parquet", "steps.parquet", "audit.parquet", "batch_steps.parquet")
 #: columns of batch_steps.parquet (batch mode): which worker run of which session, then BATCH_STEP_FIELDS
 BATCH_STEP_COLUMNS = ["session", "run", *BATCH_STEP_FIELDS]
@@ -509,6 +510,9 @@ def build_meta(identity: dict, dataset, tokenizer, sessions: list[dict], samples
     audit_errors = [s["audit_error"] for s in sessions if s.get("audit_error")]
     if audit_errors:
         meta["audit_error"] = audit_errors[-1]
+    skipped = {k: v for s in sessions for k, v in (s.get("audit_skipped") or {}).items()}
+    if skipped:   # samples whose audit exceeded the cell's limits: {sample id: reason}
+        meta["audit_skipped"] = skipped
     if samples is None or samples.empty:
         meta.update(n_rows=0, outcomes={})
         return meta
@@ -696,17 +700,6 @@ def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) ->
     return sorted(rng.sample(steps, min(per_sample, len(steps))))
 
 
-def make_auditor(grammar, tokenizer, engine, engine_name: str, opts: dict):
-    """The audit of one cell. The audit compares masks with the reference run under the engine's declared
-    language (``engine.profile()``); an Auditor that does not take a profile yet gets the engine's name and
-    options instead."""
-    from gcdbench.experiments.audit import Auditor
-
-    if "profile" in inspect.signature(Auditor).parameters:
-        return Auditor(grammar, tokenizer, engine.profile())
-    return Auditor(grammar, tokenizer, engine_name, opts)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # one run
 # --------------------------------------------------------------------------------------------------------------
@@ -734,6 +727,9 @@ def run(cfg) -> Path:
              else engine_label(engine_name, opts, cls.options()))
     tokenizer = load_tokenizer(cfg.tokenizer.name)
     dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=n, seed=cfg.seed)
+    if n is not None and len(dataset.samples) < n:   # never a silent truncation (issue 27, item 10)
+        print(f"samples={n}: dataset {dataset.name} has {len(dataset.samples)} samples; running those "
+              f"{len(dataset.samples)} (samples=all says the same)", file=sys.stderr)
     identity = cell_identity(engine_name, label, probe.opts, dataset, OmegaConf.to_container(cfg.dataset, resolve=True),
                              tokenizer, int(cfg.seed), batch_size)
     out = Path(cfg.out_dir) / dataset.name / tokenizer.name / (label + (f"__batch-{batch_size}" if batch_size else ""))
@@ -746,6 +742,8 @@ def run(cfg) -> Path:
         return out
     out.mkdir(parents=True, exist_ok=True)
     with CellLock(out):
+        for stale in out.glob(".*.tmp*"):   # a write killed before its rename (no other writer holds the lock)
+            stale.unlink(missing_ok=True)
         if cfg.fresh:
             _clear(out)
         cell = Cell(out, identity, cls.options())
@@ -839,8 +837,11 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
                     # would evict the engine's caches and inflate the next sample's mask times
                     np.savez(cell.parts / f"{sample.id}.audit.npz", **{str(k): v for k, v in res["audited"].items()})
                 session["peak_rss_method"] = res.get("peak_rss_method")
-                cell.write_part(session, sample.id, Outcome(res["outcome"]), res["message"], rows, res["wall_s"],
-                                res.get("peak_rss_mb"))
+                outcome, message = Outcome(res["outcome"]), res["message"]
+                if (res.get("peak_rss_mb") or 0) > float(limits.memory_mb):   # a burst between two polls
+                    outcome, message = Outcome.OOM, (f"resident memory peaked at {res['peak_rss_mb']:.0f} MB, above "
+                                                     f"{limits.memory_mb:g} MB (limits.memory_mb)")
+                cell.write_part(session, sample.id, outcome, message, rows, res["wall_s"], res.get("peak_rss_mb"))
             else:
                 kind, msg = {
                     "timeout": (Outcome.TIMEOUT, f"no result within {timeout:g} s ({which})"),
@@ -888,6 +889,16 @@ def _start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, war
             progress.set_postfix_str("")
             return None, failure
         init = {**ev.value[1], "session": session["id"]}
+        peak = init.get("peak_rss_compile_mb") or 0
+        if peak > mem:   # a burst between two polls: the worker's own high-water mark shows it (issue 27, item 3)
+            failure = {"message": f"compile exceeded the memory limit of {mem:g} MB (limits.memory_mb; {peak:.0f} MB "
+                                  "resident at its peak, between two polls)", "kind": "oom", "engine_version": version}
+            worker.kill()
+            session["inits"].append(init)
+            session["compile_failure"] = failure
+            cell.save_session(session)
+            progress.set_postfix_str("")
+            return None, failure
         progress.set_postfix_str("warm-up sample" if warm_ids is not None else "")
         ev = worker.wait(float(limits.sample_timeout_s), mem)
         progress.set_postfix_str("")
@@ -1020,34 +1031,55 @@ def _run_batch(cfg, session, cell: Cell, dataset, tokenizer, engine_name, opts, 
 
 def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, probe, cfg) -> None:
     """Compare the masks saved during the run (``<sample>.audit.npz``) with the reference, once no engine is being
-    timed; each part gets its audit rows. A run stopped before this point audits them when resumed."""
+    timed; each part gets its audit rows. A run stopped before this point audits them when resumed. The reference
+    runs in a child under the cell's limits (``experiments/audit_child.py``): a sample whose audit exceeds them is
+    recorded as skipped, with the reason, and the rest go on; a resume with ``audit.per_sample=0`` drops them."""
+    from gcdbench.experiments.audit_child import audit_samples
+
     pending = sorted(cell.parts.glob("*.audit.npz"))
     if not pending:
         return
-    auditor = None
-    try:
-        auditor = make_auditor(dataset.grammar, tokenizer, probe, engine_name, opts)
-    except CompileError as err:   # the engine's own compile decides the samples' outcome
+    if int(cfg.audit.per_sample) == 0:   # a resume with the audit turned off: the saved masks stay unaudited
+        for npz in pending:
+            npz.unlink()
         if session is not None:
-            session["audit_error"] = f"reference checker cannot take the grammar: {err}"
+            session["audit_error"] = "audit.per_sample=0 on resume: the masks saved for the audit were dropped"
+        return
     by_id = {s.id: s for s in dataset.samples}
+    jobs = []
     for npz in pending:
         sample_id = npz.name[: -len(".audit.npz")]
-        part = cell.parts / f"{sample_id}.sample.json"
-        rec = _load_json(part)
-        if rec is None or sample_id not in by_id or auditor is None:
+        if _load_json(cell.parts / f"{sample_id}.sample.json") is None or sample_id not in by_id:
             npz.unlink()
             continue
-        with np.load(npz) as data:
-            audited = {int(k): data[k] for k in data.files}
         sample = by_id[sample_id]
-        rec["audits"] = auditor.check(sample.text, sample.ids(tokenizer), audited)
-        single = rec.get("single_check")
-        if single is not None:   # batch mode: the batch row equalled the sequence's own fill_mask
-            for a in rec["audits"]:
-                a["agree_single_mode"] = bool(single.get(str(a["step"]), False))
-        _write_json(part, rec)
-        npz.unlink()
+        jobs.append((sample_id, sample.text, sample.ids(tokenizer), npz))
+    skipped: dict[str, str] = {}
+
+    def on_result(sample_id: str, rows, reason) -> None:
+        part = cell.parts / f"{sample_id}.sample.json"
+        rec = _load_json(part)
+        if rows is None:
+            skipped[sample_id] = reason
+        else:
+            rec["audits"] = rows
+            single = rec.get("single_check")
+            if single is not None:   # batch mode: the batch row equalled the sequence's own fill_mask
+                for a in rec["audits"]:
+                    a["agree_single_mode"] = bool(single.get(str(a["step"]), False))
+            _write_json(part, rec)
+        (cell.parts / f"{sample_id}.audit.npz").unlink(missing_ok=True)
+
+    if jobs:
+        profile = probe.profile() if hasattr(probe, "profile") else None
+        audit_samples(dataset.grammar, tokenizer.name, profile, Path(cfg.out_dir) / REFERENCE_CACHE, jobs,
+                      float(cfg.limits.sample_timeout_s), float(cfg.limits.memory_mb), on_result,
+                      setup_timeout_s=float(cfg.limits.compile_timeout_s))
+    if skipped and session is not None:
+        reasons = sorted(set(skipped.values()))
+        if len(skipped) == len(jobs) and len(reasons) == 1:
+            session["audit_error"] = reasons[0].removeprefix("audit skipped: ")
+        session["audit_skipped"] = {**session.get("audit_skipped", {}), **skipped}
 
 
 class _NoProgress:

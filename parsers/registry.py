@@ -25,12 +25,18 @@ def engine_class(name: str) -> type[Engine]:
     target = name if ":" in name else ENGINES.get(name)
     if target is None:
         raise ValueError(f"unknown engine {name!r}; valid: {sorted(ENGINES)} or 'package.module:Class'")
-    module, cls = target.split(":")
+    module, _, cls = target.partition(":")
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as err:
         raise ValueError(f"engine {name!r} could not be imported ({err}); is its package installed?") from err
-    return getattr(mod, cls)
+    got = getattr(mod, cls, None)
+    # checked before anything calls it: engine.name=os:system names a function, not an engine (issue 27, item 7)
+    if not (isinstance(got, type) and issubclass(got, Engine)):
+        raise ValueError(f"engine {name!r}: {module}.{cls} is "
+                         + ("missing" if got is None else f"a {type(got).__name__}, not a subclass of "
+                            "gcdbench.parsers.base.Engine") + f"; valid: {sorted(ENGINES)} or 'package.module:Class'")
+    return got
 
 
 def create_engine(name: str, **options) -> Engine:

@@ -150,6 +150,16 @@ class HogCompileEngine(ReferenceEngine):
         time.sleep(120)
 
 
+class BurstCompileEngine(ReferenceEngine):
+    """Touches 400 MB for a moment during compile and frees it before the runner's next memory poll (issue 27,
+    item 3: a short phase over limits.memory_mb ended 'ok')."""
+    def compile(self, grammar, tokenizer):
+        burst = bytearray(400 << 20)
+        burst[::4096] = b"x" * len(burst[::4096])
+        del burst
+        super().compile(grammar, tokenizer)
+
+
 class ColdEngine(ReferenceEngine):
     """Its first mask after the first commit is slow once per process (a lazily built table): the warm-up sample
     must absorb it, so no timed mask pays for it."""

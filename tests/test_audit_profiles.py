@@ -149,3 +149,56 @@ def test_fit_profile_finds_the_profile_an_engine_implements(profile, bytes_token
             obs.append((data[:k], engine.full_mask_ids(sid, tok) if sid >= 0 else np.array([], dtype=np.int64)))
     got = fit_profile(g, tok, obs)
     assert got["best"] == profile_str(profile) and got["best_agree"] == len(obs)
+
+
+def test_reference_masks_cached_on_disk_are_reused_and_keyed_by_profile(tmp_path, monkeypatch):
+    """Issue 27, item 1: an audit's reference masks are stored per (reference code, grammar, tokenizer, profile,
+    prefix): a second auditor (the next engine of a sweep) reads them instead of computing them, and gets the same
+    rows; another profile is another key."""
+    from gcdbench.experiments import audit as audit_mod
+    from gcdbench.experiments.audit import Auditor
+    from gcdbench.parsers.tokenizers import byte_level
+
+    tok = byte_level()
+    text = "select a from t;"
+    ids = tok.encode(text)
+    masks = {s: np.zeros((tok.vocab_size + 31) // 32, dtype=np.int32) for s in (0, 3, len(ids))}
+    first = Auditor(SQL, tok, Profile(lexing="longest_match"), cache_dir=tmp_path).check(text, ids, masks)
+    files = sorted(tmp_path.rglob("*.npy"))
+    assert len(files) == 2 * len(masks)   # the language and the declared profile, per audited step
+    calls = []
+    monkeypatch.setattr(audit_mod.Auditor, "_ids", staticmethod(lambda *a: calls.append(a)))
+    again = Auditor(SQL, tok, Profile(lexing="longest_match"), cache_dir=tmp_path).check(text, ids, masks)
+    assert again == first and not calls
+    monkeypatch.undo()
+    Auditor(SQL, tok, Profile(lexing="standard"), cache_dir=tmp_path).check(text, ids, masks)
+    assert len(list(tmp_path.rglob("*.npy"))) == 3 * len(masks)   # the language's masks reused, the new profile's added
+
+
+def test_audit_in_a_limited_child_equals_the_in_process_audit_and_skips_what_exceeds_the_limit(tmp_path):
+    """Issue 27, item 1: the runner audits in a child under the cell's limits. Within them the rows equal
+    Auditor.check in this process; a sample whose audit exceeds the time limit is skipped with the reason, and a
+    fresh child audits the rest."""
+    from gcdbench.experiments.audit_child import audit_samples
+    from gcdbench.parsers.tokenizers import byte_level
+
+    tok = byte_level()
+    texts = {"s1": "select a from t;", "s2": "select " + "b" * 150 + " from t;"}
+    jobs = []
+    for sid, text in texts.items():
+        ids = tok.encode(text)
+        masks = {s: np.zeros((tok.vocab_size + 31) // 32, dtype=np.int32) for s in (0, len(ids) - 1)}
+        np.savez(tmp_path / f"{sid}.npz", **{str(k): v for k, v in masks.items()})
+        jobs.append((sid, text, ids, tmp_path / f"{sid}.npz"))
+    got = {}
+    audit_samples(SQL, "bytes", Profile(lexing="longest_match"), None, jobs, 120.0, 16000.0,
+                  lambda sid, rows, why: got.__setitem__(sid, (rows, why)))
+    for sid, text, ids, npz in jobs:
+        with np.load(npz) as data:
+            want = Auditor(SQL, tok, Profile(lexing="longest_match")).check(text, ids, {int(k): data[k] for k in data.files})
+        assert got[sid] == (want, None)
+    got.clear()
+    audit_samples(SQL, "bytes", Profile(), None, jobs, 1e-4, 16000.0,
+                  lambda sid, rows, why: got.__setitem__(sid, (rows, why)))
+    assert set(got) == {"s1", "s2"}
+    assert all(rows is None and why.startswith("audit skipped: no result within 0.0001 s") for rows, why in got.values())

@@ -318,6 +318,19 @@ def test_compile_crash_and_compile_oom_are_typed(tmp_path, words):
     assert meta["compile_error_kind"] == "oom" and "memory limit of 1500 MB" in meta["compile_error"]
 
 
+def test_memory_limit_holds_for_a_burst_between_polls(tmp_path, words):
+    """Issue 27, item 3: resident memory is polled every 0.1 s, which a short burst slips through; the worker's
+    recorded high-water mark is checked against limits.memory_mb too, so the compile ends 'oom'."""
+    plain = run(make_cfg(tmp_path / "plain", "engine=reference", *words, "samples=1"))
+    base = meta_of(plain)["peak_rss_compile_mb"]
+    limit = int(base + 150)   # the burst adds 400 MB
+    cell = run(make_cfg(tmp_path / "burst", "engine=reference", f"engine.name={FAULTY}:BurstCompileEngine",
+                        *words, "samples=1", f"limits.memory_mb={limit}"))
+    meta = meta_of(cell)
+    assert meta["compile_error_kind"] == "oom", meta.get("compile_error")
+    assert f"memory limit of {limit} MB" in meta["compile_error"]
+
+
 # --------------------------------------------------------------------------------------------------------------
 # limits and warm-up
 # --------------------------------------------------------------------------------------------------------------
@@ -436,3 +449,42 @@ def test_report_warns_when_run_json_does_not_describe_the_rows(tmp_path, words, 
     assert "run.json describes 1 samples, samples.parquet holds 2" in capsys.readouterr().err
     run(cfg)   # nothing to run; the merge rewrites run.json from the rows
     assert meta_of(cell)["n_rows"] == 2
+
+
+def test_foreign_run_json_is_one_skipped_cell_not_a_failed_report(tmp_path, words, capsys):
+    """Issue 27, item 4: a run.json that is not a cell's (``{"foo": 1}``) beside a real cell: the report is built,
+    names the foreign file once under "Not reported", and reports the real cell."""
+    from gcdbench.experiments.report import write_report
+
+    run(make_cfg(tmp_path, "engine=reference", *words, "samples=2"))
+    alien = tmp_path / "stray" / "bytes" / "thing"
+    alien.mkdir(parents=True)
+    (alien / "run.json").write_text('{"foo": 1}')
+    capsys.readouterr()
+    write_report(tmp_path, tmp_path / "report", tokenizer="bytes")
+    err = capsys.readouterr().err
+    assert err.count("is not a gcdbench run.json (no engine, config, dataset, tokenizer)") == 1, err
+    text = (tmp_path / "report" / "README.md").read_text()
+    assert "## Not reported" in text and "stray" in text.split("## Not reported")[1]
+    cells = pd.read_csv(tmp_path / "report" / "cells.csv")
+    assert list(cells["config"]) == ["reference"]
+
+
+def test_killed_write_leaves_no_temporary_and_no_blank_report_row(tmp_path, words, capsys):
+    """Issue 27, item 13: a kill -9 inside the first merge leaves run.json (written first), a half-written
+    ``.steps.parquet.tmp<PID>`` and no samples.parquet. The report names the cell as holding no rows yet (no blank
+    row); the resume removes the temporary and finishes the cell."""
+    from gcdbench.experiments.report import collect
+
+    cfg = make_cfg(tmp_path, "engine=reference", *words, "samples=2")
+    cell = run(cfg)
+    for name in ("samples.parquet", "steps.parquet", "audit.parquet"):
+        (cell / name).unlink(missing_ok=True)
+    (cell / ".steps.parquet.tmp99999").write_bytes(b"PAR1 half")
+    capsys.readouterr()
+    cells = collect(tmp_path)
+    assert cells.empty and "holds no rows yet" in " ".join(cells.attrs["skipped"])
+    run(cfg)
+    assert not list(cell.glob(".*.tmp*"))
+    assert len(collect(tmp_path)) == 1
+

@@ -142,6 +142,8 @@ def test_unknown_engine_option_names_valid_ones(tmp_path, letters):
     ("limits.sample_timeout_s=0", r"limits.sample_timeout_s=0.0: a limit must be a number > 0"),
     ("limits.memory_mb=-100", r"limits.memory_mb=-100.0"),
     ("limits.run_timeout_s=-1", r"limits.run_timeout_s"),
+    ("limits.run_timeout_s=inf", r"limits.run_timeout_s=inf: a limit must be finite"),   # issue 27, item 11
+    ("limits.memory_mb=nan", r"limits.memory_mb=nan: a limit must be a number > 0"),
     ("audit.per_sample=-2", r"audit.per_sample=-2"),
     ("+sample=3", r"unknown config key\(s\) \['sample'\]"),
     ("+limits.sample_timout_s=3", r"unknown config key\(s\) \['limits.sample_timout_s'\]"),
@@ -164,6 +166,48 @@ def test_samples_all_runs_every_sample(tmp_path, letters):
     assert len(outcomes(out)) == 3
 
 
+def test_more_samples_than_exist_says_how_many_exist(tmp_path, letters, capsys):
+    """Issue 27, item 10: samples=1000000 on a 3-sample file runs the 3 and says so (not a silent truncation)."""
+    out = run(make_cfg(tmp_path, "engine=reference", *letters, "samples=1000000", "audit.per_sample=0"))
+    assert len(outcomes(out)) == 3
+    err = capsys.readouterr().err
+    assert "samples=1000000: dataset" in err and "has 3 samples; running those 3" in err, err
+
+
+@pytest.mark.parametrize("target,match", [("os:system", r"os\.system is a \w+, not a subclass of gcdbench"),
+                                          ("os:nothing_here", "os.nothing_here is missing")])
+def test_engine_name_that_is_not_an_engine_is_refused_before_it_is_called(tmp_path, letters, monkeypatch, target,
+                                                                           match):
+    """Issue 27, item 7: ``engine.name=os:system`` imported os and called ``os.system(**options)``; now the class is
+    checked first (a subclass of Engine) and nothing is called."""
+    import os
+
+    called = []
+    monkeypatch.setattr(os, "system", lambda *a, **k: called.append(a) or 0)
+    cfg = make_cfg(tmp_path, "engine=reference", f"engine.name={target}", *letters)
+    with pytest.raises(ValueError, match=match):
+        run(cfg)
+    assert not called and not list(tmp_path.rglob("run.json"))
+
+
+def test_grammar_the_reference_cannot_read_leaves_a_finished_unaudited_cell(tmp_path):
+    """Issue 27, item 2: a scoped flag inside an alternation (``re`` refuses it, LLGuidance runs it): the audit's
+    error no longer escapes and strands the cell; the cell holds every sample, says why it is not audited, and a
+    second run has nothing left to do."""
+    g = tmp_path / "flags.lark"
+    g.write_text('start: W (" " W)*\nW: /(?i)straße/ | /\\w+/\n')
+    s = tmp_path / "flags.txt"
+    s.write_text("abc straße\nxy\n")
+    cfg = make_cfg(tmp_path, "engine=llguidance", "dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}",
+                   "samples=2", "audit.per_sample=2")
+    cell = run(cfg)
+    meta = json.loads((cell / 'run.json').read_text())
+    assert meta["n_rows"] == 2 and "the reference checker cannot take the grammar" in meta["audit_error"], meta
+    assert not list(cell.glob("parts/*.audit.npz"))   # nothing left pending
+    run(cfg)
+    assert json.loads((cell / 'run.json').read_text())["n_rows"] == 2
+
+
 def test_valiant_backend_value_is_checked_at_start(tmp_path, letters):
     cfg = make_cfg(tmp_path, "engine=valiant", "engine.backend=gpu", *letters)
     with pytest.raises(ValueError, match=r"backend='gpu' is not allowed; valid: \['cpu', 'cuda'\]"):
@@ -184,6 +228,38 @@ def test_non_utf8_file_names_the_file_and_the_byte_offset(tmp_path, letters, whi
     offset = bad.read_bytes().index(b"\xe9")
     with pytest.raises(DataError, match=rf"{bad} is not UTF-8: byte offset {offset} \(line 2\)"):
         run(cfg)
+
+
+@pytest.mark.parametrize("which", ["grammar", "samples"])
+def test_byte_order_mark_is_dropped_with_a_note(tmp_path, letters, capsys, which):
+    """Issue 27, item 9: a UTF-8 BOM at the start of the grammar or the samples file is not text: dropped, with a
+    note; every sample passes (before: the first sample was 'rejected', or Lark failed at line 1 column 1)."""
+    g = tmp_path / "g.lark"
+    g.write_bytes((b"\xef\xbb\xbf" if which == "grammar" else b"") + b'start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    s = tmp_path / "s.txt"
+    s.write_bytes((b"\xef\xbb\xbf" if which == "samples" else b"") + b"abc de\nxy\n")
+    out = run(make_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={g}",
+                       f"dataset.samples={s}", "audit.per_sample=0"))
+    assert list(outcomes(out).values()) == ["ok", "ok"]
+    assert "starts with a UTF-8 byte order mark; it is ignored" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", ["directory", "device", "too_large"])
+def test_odd_input_paths_are_one_line_refusals(tmp_path, letters, monkeypatch, case):
+    """Issue 27, item 8: a grammar path that is a directory, a device (an unbounded read before) or a file over the
+    input size limit is refused naming the path and the fix, before any work."""
+    from gcdbench.datasets.base import DataError
+
+    g = {"directory": tmp_path, "device": "/dev/zero", "too_large": tmp_path / "big.lark"}[case]
+    if case == "too_large":
+        g.write_text('start: "a"\n' + "// filler\n" * 200_000)
+        monkeypatch.setenv("GCDBENCH_MAX_INPUT_MB", "1")
+    cfg = make_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={g}", letters[2])
+    match = {"directory": "is a directory: give the path of a file", "device": "is not a regular file",
+             "too_large": "is larger than 1 MB: split it, or raise the limit with GCDBENCH_MAX_INPUT_MB"}[case]
+    with pytest.raises(DataError, match=match):
+        run(cfg)
+    assert not list(tmp_path.rglob("run.json"))
 
 
 def test_empty_samples_file_is_refused(tmp_path):
@@ -228,6 +304,47 @@ def test_cli_works_outside_the_repository_root(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "reference on sample (bytes): pass 1/1" in r.stdout
+
+
+@pytest.mark.parametrize("key", ["dataset.name", "engine.name"])
+def test_cli_path_in_a_name_writes_nothing_outside_out_dir(tmp_path, letters, key):
+    """Issue 27, item 6: a name with ``../`` is refused in one line, and neither Hydra's log nor its .hydra files
+    leave out_dir (Hydra names its run folder before the runner sees the name)."""
+    out = tmp_path / "a" / "b" / "out"
+    before = {p for p in tmp_path.rglob("*")}
+    r = _cli(f"out_dir={out}", *letters, f"{key}=../../../../escape_x", "progress=false")
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    created = {p for p in tmp_path.rglob("*")} - before
+    assert all(out in p.parents or p == out or p in out.parents for p in created), sorted(created)
+    assert not list(tmp_path.parent.glob("escape_x*")) and not list(tmp_path.glob("**/escape_x*"))
+
+
+def test_cli_out_dir_that_is_a_file_is_one_line(tmp_path):
+    """Issue 27, item 8: out_dir naming an existing file (or a path under one) is refused in one line, exit 2,
+    before Hydra writes its folder (a NotADirectoryError traceback before)."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for out in (f, f / "sub"):
+        r = _cli(f"out_dir={out}", "engine=reference", "tokenizer=bytes", "samples=1", "progress=false")
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert r.stderr.strip() == f"error: out_dir={out}: {f} is a file, not a folder; give a folder (or a path " \
+                                   "to create) as out_dir"
+
+
+def test_report_cli_refuses_a_file_as_out_and_a_missing_results_folder(tmp_path, capsys):
+    """Issue 27, item 8: ``--out`` an existing file (FileExistsError before) and ``--results`` missing: one line."""
+    from gcdbench.experiments.report import main
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(SystemExit) as e:
+        main(["--results", str(tmp_path), "--out", str(f)])
+    assert e.value.code == 2 and capsys.readouterr().err == f"error: --out {f}: {f} is a file, not a folder; give a " \
+                                                            "folder (or a path to create)\n"
+    with pytest.raises(SystemExit) as e:
+        main(["--results", str(tmp_path / "nowhere"), "--out", str(tmp_path / "rep")])
+    assert e.value.code == 2 and "error: --results" in capsys.readouterr().err
 
 
 def test_cli_missing_data_names_file_and_download(tmp_path):

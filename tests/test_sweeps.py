@@ -68,6 +68,22 @@ def test_submitit_local_tokenizer_sweep_gives_vocab_figure(tmp_path):
     assert tmp_path / "figs" / "mask_vs_vocab.png" in paths
 
 
+def test_two_sweeps_started_together_keep_their_own_folders(tmp_path):
+    """Issue 27, item 5: two sweeps launched at once into one out_dir (same second) each get their own
+    ``multirun_*`` folder and ``jobs.json`` listing their own jobs only."""
+    cmd = [sys.executable, "-m", "experiments.run", "-m", f"out_dir={tmp_path}", *TINY, "samples=1", "tokenizer=bytes",
+           "audit.per_sample=0", "warmup=false"]
+    procs = [subprocess.Popen([*cmd, f"engine={e}"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for e in ("reference", "psc")]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    sweeps = sorted(tmp_path.glob(".hydra/multirun_*"))
+    assert len(sweeps) == 2, sweeps
+    listed = sorted(j["overrides"][-1] for s in sweeps for j in json.loads((s / "jobs.json").read_text()))
+    assert listed == ["engine=psc", "engine=reference"]
+
+
 @pytest.mark.parametrize("preset,expected", [
     ("slurm", {"_target_": "SlurmLauncher", "timeout_min": "90", "gpus_per_node": "0", "mem_gb": "24"}),
     ("slurm_gpu", {"_target_": "SlurmLauncher", "gpus_per_node": "1"}),

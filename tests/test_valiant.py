@@ -890,10 +890,12 @@ from gcdbench.parsers.valiant.engine import ValiantEngine
 tok = load_tokenizer("qwen3")
 tb = load_treebank(sys.argv[1])
 longest = max(tb.samples, key=lambda s: len(s.text))
-from gcdbench.datasets.fuzz import SEXPR_GRAMMAR
+from gcdbench.datasets.fuzz import SEXPR_GRAMMAR, generate_grammar, sample_sentences
 from gcdbench.parsers.base import GrammarSpec
+f34 = generate_grammar(34)
 cases = [(tb.grammar, longest.text), (load_grammar("spider"), "SELECT T1.name FROM a AS T1 WHERE T1.x > --5 AND T1.y = 'a-b'"),
-         (GrammarSpec(name="sexpr", lark=SEXPR_GRAMMAR), "(" + " ".join(["(f x a) uu (list-vector 9 ab)"] * 8) + ")")]
+         (GrammarSpec(name="sexpr", lark=SEXPR_GRAMMAR), "(" + " ".join(["(f x a) uu (list-vector 9 ab)"] * 8) + ")"),
+         (GrammarSpec(name="fuzz34", lark=f34.lark), sample_sentences(f34, (25,), seed=0)[0])]
 for threads in (1, 2):
     h = hashlib.sha256()
     for sp, text in cases:
@@ -913,9 +915,10 @@ for threads in (1, 2):
 @pytest.mark.slow
 def test_no_out_of_bounds_access(data_root, tmp_path):
     """numba does not check indices: the longest TreeBank sample (more than 64 tiers: rows of two words, scratch
-    and path buffers grown several times), a Spider query with '-' chains and an S-expression whose merged boundaries
-    have edges in a tier's second word run with NUMBA_BOUNDSCHECK=1 (every
-    array access checked; a fresh numba cache), one and two threads, and give the same masks as the normal build."""
+    and path buffers grown several times), a Spider query with '-' chains, an S-expression whose merged boundaries
+    have edges in a tier's second word and fuzz grammar 34 (token walks on merged boundaries, the mask's second
+    phase over their chains) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba cache), one and
+    two threads, and give the same masks as the normal build."""
     import os
     import subprocess
     import sys
