@@ -168,7 +168,7 @@ class Auditor:
 # Which profile does an engine implement? (exact: each candidate is executed by the reference)
 # --------------------------------------------------------------------------------------------------
 VARIANTS = {"lexing": ("longest_match", "standard", "dynamic"), "trailing_ignore": (False,), "leading_ignore": (True,),
-            "case_fold": ("unicode_simple", "ascii"), "regex_classes": ("ascii",)}
+            "case_fold": ("unicode_simple", "ascii"), "regex_classes": ("ascii", "uts18")}
 
 
 def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.ndarray]]:

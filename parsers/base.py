@@ -57,7 +57,8 @@ class Profile:
     trailing_ignore: bool = True     # ignored text may follow a sentence that no terminal can extend
     leading_ignore: bool = False     # ignored text may come before the first terminal
     case_fold: str = "python_re"     # python_re (Lark) | unicode_simple (CaseFolding.txt C+S) | ascii
-    regex_classes: str = "unicode"   # unicode (\s \w \d as Python's re on str) | ascii
+    regex_classes: str = "unicode"   # unicode (\s \w \d as Python's re on str) | ascii | uts18 (Unicode
+                                     # properties, as Rust's regex crate: \s White_Space, \w Alphabetic+M+Nd+Pc)
 
 
 class CompileError(Exception):

@@ -51,8 +51,9 @@ class LLGuidanceEngine(Engine):
 
     def profile(self) -> Profile:
         """A lexer: longest match among the lexemes the parser allows; no ignored text after a sentence that
-        no terminal can extend; Unicode simple case folding for ``"..."i``."""
-        return Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple")
+        no terminal can extend; Unicode simple case folding for ``"..."i``; ``\\s \\w \\d`` as Rust's ``regex``
+        crate reads them (Unicode properties: ``\\s`` without U+001C-U+001F, ``\\w`` with combining marks)."""
+        return Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple", regex_classes="uts18")
 
     @classmethod
     def complexity(cls, ambiguous: bool = False) -> str:

@@ -26,6 +26,11 @@ other :class:`gcdbench.parsers.base.Profile` readings of the same regex are exac
 * ``case_fold="ascii"``: only the ASCII letters fold (``a`` ~ ``A``), so ``"select"i`` does not match ``ſelect``;
 * ``regex_classes="ascii"``: ``\\s \\w \\d`` and their negations mean what they mean under ``re.ASCII``
   (``[ \\t\\n\\r\\f\\v]``, ``[a-zA-Z0-9_]``, ``[0-9]``); case folding is unaffected.
+* ``regex_classes="uts18"``: ``\\s \\w \\d`` and their negations are the Unicode properties of UTS #18 Annex C,
+  as Rust's ``regex`` crate (LLGuidance's regex syntax) defines them: ``\\s`` is ``White_Space`` (Python's ``\\s``
+  also takes U+001C-U+001F), ``\\w`` is ``Alphabetic``, marks, ``Nd``, ``Pc`` and ``Join_Control`` (Python's takes
+  ``str.isalnum``: ``½ ² ₁`` in, combining marks out), ``\\d`` is ``Nd``. The sets are computed by the ``regex``
+  package's property tables over every code point, like the ``re`` sets (cached per ``regex`` version).
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ from gcdbench.parsers.base import CompileError
 #: (Valiant, PSC), so a change of regex semantics never reuses an artifact built under the old one
 SEMANTICS = "python-re-1"
 CASE_FOLDS = ("python_re", "unicode_simple", "ascii")
-REGEX_CLASSES = ("unicode", "ascii")
+REGEX_CLASSES = ("unicode", "ascii", "uts18")
 MAX_NFA_STATES = 200_000
 UNIVERSE = ((0, 0xD7FF), (0xE000, 0x10FFFF))   # Unicode scalar values: what UTF-8 can encode
 _FLAGS = re.IGNORECASE | re.DOTALL | re.ASCII   # the flags that change what a one-character construct matches
@@ -190,6 +195,31 @@ def re_set(pattern: str, flags: int) -> tuple:
     return tuple(map(tuple, _set_cache().get(f"set|{_re_flags(flags)}|{pattern}", scan)))
 
 
+#: ``\s \w \d`` and their negations as UTS #18 Annex C properties (Rust's ``regex`` crate), in the ``regex``
+#: package's syntax
+_UTS18_SRC = {
+    r"\d": r"\p{Nd}", r"\D": r"\P{Nd}",
+    r"\s": r"\p{White_Space}", r"\S": r"\P{White_Space}",
+    r"\w": r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]",
+    r"\W": r"[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def uts18_set(category: str) -> tuple:
+    """The code points of ``category`` (``\\s``, ``\\W``, ...) under ``regex_classes="uts18"``: the ``regex``
+    package's Unicode property tables run over every code point (cached on disk per ``regex`` version)."""
+    import regex
+
+    pattern = _UTS18_SRC[category]
+
+    def scan():
+        rx = regex.compile(f"(?:{pattern})+", regex.V0)
+        return _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+
+    return tuple(map(tuple, _set_cache().get(f"uts18|{regex.__version__}|{pattern}", scan)))
+
+
 def _re_flags(flags: int) -> int:
     return flags & _FLAGS
 
@@ -287,8 +317,8 @@ class _AtomSets:
         else:   # IN
             neg = any(o is sre_c.NEGATE for o, _ in av)
             items = [(o, a) for o, a in av if o is not sre_c.NEGATE]
-        if self.classes == "ascii" and not flags & re.ASCII:
-            items = self._ascii_categories(items)
+        if self.classes != "unicode" and not flags & re.ASCII:
+            items = self._explicit_categories(items, self.classes)
         if icase and self.fold != "python_re":
             positive = self._python(items, False, flags & ~re.IGNORECASE)
             positive = _fold_closure(positive, self.fold)
@@ -296,11 +326,13 @@ class _AtomSets:
         return self._python(items, neg, flags)
 
     @staticmethod
-    def _ascii_categories(items):
+    def _explicit_categories(items, classes: str):
+        """``items`` with each ``\\s \\w \\d`` (or negation) written out as the ranges it means under ``classes``."""
         out = []
         for o, a in items:
             if o is sre_c.CATEGORY:
-                out.extend((sre_c.RANGE, r) for r in re_set(_CATEGORY_SRC[a], re.ASCII))
+                ranges = re_set(_CATEGORY_SRC[a], re.ASCII) if classes == "ascii" else uts18_set(_CATEGORY_SRC[a])
+                out.extend((sre_c.RANGE, r) for r in ranges)
             else:
                 out.append((o, a))
         return out

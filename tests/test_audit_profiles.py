@@ -86,8 +86,9 @@ def test_profile_validation():
 PROFILES = [Profile(), Profile(lexing="longest_match"), Profile(lexing="standard"), Profile(lexing="dynamic"),
             Profile(trailing_ignore=False),
             Profile(leading_ignore=True), Profile(case_fold="unicode_simple"), Profile(case_fold="ascii"),
-            Profile(regex_classes="ascii"),
-            Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple")]
+            Profile(regex_classes="ascii"), Profile(regex_classes="uts18"),
+            Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple"),
+            Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple", regex_classes="uts18")]
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=profile_str)
@@ -151,6 +152,7 @@ def test_fit_profile_finds_the_profile_an_engine_implements(profile, bytes_token
     assert got["best"] == profile_str(profile) and got["best_agree"] == len(obs)
 
 
+@pytest.mark.faults
 def test_reference_masks_cached_on_disk_are_reused_and_keyed_by_profile(tmp_path, monkeypatch):
     """Issue 27, item 1: an audit's reference masks are stored per (reference code, grammar, tokenizer, profile,
     prefix): a second auditor (the next engine of a sweep) reads them instead of computing them, and gets the same
@@ -175,6 +177,7 @@ def test_reference_masks_cached_on_disk_are_reused_and_keyed_by_profile(tmp_path
     assert len(list(tmp_path.rglob("*.npy"))) == 3 * len(masks)   # the language's masks reused, the new profile's added
 
 
+@pytest.mark.faults
 def test_audit_in_a_limited_child_equals_the_in_process_audit_and_skips_what_exceeds_the_limit(tmp_path):
     """Issue 27, item 1: the runner audits in a child under the cell's limits. Within them the rows equal
     Auditor.check in this process; a sample whose audit exceeds the time limit is skipped with the reason, and a

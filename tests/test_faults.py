@@ -26,6 +26,7 @@ from gcdbench.experiments.runner import CellBusy, CellDamaged, CellMismatch, run
 
 REPO = Path(__file__).resolve().parents[1]
 FAULTY = "tests.faulty_engines"
+pytestmark = pytest.mark.faults   # the fault-injection suite: pytest -m faults
 
 
 def make_cfg(out_dir, *overrides):

@@ -15,7 +15,7 @@ import pytest
 
 from gcdbench.datasets.base import load_grammar
 from gcdbench.experiments.audit import Auditor
-from gcdbench.parsers.base import allocate_mask, mask_to_ids
+from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
 from gcdbench.parsers.registry import engine_class
 
 # prefixes with forced bytes next (true/false/null part-way) and one without (inside a string)
@@ -71,3 +71,86 @@ def test_xgrammar_allows_encoded_surrogates_in_json_strings(bytes_tokenizer):
         want = set(auditor.reference_ids(prefix, profile=True).tolist())
         assert want <= got and got - want == extra, (prefix, sorted(got - want), sorted(want - got))
     engine.close()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# LLGuidance's regex classes: Rust's regex crate (issue 27), over every code point each class touches
+# --------------------------------------------------------------------------------------------------------------
+def _walk_utf8(allowed) -> set[int]:
+    """The code points whose UTF-8 bytes a one-character language accepts, from ``allowed(prefix)``: the set of
+    next bytes that keep ``prefix`` viable (every lead byte, then every continuation byte it allows)."""
+    from gcdbench.parsers.regex_fsm import utf8_len
+
+    out = set()
+
+    def go(prefix: bytes, need: int):
+        for b in allowed(prefix):
+            data = prefix + bytes([b])
+            n = need or utf8_len(b) or 1
+            if len(data) == n:
+                out.add(ord(data.decode("utf-8")))
+            elif b >= 0xC0 or prefix:
+                go(data, n)
+
+    go(b"", 0)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", [r"\s", r"\S", r"\w", r"\W", r"\d", r"\D", r".", r"[^\s\d]"])
+def test_llguidance_reads_regex_classes_as_its_declared_profile(bytes_tokenizer, cls):
+    """Every code point LLGuidance accepts for a one-character terminal ``/cls/`` is the set the reference's
+    reading under LLGuidance's declared profile (``regex_classes="uts18"``) gives, exactly: walked over every
+    UTF-8 byte sequence the class allows (about 22,000 masks for a negated class)."""
+    from gcdbench.parsers.regex_fsm import byte_dfa
+
+    tok = bytes_tokenizer
+    byte_id = {b[0]: i for i, b in enumerate(tok.token_bytes) if len(b) == 1}
+    engine = engine_class("llguidance")(forcing=False)
+    engine.compile(GrammarSpec("cls", f"start: C\nC: /{cls}/\n"), tok)
+    prof = engine.profile()
+    mask = allocate_mask(tok.vocab_size)
+
+    def engine_allowed(prefix: bytes):
+        engine.reset()
+        for b in prefix:
+            assert engine.commit(byte_id[b])
+        engine.fill_mask(mask)
+        return sorted(tok.token_bytes[i][0] for i in mask_to_ids(mask, tok.vocab_size) if len(tok.token_bytes[i]) == 1)
+
+    dfa = byte_dfa("C", cls, False, prof.case_fold, prof.regex_classes)
+
+    def dfa_allowed(prefix: bytes):
+        q = dfa.start
+        for b in prefix:
+            q = dfa.step(q, b)
+        return [b for b in range(256) if dfa.step(q, b) >= 0]
+
+    got, want = _walk_utf8(engine_allowed), _walk_utf8(dfa_allowed)
+    engine.close()
+    assert len(want) > 9   # the walk reached the class
+    assert got == want, (f"llguidance only: {[hex(c) for c in sorted(got - want)[:20]]}, "
+                         f"profile only: {[hex(c) for c in sorted(want - got)[:20]]}")
+
+
+def test_llguidance_agrees_with_its_profile_on_unicode_space_and_word_classes(bytes_tokenizer):
+    """Issue 27's held-out check: with ``%ignore /\\s+/`` and ``/\\w+/`` words, LLGuidance agreed with its declared
+    profile on 17 of 69 audited steps (it blocks U+001C-U+001F, which Python's ``\\s`` takes; it allows combining
+    marks in words, which Python's ``\\w`` does not). With ``regex_classes="uts18"`` in its profile: every step."""
+    tok = bytes_tokenizer
+    grammar = GrammarSpec("words", 'start: WORD ("," WORD)*\nWORD: /\\w+/\n%ignore /\\s+/\n')
+    engine = engine_class("llguidance")(forcing=False)
+    engine.compile(grammar, tok)
+    auditor = Auditor(grammar, tok, engine.profile())
+    mask = allocate_mask(tok.vocab_size)
+    text = "cafe\u0301 ,\u3000na\u00efve,\x85x1\u2028, \u0663\u0664"
+    rows = []
+    engine.reset()
+    for i, t in enumerate(tok.encode(text) + [None]):
+        engine.fill_mask(mask)
+        rows.append(auditor.compare(tok.decode(tok.encode(text)[:i]), mask_to_ids(mask, tok.vocab_size)))
+        if t is not None:
+            assert engine.commit(t), (i, text)
+    engine.close()
+    assert all(r["agree_profile"] for r in rows), [(i, r) for i, r in enumerate(rows) if not r["agree_profile"]][:3]
+    assert not all(r["agree_language"] for r in rows)   # the classes do differ from Python's on this text

@@ -270,3 +270,20 @@ def test_reference_accepts_unicode_whitespace_like_lark():
     assert ref.is_viable("select\u00a0".encode()[:-1])   # the first byte of U+00A0 can still become it
     asc = ReferenceChecker(g, Profile(regex_classes="ascii"))
     assert not asc.is_viable("select\u00a0".encode()) and asc.is_sentence(b"select a;")
+
+
+def test_uts18_regex_classes_profile():
+    """``regex_classes="uts18"``: the Unicode properties Rust's regex crate (LLGuidance) gives ``\\s \\w \\d``, where
+    Python's ``re`` differs: ``\\s`` without U+001C-U+001F, ``\\w`` with combining marks and without ``½ ²``."""
+    u = dict(regex_classes="uts18")
+    assert CharFSM("S", r"\s").fullmatch("\x1c") and not CharFSM("S", r"\s", **u).fullmatch("\x1c")
+    assert all(CharFSM("S", r"\s", **u).fullmatch(c) for c in " \t\n\x85\xa0\u2028\u3000")
+    assert CharFSM("N", r"[^\s]", **u).fullmatch("\x1f") and not CharFSM("N", r"[^\s]").fullmatch("\x1f")
+    assert CharFSM("W", r"\w+", **u).fullmatch("e\u0301") and not CharFSM("W", r"\w+").fullmatch("e\u0301")
+    assert CharFSM("W", r"\w", **u).fullmatch("\u200d")   # Join_Control
+    for c in "½²₁¼":
+        assert CharFSM("W", r"\w").fullmatch(c) and not CharFSM("W", r"\w", **u).fullmatch(c)
+        assert CharFSM("W", r"\W", **u).fullmatch(c)
+    assert CharFSM("D", r"\d", **u).fullmatch("٣") and not CharFSM("D", r"\d", **u).fullmatch("²")
+    # case folding is applied to the written-out class
+    assert CharFSM("W", r"[\s]+", True, case_fold="unicode_simple", **u).fullmatch(" \u3000")

@@ -166,6 +166,7 @@ def test_samples_all_runs_every_sample(tmp_path, letters):
     assert len(outcomes(out)) == 3
 
 
+@pytest.mark.faults
 def test_more_samples_than_exist_says_how_many_exist(tmp_path, letters, capsys):
     """Issue 27, item 10: samples=1000000 on a 3-sample file runs the 3 and says so (not a silent truncation)."""
     out = run(make_cfg(tmp_path, "engine=reference", *letters, "samples=1000000", "audit.per_sample=0"))
@@ -174,6 +175,7 @@ def test_more_samples_than_exist_says_how_many_exist(tmp_path, letters, capsys):
     assert "samples=1000000: dataset" in err and "has 3 samples; running those 3" in err, err
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("target,match", [("os:system", r"os\.system is a \w+, not a subclass of gcdbench"),
                                           ("os:nothing_here", "os.nothing_here is missing")])
 def test_engine_name_that_is_not_an_engine_is_refused_before_it_is_called(tmp_path, letters, monkeypatch, target,
@@ -190,6 +192,7 @@ def test_engine_name_that_is_not_an_engine_is_refused_before_it_is_called(tmp_pa
     assert not called and not list(tmp_path.rglob("run.json"))
 
 
+@pytest.mark.faults
 def test_grammar_the_reference_cannot_read_leaves_a_finished_unaudited_cell(tmp_path):
     """Issue 27, item 2: a scoped flag inside an alternation (``re`` refuses it, LLGuidance runs it): the audit's
     error no longer escapes and strands the cell; the cell holds every sample, says why it is not audited, and a
@@ -230,6 +233,7 @@ def test_non_utf8_file_names_the_file_and_the_byte_offset(tmp_path, letters, whi
         run(cfg)
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("which", ["grammar", "samples"])
 def test_byte_order_mark_is_dropped_with_a_note(tmp_path, letters, capsys, which):
     """Issue 27, item 9: a UTF-8 BOM at the start of the grammar or the samples file is not text: dropped, with a
@@ -244,6 +248,7 @@ def test_byte_order_mark_is_dropped_with_a_note(tmp_path, letters, capsys, which
     assert "starts with a UTF-8 byte order mark; it is ignored" in capsys.readouterr().err
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("case", ["directory", "device", "too_large"])
 def test_odd_input_paths_are_one_line_refusals(tmp_path, letters, monkeypatch, case):
     """Issue 27, item 8: a grammar path that is a directory, a device (an unbounded read before) or a file over the
@@ -297,6 +302,7 @@ def test_cli_plus_typo_is_one_error_line(tmp_path):
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: unknown config key")
 
 
+@pytest.mark.faults
 def test_cli_works_outside_the_repository_root(tmp_path):
     """``python -m gcdbench.experiments.run`` (what gcdbench-run runs) finds its configs from any folder."""
     r = subprocess.run([sys.executable, "-m", "gcdbench.experiments.run", "engine=reference", "tokenizer=bytes",
@@ -306,6 +312,7 @@ def test_cli_works_outside_the_repository_root(tmp_path):
     assert "reference on sample (bytes): pass 1/1" in r.stdout
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("key", ["dataset.name", "engine.name"])
 def test_cli_path_in_a_name_writes_nothing_outside_out_dir(tmp_path, letters, key):
     """Issue 27, item 6: a name with ``../`` is refused in one line, and neither Hydra's log nor its .hydra files
@@ -320,6 +327,7 @@ def test_cli_path_in_a_name_writes_nothing_outside_out_dir(tmp_path, letters, ke
     assert not list(tmp_path.parent.glob("escape_x*")) and not list(tmp_path.glob("**/escape_x*"))
 
 
+@pytest.mark.faults
 def test_cli_out_dir_that_is_a_file_is_one_line(tmp_path):
     """Issue 27, item 8: out_dir naming an existing file (or a path under one) is refused in one line, exit 2,
     before Hydra writes its folder (a NotADirectoryError traceback before)."""
@@ -332,6 +340,7 @@ def test_cli_out_dir_that_is_a_file_is_one_line(tmp_path):
                                    "to create) as out_dir"
 
 
+@pytest.mark.faults
 def test_report_cli_refuses_a_file_as_out_and_a_missing_results_folder(tmp_path, capsys):
     """Issue 27, item 8: ``--out`` an existing file (FileExistsError before) and ``--results`` missing: one line."""
     from gcdbench.experiments.report import main

@@ -68,6 +68,7 @@ def test_submitit_local_tokenizer_sweep_gives_vocab_figure(tmp_path):
     assert tmp_path / "figs" / "mask_vs_vocab.png" in paths
 
 
+@pytest.mark.faults
 def test_two_sweeps_started_together_keep_their_own_folders(tmp_path):
     """Issue 27, item 5: two sweeps launched at once into one out_dir (same second) each get their own
     ``multirun_*`` folder and ``jobs.json`` listing their own jobs only."""
