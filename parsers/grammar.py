@@ -6,6 +6,7 @@ so the ``.lark`` file stays the one source of truth.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 import lark
@@ -110,6 +111,9 @@ def _load(lark_text: str, start: str) -> GrammarIR:
         parser = lark.Lark(lark_text, parser="earley", lexer="dynamic", start=start, keep_all_tokens=True)
     except (GrammarError, LarkError) as err:
         raise CompileError(f"malformed grammar: {err}") from err
+    except re.error as err:   # a terminal Python's re refuses (Lark compiles them with re): the same typed refusal
+        raise CompileError(f"a terminal's regex is not valid for Python's re, which defines the harness's language "
+                           f"({err}; e.g. a scoped flag such as (?i) inside an alternation: write (?i:...))") from err
     terminals = {t.name: _terminal(t) for t in parser.terminals}
     rules = [Rule(str(r.origin.name), tuple(str(s.name) for s in r.expansion)) for r in parser.rules]
     rules = _reduce(start, terminals, rules)

@@ -195,29 +195,55 @@ def re_set(pattern: str, flags: int) -> tuple:
     return tuple(map(tuple, _set_cache().get(f"set|{_re_flags(flags)}|{pattern}", scan)))
 
 
-#: ``\s \w \d`` and their negations as UTS #18 Annex C properties (Rust's ``regex`` crate), in the ``regex``
+#: ``\s \w \d`` as UTS #18 Annex C properties (Rust's ``regex`` crate), in the ``regex``
 #: package's syntax
 _UTS18_SRC = {
-    r"\d": r"\p{Nd}", r"\D": r"\P{Nd}",
-    r"\s": r"\p{White_Space}", r"\S": r"\P{White_Space}",
-    r"\w": r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]",
-    r"\W": r"[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]",
+    r"\d": r"\p{Nd}", r"\s": r"\p{White_Space}", r"\w": r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]",
 }
+
+
+#: the Unicode version of the ``uts18`` tables: LLGuidance 1.9's Rust ``regex`` tables (a code point assigned later,
+#: e.g. U+0558 in 17.0, is in no property there); ``unicodedata2`` of this version says which code points exist
+UTS18_UNICODE = "16.0.0"
+
+
+@functools.lru_cache(maxsize=1)
+def _assigned_uts18() -> tuple:
+    """The code points assigned in Unicode :data:`UTS18_UNICODE` (general category other than ``Cn``)."""
+    import unicodedata2
+
+    if unicodedata2.unidata_version != UTS18_UNICODE:
+        raise RuntimeError(f"regex_classes=uts18 needs unicodedata2=={UTS18_UNICODE} (Unicode {UTS18_UNICODE}); "
+                           f"found Unicode {unicodedata2.unidata_version}: pip install unicodedata2=={UTS18_UNICODE}")
+
+    def scan():
+        chars = _all_chars()
+        return _normalize((_cp_at(i), _cp_at(i)) for i, ch in enumerate(chars) if unicodedata2.category(ch) != "Cn")
+
+    return tuple(map(tuple, _set_cache().get(f"assigned|{UTS18_UNICODE}", scan)))
+
+
+def _intersect(a: tuple, b: tuple) -> tuple:
+    return _complement(_normalize(list(_complement(a)) + list(_complement(b))))
 
 
 @functools.lru_cache(maxsize=None)
 def uts18_set(category: str) -> tuple:
     """The code points of ``category`` (``\\s``, ``\\W``, ...) under ``regex_classes="uts18"``: the ``regex``
-    package's Unicode property tables run over every code point (cached on disk per ``regex`` version)."""
+    package's Unicode property tables run over every code point, limited to the code points assigned in Unicode
+    :data:`UTS18_UNICODE` (a negated class is the complement of that: unassigned code points are in ``\\W``)."""
     import regex
 
-    pattern = _UTS18_SRC[category]
+    negated = category in (r"\D", r"\S", r"\W")
+    pattern = _UTS18_SRC[category.lower() if negated else category]
 
     def scan():
         rx = regex.compile(f"(?:{pattern})+", regex.V0)
-        return _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+        found = _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+        return _intersect(found, _assigned_uts18())
 
-    return tuple(map(tuple, _set_cache().get(f"uts18|{regex.__version__}|{pattern}", scan)))
+    positive = tuple(map(tuple, _set_cache().get(f"uts18|{UTS18_UNICODE}|{regex.__version__}|{pattern}", scan)))
+    return _intersect(_complement(positive), UNIVERSE) if negated else positive
 
 
 def _re_flags(flags: int) -> int:

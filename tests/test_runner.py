@@ -193,6 +193,25 @@ def test_engine_name_that_is_not_an_engine_is_refused_before_it_is_called(tmp_pa
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("engine", ["valiant", "glrmask", "psc", "pre3", "reference"])
+def test_grammar_python_re_refuses_is_one_typed_compile_error_for_every_engine(tmp_path, engine):
+    """Issue 27, item 2: the same grammar (a scoped flag inside an alternation) was a crash with a traceback for
+    Valiant and GLRMask and 'refused' for PSC; every engine that reads it through the harness's grammar loader now
+    ends in compile_error naming the regex problem and the fix, and a second run reuses that outcome."""
+    g = tmp_path / "flags.lark"
+    g.write_text('start: W (" " W)*\nW: /(?i)straße/ | /\\w+/\n')
+    s = tmp_path / "flags.txt"
+    s.write_text("abc straße\nxy\n")
+    cfg = make_cfg(tmp_path, f"engine={engine}", "dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}",
+                   "samples=2", "audit.per_sample=0")
+    cell = run(cfg)
+    meta = json.loads((cell / "run.json").read_text())
+    assert set(outcomes(cell).values()) == {"compile_error"}, meta
+    assert meta.get("compile_error_kind") != "crash" and "Traceback" not in meta["compile_error"], meta
+    assert "not valid for Python's re" in meta["compile_error"] and "(?i:...)" in meta["compile_error"], meta
+
+
+@pytest.mark.faults
 def test_grammar_the_reference_cannot_read_leaves_a_finished_unaudited_cell(tmp_path):
     """Issue 27, item 2: a scoped flag inside an alternation (``re`` refuses it, LLGuidance runs it): the audit's
     error no longer escapes and strands the cell; the cell holds every sample, says why it is not audited, and a

@@ -42,6 +42,9 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
                    leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
                    max_edges: int = 2_000_000, dense_min: int = 512) -> dict:
     """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache)."""
+    from gcdbench.parsers.grammar import load_ir
+
+    load_ir(grammar)   # the harness's loader first: a grammar it cannot read is the same refusal for every engine
     t0 = time.monotonic()
     deadline = t0 + max_build_s
     cfg, terms, ignore = lark_grammar(grammar)

@@ -31,6 +31,9 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
                    max_lexer_states: int = 5000) -> dict:
     """The compiled PSC artifact. Reports progress (``gcdbench.psc`` log records) and stays within its bounds:
     ``max_build_s`` (CompileTimeout), ``max_lexer_states`` and ``max_states`` (CompileError)."""
+    from gcdbench.parsers.grammar import load_ir
+
+    load_ir(grammar)   # the harness's loader first: a grammar it cannot read is the same refusal for every engine
     t0 = time.monotonic()
     progress = Progress(t0 + max_build_s, max_build_s)
     table, terms, ignore = lalr_tables(grammar, timeout_s=min(lalr_timeout_s, max_build_s))
