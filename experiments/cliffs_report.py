@@ -202,10 +202,12 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                                  f"mask {_f(r['worst_us'] / 1e3, 1)} ms, {r['outcomes']}")
                     for x in rep:
                         if x.get("engine") == r["engine"] and x.get("grammar_seed") == r["grammar_seed"]:
-                            last = ("past the shrinker's time budget" if not np.isfinite(x["mask_ms"])
-                                    else f"{_f(x['mask_ms'], 1)} ms")
+                            # a mask past the budget is null (older files: Infinity)
+                            last = ("past the shrinker's time budget" if x["mask_ms"] is None
+                                    or not np.isfinite(x["mask_ms"]) else f"{_f(x['mask_ms'], 1)} ms")
                             lines.append(f"  smallest reproducer found: {x['tokens']} tokens, the mask after them "
-                                         f"{last} (first masks {_f(x['first_ms'], 1)} ms); grammar:")
+                                         f"{last} (fastest of the first five masks {_f(x['first_ms'], 1)} ms); "
+                                         "grammar:")
                             lines += ["", "  ```", *["  " + ln for ln in x["grammar"].splitlines()], "  ```",
                                       f"  prefix: `{x['prefix'][:200]}`", ""]
                 lines.append("")

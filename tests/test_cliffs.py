@@ -284,3 +284,13 @@ def test_fuzzer_worst_cases_valiant_equals_the_reference(seed):
             if i < len(data):
                 assert eng.commit(data[i])
         assert eng.accepting()
+
+
+def test_cliff_at_finds_a_cliff_that_starts_at_the_first_token():
+    """XGrammar on fuzz_6: 3 ms at the empty prefix, then about 1 s per mask from the first token on. The median of
+    the first five masks is already past the cliff; the fastest of them is not. A lone slow mask is no cliff."""
+    from gcdbench.experiments.cliffs import _cliff_at
+
+    assert _cliff_at([0.0033, 1.10, 0.94, 0.94, 0.91, 0.92, 0.99, 0.94]) == 1
+    assert _cliff_at([1e-4, 1e-4, 2e-2, 1e-4, 1e-4, 1e-4]) is None
+    assert _cliff_at([1e-4] * 5 + [5e-3] * 3) == 5
