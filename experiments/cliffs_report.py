@@ -193,10 +193,15 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                       _markdown(summary(fit), parse_numbers=False), "",
                       measured_at(fit.assign(config=fit["engine"], dataset=fit["grammar_seed"].map(lambda s: f"fuzz_{s}"))), ""]
             worst = fit[fit.apply(_cliff, axis=1)].sort_values(["cut_short", "exponent"], ascending=False)
-            rep = json.loads(Path(reproducers).read_text()).get("records", []) \
-                if reproducers is not None and Path(reproducers).exists() else []
+            rep_doc = json.loads(Path(reproducers).read_text()) \
+                if reproducers is not None and Path(reproducers).exists() else {}
+            rep = rep_doc.get("records", [])
             if len(worst):
                 lines += ["Each engine's worst grammars (cut short first, then by exponent):", ""]
+                if rep:   # the shrinker runs after the cells, possibly at another commit: said, never mixed silently
+                    lines += [f"Reproducers: `cliffs shrink` at commit {str(rep_doc.get('git_commit'))[:7]}"
+                              + (" (dirty tree)" if rep_doc.get("git_dirty") else "")
+                              + f", {rep_doc.get('when', '?')}, on the cells above.", ""]
                 for r in worst.groupby("engine").head(WORST_SHOWN).to_dict("records"):
                     lines.append(f"- {r['engine']} × fuzz_{r['grammar_seed']}: exponent {_f(r['exponent'])}, worst "
                                  f"mask {_f(r['worst_us'] / 1e3, 1)} ms, {r['outcomes']}")
