@@ -73,6 +73,23 @@ def folder_safe(value) -> str:
     return re.sub(r"[^A-Za-z0-9_.,=+-]+", "-", str(value))
 
 
+def folder_problem(path) -> str | None:
+    """Why ``path`` cannot be (or become) a folder this user writes output into, as ``"<where> is a file, not a
+    folder"`` or ``"<where> is not writable by this user"`` (``<where>``: ``path`` or its nearest existing parent),
+    or None. The run's ``out_dir`` and the report's ``--out`` are checked with it before anything is written."""
+    import os
+    from pathlib import Path
+
+    probe = Path(str(path)).expanduser()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable by this user"
+    return None
+
+
 def register() -> None:
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
     # Hydra's own run folder is named from user values before the runner validates them (issue 27, item 6)

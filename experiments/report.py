@@ -973,14 +973,16 @@ def main(argv=None):
     ap.add_argument("--cliffs", default=None,
                     help="folder of the fuzzed-grammar results (bench.json, runs/, reproducers.json): a Cliffs section")
     args = ap.parse_args(argv)
-    for flag, path, want in (("--results", Path(args.results), "a folder of runs"), ("--out", Path(args.out), "")):
-        probe = path
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        if (flag == "--results" and not path.is_dir()) or not probe.is_dir():
-            ap.exit(2, f"error: {flag} {path}: " + (f"{probe} is a file, not a folder" if probe.exists() and
-                                                     not probe.is_dir() else "no such folder")
-                    + f"; give {want or 'a folder (or a path to create)'}\n")
+    from gcdbench.experiments.config import folder_problem
+
+    results, out = Path(args.results), Path(args.out)
+    if not results.is_dir():
+        ap.exit(2, f"error: --results {results}: " + (f"{results} is a file, not a folder" if results.exists()
+                                                      else "no such folder") + "; give a folder of runs\n")
+    problem = folder_problem(out)
+    if problem:
+        ap.exit(2, f"error: --out {out}: {problem}; give a folder (or a path to create)"
+                   + (" you can write to" if problem.endswith("writable by this user") else "") + "\n")
     print(write_report(Path(args.results), Path(args.out), args.tokenizer, tuple(args.also), tuple(args.batch),
                        tuple(args.before), Path(args.cliffs) if args.cliffs else None))
 

@@ -17,7 +17,7 @@ import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from gcdbench.experiments.config import register
+from gcdbench.experiments.config import folder_problem, register
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 JOB_FILE = "job.json"
@@ -72,17 +72,11 @@ def main(cfg: DictConfig) -> None:
 def out_dir_problem(out_dir) -> str | None:
     """Why ``out_dir`` cannot hold results (one line with the fix), or None. Checked by :class:`OutDirCheck`
     before Hydra creates its own folders there."""
-    import os
-
-    path = Path(str(out_dir)).expanduser()
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"out_dir={out_dir}: {probe} is a file, not a folder; give a folder (or a path to create) as out_dir"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"out_dir={out_dir}: {probe} is not writable by this user; give a folder you can write to as out_dir"
-    return None
+    problem = folder_problem(out_dir)
+    if problem is None:
+        return None
+    fix = "give a folder (or a path to create)" if problem.endswith("not a folder") else "give a folder you can write to"
+    return f"out_dir={out_dir}: {problem}; {fix} as out_dir"
 
 
 class OutDirCheck(Callback):

@@ -184,13 +184,18 @@ def _set_cache() -> _SetCache:
     return _SetCache()
 
 
+def _runs(rx) -> tuple:
+    """The code points a compiled ``(?:X)+`` matches, from its maximal runs over every code point (``re`` or
+    ``regex``)."""
+    return _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+
+
 @functools.lru_cache(maxsize=None)
 def re_set(pattern: str, flags: int) -> tuple:
     """The code points Python's ``re`` matches with the one-character ``pattern`` under ``flags``: exact,
     since it is ``re`` itself run over every code point (maximal runs of ``(?:pattern)+`` are the ranges)."""
     def scan():
-        rx = re.compile(f"(?:{pattern})+", _re_flags(flags))
-        return _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
+        return _runs(re.compile(f"(?:{pattern})+", _re_flags(flags)))
 
     return tuple(map(tuple, _set_cache().get(f"set|{_re_flags(flags)}|{pattern}", scan)))
 
@@ -238,9 +243,7 @@ def uts18_set(category: str) -> tuple:
     pattern = _UTS18_SRC[category.lower() if negated else category]
 
     def scan():
-        rx = regex.compile(f"(?:{pattern})+", regex.V0)
-        found = _normalize((_cp_at(m.start()), _cp_at(m.end() - 1)) for m in rx.finditer(_all_chars()))
-        return _intersect(found, _assigned_uts18())
+        return _intersect(_runs(regex.compile(f"(?:{pattern})+", regex.V0)), _assigned_uts18())
 
     positive = tuple(map(tuple, _set_cache().get(f"uts18|{UTS18_UNICODE}|{regex.__version__}|{pattern}", scan)))
     return _intersect(_complement(positive), UNIVERSE) if negated else positive
