@@ -1071,8 +1071,7 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
         (cell.parts / f"{sample_id}.audit.npz").unlink(missing_ok=True)
 
     if jobs:
-        profile = probe.profile() if hasattr(probe, "profile") else None
-        audit_samples(dataset.grammar, tokenizer.name, profile, Path(cfg.out_dir) / REFERENCE_CACHE, jobs,
+        audit_samples(dataset.grammar, tokenizer.name, probe.profile(), Path(cfg.out_dir) / REFERENCE_CACHE, jobs,
                       float(cfg.limits.sample_timeout_s), float(cfg.limits.memory_mb), on_result,
                       setup_timeout_s=float(cfg.limits.compile_timeout_s))
     if skipped and session is not None:
