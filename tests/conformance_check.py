@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gcdbench.experiments.audit import Auditor
 from gcdbench.parsers.base import allocate_mask, mask_get, mask_to_ids
+from gcdbench.parsers.reference import ReferenceChecker
 
 # Engines whose masks differ from every profile, each with the exact set of differences they may show on this
 # byte vocabulary (a property of the engine, found by the audit and reported to its authors' trackers, not
@@ -52,3 +53,36 @@ def check_masks(engine, name: str, case: str, grammar, tok, samples) -> bool:
             assert engine.commit(t), f"{name} on {case}: commit of the oracle token {t} after {prefix!r} refused"
             prefix += tok.token_bytes[t]
     return differs
+
+
+def allowed(engine, tok) -> set[int]:
+    """The engine's mask as a set of ids; the buffer starts all ones, so a word the engine leaves alone shows."""
+    mask = allocate_mask(tok.vocab_size)
+    mask[:] = -1
+    engine.fill_mask(mask)
+    return set(mask_to_ids(mask, tok.vocab_size).tolist())
+
+
+def disagreements(engine, grammar, tok, samples, brute_force: bool = False) -> list[tuple]:
+    """Teacher-force ``samples`` through the compiled ``engine``; every oracle token and the final EOS must be
+    allowed. Returns ``(prefix, token bytes, side)`` for every token where the engine and the reference (the
+    harness's language; ``brute_force``: each token checked on its own instead of the full-mask walk) disagree."""
+    ref = ReferenceChecker(grammar)
+    out = []
+    for sample in samples:
+        engine.reset()
+        prefix = b""
+        for t in tok.encode(sample) + [tok.eos_id]:
+            got = allowed(engine, tok)
+            if brute_force:
+                want = ref.allowed_tokens(prefix, range(tok.vocab_size), tok)
+            else:
+                want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
+            out += [(prefix, b"<eos>" if i == tok.eos_id else tok.token_bytes[i],
+                     "engine only" if i in got else "reference only") for i in sorted(got ^ want)]
+            assert t in got, f"oracle token {tok.token_bytes[t]!r} masked after {prefix!r}"
+            if t == tok.eos_id:
+                break
+            assert engine.commit(t)
+            prefix += tok.token_bytes[t]
+    return out

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conformance_check import allowed, disagreements
 from expected_refusals import compile_or_refuse
 from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_get, mask_to_ids
 from gcdbench.parsers.cfgzip_engine import (
@@ -53,36 +54,6 @@ def bytes_plus(*extra: bytes) -> Tokenizer:
     eos = len(tb) - 1
     return Tokenizer(name="bytes+" + "+".join(e.decode() for e in extra), token_bytes=tb, eos_id=eos,
                      special_ids={"<eos>": eos}, _encoder=lambda s: list(s.encode()))
-
-
-def allowed(engine, tok) -> set[int]:
-    mask = allocate_mask(tok.vocab_size)
-    engine.fill_mask(mask)
-    return set(mask_to_ids(mask, tok.vocab_size).tolist())
-
-
-def disagreements(engine, grammar: GrammarSpec, tok, samples, brute_force: bool = False) -> list[tuple]:
-    """Teacher-force ``samples``; each next token and the final EOS must be in the mask. Returns
-    ``(prefix, token bytes, side)`` for every token where engine and reference disagree."""
-    ref = ReferenceChecker(grammar)
-    out = []
-    for sample in samples:
-        engine.reset()
-        prefix = b""
-        for t in tok.encode(sample) + [tok.eos_id]:
-            got = allowed(engine, tok)
-            if brute_force:
-                want = ref.allowed_tokens(prefix, range(tok.vocab_size), tok)
-            else:
-                want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
-            out += [(prefix, b"<eos>" if i == tok.eos_id else tok.token_bytes[i],
-                     "engine only" if i in got else "reference only") for i in sorted(got ^ want)]
-            assert t in got, f"oracle token {tok.token_bytes[t]!r} masked after {prefix!r}"
-            if t == tok.eos_id:
-                break
-            assert engine.commit(t)
-            prefix += tok.token_bytes[t]
-    return out
 
 
 # -- unit: options, text rewrites, limits ---------------------------------------------------------

@@ -55,7 +55,7 @@ def _strings(name, samples, n=40):
 @pytest.mark.parametrize("form", ["ebnf", "bnf"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_xgrammar_ebnf_accepts_the_references_sentences(name, form):
-    xgr = pytest.importorskip("xgrammar")
+    import xgrammar as xgr  # a core dependency: missing, this test fails
     from xgrammar.testing import _is_grammar_accept_string
 
     grammar, samples = CASES[name]

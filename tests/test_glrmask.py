@@ -8,6 +8,7 @@ import lark
 import numpy as np
 import pytest
 
+from conformance_check import allowed, disagreements
 from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids
 from gcdbench.parsers.glrmask_engine import GLRMaskEngine, lark_to_glrmask_lark
 from gcdbench.parsers.reference import ReferenceChecker
@@ -28,35 +29,6 @@ def bytes_plus(*extra: bytes) -> Tokenizer:
     eos = len(tb) - 1
     return Tokenizer(name="bytes+" + "+".join(e.decode() for e in extra), token_bytes=tb, eos_id=eos,
                      special_ids={"<eos>": eos}, _encoder=lambda s: list(s.encode()))
-
-
-def allowed(engine, tok) -> set[int]:
-    mask = allocate_mask(tok.vocab_size)
-    mask[:] = -1  # the engine must overwrite every word
-    engine.fill_mask(mask)
-    return set(mask_to_ids(mask, tok.vocab_size).tolist())
-
-
-def disagreements(engine, grammar, tok, samples, brute_force=False) -> list[tuple]:
-    ref = ReferenceChecker(grammar)
-    out = []
-    for sample in samples:
-        engine.reset()
-        prefix = b""
-        for t in tok.encode(sample) + [tok.eos_id]:
-            got = allowed(engine, tok)
-            if brute_force:
-                want = ref.allowed_tokens(prefix, range(tok.vocab_size), tok)
-            else:
-                want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
-            out += [(prefix, b"<eos>" if i == tok.eos_id else tok.token_bytes[i],
-                     "engine only" if i in got else "reference only") for i in sorted(got ^ want)]
-            assert t in got, f"oracle token {tok.token_bytes[t]!r} masked after {prefix!r}"
-            if t == tok.eos_id:
-                break
-            assert engine.commit(t)
-            prefix += tok.token_bytes[t]
-    return out
 
 
 def compiled(tok, text, start="start", **opts) -> GLRMaskEngine:
