@@ -1,0 +1,1 @@
+"""gcdbench.parsers.pre3"""

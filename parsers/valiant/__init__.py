@@ -1,0 +1,1 @@
+"""gcdbench.parsers.valiant"""
