@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+from dataclasses import dataclass
+
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
 if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None:
     raise ModuleNotFoundError(
@@ -140,13 +142,16 @@ def _lib() -> _Llama:
     return _LIB
 
 
+@dataclass
+class LlamaCppOptions:
+    cache_dir: str | None = option(None, "where the vocabulary-only GGUF is written once; null: $GCDBENCH_CACHE/gguf")
+
+
 class LlamaCppEngine(Engine):
     name = "llamacpp"
     artifact_keys = {"GGUF MB": ("gguf_mb",), "GBNF chars": ("grammar_chars",)}
 
-    @classmethod
-    def options(cls) -> dict:
-        return {"cache_dir": None}   # where the vocabulary GGUF is kept (default $GCDBENCH_CACHE/gguf)
+    Options = LlamaCppOptions
 
     def version(self) -> str:
         import importlib.metadata
