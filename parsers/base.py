@@ -241,6 +241,12 @@ class Engine(ABC):
         """Accepted options with their defaults (from the ``Options`` dataclass)."""
         return {s.name: s.default for s in option_specs(cls.Options)}
 
+    @classmethod
+    def missing(cls) -> str | None:
+        """Why this engine cannot run here (a package it needs is absent, with the line that installs it), or None.
+        Its module imports without that package, so its options stay readable (schema, option tables)."""
+        return None
+
     @abstractmethod
     def version(self) -> str:
         """Version string of the engine (package version, or the project's for built-in engines)."""

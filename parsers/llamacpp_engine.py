@@ -34,10 +34,8 @@ from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
-if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None:
-    raise ModuleNotFoundError(
-        "engine llamacpp needs llama-cpp-python and gguf: pip install -e \".[llamacpp]\" (builds llama.cpp from "
-        "source, see README 'Other engines')")
+MISSING = ("engine llamacpp needs llama-cpp-python and gguf: pip install -e \".[llamacpp]\" (builds llama.cpp from "
+           "source, see README 'Other engines')")
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -152,6 +150,11 @@ class LlamaCppEngine(Engine):
     artifact_keys = {"GGUF MB": ("gguf_mb",), "GBNF chars": ("grammar_chars",)}
 
     Options = LlamaCppOptions
+
+    @classmethod
+    def missing(cls) -> str | None:
+        absent = importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None
+        return MISSING if absent else None
 
     def version(self) -> str:
         import importlib.metadata

@@ -40,8 +40,10 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-def engine_class(name: str) -> type[Engine]:
-    """The class registered as ``name``; ``"package.module:Class"`` also works, for engines kept elsewhere."""
+def engine_class(name: str, runnable: bool = True) -> type[Engine]:
+    """The class registered as ``name``; ``"package.module:Class"`` also works, for engines kept elsewhere.
+    ``runnable``: an engine whose packages are absent here (``Engine.missing()``) is refused, saying what to
+    install; False: its class all the same (its options are read without them)."""
     known = engines()
     target = name if ":" in name else known.get(name)
     if target is None:
@@ -57,6 +59,9 @@ def engine_class(name: str) -> type[Engine]:
         raise ValueError(f"engine {name!r}: {module}.{cls} is "
                          + ("missing" if got is None else f"a {type(got).__name__}, not a subclass of "
                             "gcdbench.parsers.base.Engine") + f"; valid: {sorted(known)} or 'package.module:Class'")
+    why = got.missing() if runnable else None
+    if why:
+        raise ValueError(f"engine {name!r} could not be imported ({why}); is its package installed?")
     return got
 
 
@@ -80,7 +85,7 @@ def current_options(engine: str, stored: dict) -> dict:
     """Engine options as stored by an older gcdbench (``run.json`` ``identity.engine_options``) under today's names:
     an option declared with ``former=`` is renamed (e.g. ``use_cache`` -> ``cache``). Unknown engines: as is."""
     try:
-        specs = option_specs(engine_class(engine).Options)
+        specs = option_specs(engine_class(engine, runnable=False).Options)
     except ValueError:
         return stored
     renamed = {s.former: s.name for s in specs if s.former and s.name not in stored}
@@ -100,7 +105,7 @@ def options_markdown(names: list[str] | None = None) -> str:
     parts = []
     for name in names or list(engines()):
         try:
-            cls = engine_class(name)
+            cls = engine_class(name, runnable=False)
         except ValueError as err:
             parts.append(f"#### `engine={name}`\n\nNot importable here: {err}\n")
             continue

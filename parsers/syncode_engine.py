@@ -33,10 +33,8 @@ from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
-if importlib.util.find_spec("syncode") is None or importlib.util.find_spec("fire") is None:
-    raise ModuleNotFoundError(
-        "engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire termcolor, then remove the "
-        "top-level 'tests' package it installs (see README 'Other engines')")
+MISSING = ("engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire termcolor, then remove "
+           "the top-level 'tests' package it installs (see README 'Other engines')")
 
 
 def _import_syncode():
@@ -83,6 +81,11 @@ class SynCodeEngine(Engine):
     artifact_keys = {"Mask store MB": ("store_mb",), "Store build s": ("store_build_s",)}
 
     Options = SynCodeOptions
+
+    @classmethod
+    def missing(cls) -> str | None:
+        absent = importlib.util.find_spec("syncode") is None or importlib.util.find_spec("fire") is None
+        return MISSING if absent else None
 
     def version(self) -> str:
         import importlib.metadata
