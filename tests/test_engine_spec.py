@@ -142,3 +142,15 @@ def test_readme_engine_options_section_is_generated():
     m = re.search(r"<!-- engine-options:begin -->\n(.*?)<!-- engine-options:end -->", text, re.S)
     assert m, "README has no engine-options section between its marker comments"
     assert m.group(1) == options_markdown(), "README's engine options are stale: run the command above"
+
+
+def test_a_stored_cell_with_former_option_names_resumes():
+    """A cell stored before ``use_cache`` became ``cache`` is the same cell (its identity is read under today's
+    names), and a real difference is still one."""
+    from gcdbench.experiments.runner import _identity_diff
+
+    defaults = engine_class("psc").options()
+    old = {"engine": "psc", "engine_options": {**{k: v for k, v in defaults.items() if k != "cache"}, "use_cache": True}}
+    assert _identity_diff(old, {"engine": "psc", "engine_options": defaults}, defaults) == []
+    changed = {"engine": "psc", "engine_options": {**defaults, "cache": False}}
+    assert _identity_diff(old, changed, defaults) == ["engine_options: cache=True -> False"]
