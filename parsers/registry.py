@@ -34,6 +34,11 @@ def engines() -> dict[str, str]:
     return dict(sorted(_entry_points().items()))
 
 
+def own_engines() -> list[str]:
+    """The project's own engines (the README's tables list these; plug-ins installed here are left out)."""
+    return [name for name, target in engines().items() if target.startswith("gcdbench.")]
+
+
 def __getattr__(name: str):
     if name == "ENGINES":   # the registered engines, read when asked (plug-ins installed later are seen too)
         return engines()
@@ -125,14 +130,35 @@ def options_markdown(names: list[str] | None = None) -> str:
     return "\n".join(parts)
 
 
+BEGIN, END = "<!-- engine-options:begin -->\n", "<!-- engine-options:end -->"
+
+
+def write_readme(path) -> None:
+    """Replace the text between the engine-options marker comments of the README at ``path``."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not (sep and sep2):
+        raise SystemExit(f"{path} has no {BEGIN.strip()} ... {END} section")
+    Path(path).write_text(head + BEGIN + options_markdown(own_engines()) + END + tail)
+
+
 def main(argv=None) -> None:
     import argparse
+    from pathlib import Path
 
     p = argparse.ArgumentParser(prog="python -m gcdbench.parsers.registry", description=__doc__.split("\n\n")[0])
     p.add_argument("--options", action="store_true", help="print every engine's options as markdown tables")
+    p.add_argument("--readme", nargs="?", const=str(Path(__file__).resolve().parents[1] / "README.md"),
+                   help="with --options: write them into this README's engine-options section (default: the "
+                        "project's README.md)")
     p.add_argument("engines", nargs="*", help="only these engines (default: every registered one)")
     args = p.parse_args(argv)
-    if args.options:
+    if args.options and args.readme:
+        write_readme(args.readme)
+    elif args.options:
         print(options_markdown(args.engines or None), end="")
     else:
         for name, target in engines().items():
