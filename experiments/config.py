@@ -16,6 +16,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -86,7 +87,6 @@ def folder_problem(path) -> str | None:
     folder"`` or ``"<where> is not writable by this user"`` (``<where>``: ``path`` or its nearest existing parent),
     or None. The run's ``out_dir`` and the report's ``--out`` are checked with it before anything is written."""
     import os
-    from pathlib import Path
 
     probe = Path(str(path)).expanduser()
     while not probe.exists() and probe != probe.parent:
@@ -150,11 +150,18 @@ def register() -> None:
     ``conf/engine/`` name their base engine in a ``defaults:`` line and set only the keys they change)."""
     from gcdbench.parsers.registry import engines
 
+    from gcdbench.datasets.registry import datasets
+
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name in engines():
         node = engine_node(name)
         cs.store(group="engine", name=name, node=node if node is not None else {"name": name})
+    # a dataset registered without a conf/dataset/<name>.yaml (a plug-in's): its loader's defaults apply
+    # (options are added with +dataset.<option>=..., checked against the loader's declared ones)
+    have = {p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "dataset").glob("*.yaml")}
+    for name in sorted(set(datasets()) - have):
+        cs.store(group="dataset", name=name, node={"name": name, "ambiguous": False})
     # Hydra's own run folder is named from user values before the runner validates them (issue 27, item 6)
     OmegaConf.register_new_resolver("safe", folder_safe, replace=True)
 
