@@ -154,3 +154,48 @@ def test_a_stored_cell_with_former_option_names_resumes():
     assert _identity_diff(old, {"engine": "psc", "engine_options": defaults}, defaults) == []
     changed = {"engine": "psc", "engine_options": {**defaults, "cache": False}}
     assert _identity_diff(old, changed, defaults) == ["engine_options: cache=True -> False"]
+
+
+def _sweep_choices(overrides: list[str]) -> list[list[str]]:
+    """One override list per swept value (``key=a,b,c``: each value with the other keys at their first one);
+    ``range(a,b)`` stands for its first value."""
+    def values(v):
+        if v.startswith("range("):
+            return [v[6:-1].split(",")[0]]
+        return [v] if v.startswith("[") else v.split(",")
+    pairs = [(o.split("=", 1)[0], values(o.split("=", 1)[1])) for o in overrides]
+    first = [f"{k}={vs[0]}" for k, vs in pairs]
+    out = [first]
+    for i, (k, vs) in enumerate(pairs):
+        out += [first[:i] + [f"{k}={v}"] + first[i + 1:] for v in vs[1:]]
+    return out
+
+
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_preset_composes_with_each_swept_value(experiment):
+    import yaml
+
+    text = yaml.safe_load((REPO / "conf" / "experiment" / f"{experiment}.yaml").read_text())
+    params = ((text.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
+    for overrides in _sweep_choices([f"{k}={v}" for k, v in params.items()]):
+        validate(composed(f"experiment={experiment}", *overrides))
+
+
+def _readme_runs() -> list[list[str]]:
+    import shlex
+
+    out = []
+    for line in (REPO / "README.md").read_text().splitlines():
+        if "python -m experiments.run" in line:
+            cmd = line.split("python -m experiments.run", 1)[1].split("#")[0].split("&&")[0]
+            out.append([a for a in shlex.split(cmd) if "=" in a])
+    return out
+
+
+@pytest.mark.parametrize("args", _readme_runs(), ids=" ".join)
+def test_readme_run_commands_compose(args):
+    for overrides in _sweep_choices(args):
+        validate(composed(*overrides))
