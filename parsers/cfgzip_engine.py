@@ -30,13 +30,12 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from typing import Sequence
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile, option
 from gcdbench.parsers.limited import LimitedProcess

@@ -25,10 +25,9 @@ accepting.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, option
 

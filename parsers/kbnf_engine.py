@@ -17,10 +17,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 

@@ -26,11 +26,10 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 

@@ -12,11 +12,10 @@ parallel fill (``llguidance.numpy.fill_next_token_bitmask_par`` on an ``LLExecut
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 

@@ -25,11 +25,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from dataclasses import dataclass
 
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from typing import Sequence
-
 from dataclasses import dataclass
+from typing import Sequence
 
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, option
 
