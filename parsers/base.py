@@ -226,6 +226,9 @@ class Engine(ABC):
         """``options`` with the defaults filled in; an unknown option, or a value outside an option's type or
         choices, raises one ValueError naming the valid ones."""
         specs = {s.name: s for s in option_specs(cls.Options)}
+        if not specs and cls.options():   # an adapter written before the spec: say how to declare its options
+            raise TypeError(f"engine {cls.name!r} overrides options() without an Options dataclass: declare its "
+                            "options as `Options = <dataclass of gcdbench.parsers.base.option(default, help)>`")
         unknown = sorted(set(options) - set(specs))
         if unknown:
             raise ValueError(f"engine {cls.name!r}: unknown option(s) {unknown}; valid: {sorted(specs)}")
