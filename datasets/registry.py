@@ -1,25 +1,62 @@
-"""Dataset registry: ``dataset=<name>`` on the command line maps to a loader here."""
+"""Dataset registry: ``dataset=<name>`` on the command line maps to a loader named by an entry point of the
+``gcdbench.datasets`` group (the project's own are listed in its pyproject.toml; a package can add its own).
+
+A loader is a function ``(name, dcfg, data_root, n, seed) -> Dataset`` declared with :func:`loader`, which names
+the options its ``conf/dataset/<name>.yaml`` may set (besides ``name`` and ``ambiguous``), each with a one-line help.
+"""
 from __future__ import annotations
 
+import functools
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Callable
 
 from gcdbench.datasets.base import DataError, Dataset, Sample, pick, read_text
 from gcdbench.parsers.base import GrammarSpec
 
-#: every dataset and the options its ``conf/dataset/<name>.yaml`` may set (besides ``name`` and ``ambiguous``)
-DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
-    "spider": ("split",), "spider_spop": ("split",), "treebank": (), "sample": (), "sample_pos": (),
-    "custom": ("grammar", "samples", "start"),
-    # the grammar suite beyond Table 1 (datasets/suite.py) and the sampled (off-gold) replays (datasets/sampled.py)
-    "json": ("max_tokens", "min_tokens", "per_file"), "lark": ("max_tokens",),
-    **{f"ambiguous_{k}": ("lengths",) for k in ("binary", "ternary", "expr", "concat", "right")},
-    "sampled": ("source", "tokenizer", "file"),
-    # seeded random grammars and sentences of chosen lengths (datasets/fuzz.py)
-    "fuzz": ("grammar_seed", "lengths", "per_length"),
-}
-DATASETS = tuple(DATASET_OPTIONS)
-SUITE_DATASETS = ("json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
-                  "ambiguous_right")
+GROUP = "gcdbench.datasets"
+
+
+@dataclass(frozen=True)
+class Loader:
+    """A dataset loader and the options it reads (option -> one-line help)."""
+
+    load: Callable[..., Dataset]
+    options: dict[str, str]
+
+    def __call__(self, name, dcfg, data_root, n=None, seed=0) -> Dataset:
+        return self.load(name, dcfg, data_root, n, seed)
+
+
+def loader(**options: str):
+    """Declare a dataset loader ``(name, dcfg, data_root, n, seed) -> Dataset`` and its options (``split="dev or
+    train"``); name it in the ``gcdbench.datasets`` entry-point group to make it a ``dataset=`` choice."""
+    return lambda fn: Loader(fn, dict(options))
+
+
+@functools.lru_cache(maxsize=None)
+def datasets() -> dict[str, str]:
+    """Every registered dataset: name -> ``"package.module:loader"``."""
+    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    if "custom" not in found:
+        raise ValueError(f"no dataset is registered under the entry-point group {GROUP!r} (the project's own are "
+                         "listed in its pyproject.toml): reinstall it with `pip install --no-deps -e .`")
+    return dict(sorted(found.items()))
+
+
+def dataset_loader(name: str) -> Loader:
+    """The loader registered as ``name``."""
+    known = datasets()
+    if name not in known:
+        raise ValueError(f"unknown dataset {name!r}; valid: {list(known)}")
+    module, _, attr = known[name].partition(":")
+    got = getattr(importlib.import_module(module), attr, None)
+    if not isinstance(got, Loader):
+        raise ValueError(f"dataset {name!r}: {known[name]} is not a loader declared with "
+                         "gcdbench.datasets.registry.loader")
+    return got
 
 
 def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
@@ -28,53 +65,22 @@ def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
 
     Unknown options (``+dataset.splt=train``) and a dataset without samples fail here with the valid choices."""
     name = dcfg["name"]
-    if name not in DATASET_OPTIONS:
-        raise ValueError(f"unknown dataset {name!r}; valid: {list(DATASETS)}")
-    valid = [*DATASET_OPTIONS[name], "ambiguous"]
+    load = dataset_loader(name)
+    valid = [*load.options, "ambiguous"]
     unknown = sorted(set(dcfg) - {"name", *valid})
     if unknown:
         raise DataError(f"dataset {name!r}: unknown option(s) {unknown}; valid: {valid}")
-    ds = _load(dcfg, data_root, n, seed)
+    ds = load(name, dcfg, data_root, n, seed)
     if not ds.samples:
         raise DataError(f"dataset {ds.name!r} has no samples ({ds.meta.get('source', 'its source')}): nothing to run")
     ds.meta["ambiguous"] = bool(dcfg.get("ambiguous", False))
     return ds
 
 
-def _load(dcfg, data_root, n, seed) -> Dataset:
-    name = dcfg["name"]
-    if name in ("spider", "spider_spop"):
-        from gcdbench.datasets.spider import load_spider
-
-        ds = load_spider(data_root, split=dcfg.get("split", "dev"),
-                         variant="spop" if name == "spider_spop" else "plain", n=n, seed=seed)
-    elif name == "treebank":
-        from gcdbench.datasets.treebank import load_treebank
-
-        ds = load_treebank(data_root, n=n, seed=seed)
-    elif name == "sample":
-        from gcdbench.datasets.sample import load_sample_sql
-
-        ds = load_sample_sql(n=n, seed=seed)
-    elif name == "sample_pos":
-        from gcdbench.datasets.sample import load_sample_pos
-
-        ds = load_sample_pos(n=n, seed=seed)
-    elif name in SUITE_DATASETS:
-        from gcdbench.datasets.suite import load_suite_dataset
-
-        ds = load_suite_dataset(name, dcfg, n=n, seed=seed)
-    elif name == "sampled":
-        from gcdbench.datasets.sampled import load_sampled
-
-        ds = load_sampled(dcfg, data_root, n=n, seed=seed)
-    elif name == "fuzz":
-        from gcdbench.datasets.fuzz import load_fuzz_dataset
-
-        ds = load_fuzz_dataset(dcfg, n=n, seed=seed)
-    else:
-        ds = load_custom(dcfg["grammar"], dcfg["samples"], dcfg.get("start", "start"), n, seed)
-    return ds
+@loader(grammar="path to a .lark file", samples="path to a text file, one sample per line",
+        start="the start rule (default start)")
+def custom(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_custom(dcfg.get("grammar"), dcfg.get("samples"), dcfg.get("start", "start"), n, seed)
 
 
 def load_custom(grammar_path, samples_path, start="start", n=None, seed=0) -> Dataset:

@@ -46,3 +46,17 @@ def load_sample_pos(n: int | None = None, seed: int = 0) -> Dataset:
     meta = {"source": str(POS_FILE), "n_lines": len(lines), "sample_len_mean": round(sum(lengths) / len(lengths), 2),
             "sample_len_max": max(lengths)}
     return Dataset(name="sample_pos", grammar=load_grammar("sample_pos"), samples=pick(samples, n, seed), meta=meta)
+
+
+# -- registration (pyproject.toml, entry-point group gcdbench.datasets) --------------------------------------
+from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
+
+
+@loader()
+def sample(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_sample_sql(n=n, seed=seed)
+
+
+@loader()
+def sample_pos(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_sample_pos(n=n, seed=seed)

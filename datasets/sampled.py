@@ -578,3 +578,13 @@ def main(argv=None) -> Path:
 
 if __name__ == "__main__":
     main()
+
+
+# -- registration (pyproject.toml, entry-point group gcdbench.datasets) --------------------------------------
+from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
+
+
+@loader(source="the dataset whose grammar the sequences were drawn from", tokenizer="whose token ids they are",
+        file="null: datasets/sampled/<source>.<tokenizer>.json")
+def sampled(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_sampled(dcfg, data_root, n=n, seed=seed)

@@ -136,3 +136,17 @@ def load_spider(data_root: str | Path, split: str = "dev", variant: str = "plain
         **grammar_stats(grammar_name),
     }
     return Dataset(name=name, grammar=load_grammar(grammar_name), samples=pick(samples, n, seed), meta=meta)
+
+
+# -- registration (pyproject.toml, entry-point group gcdbench.datasets) --------------------------------------
+from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
+
+
+@loader(split="dev or train (Spider's splits)")
+def spider(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_spider(data_root, split=dcfg.get("split", "dev"), variant="plain", n=n, seed=seed)
+
+
+@loader(split="dev or train (Spider's splits)")
+def spider_spop(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_spider(data_root, split=dcfg.get("split", "dev"), variant="spop", n=n, seed=seed)

@@ -338,3 +338,23 @@ def load_suite_dataset(name: str, dcfg, n=None, seed=0) -> Dataset:
         lengths = get("lengths", None)
         return load_ambiguous(name, n, seed, tuple(lengths) if lengths else AMBIGUOUS_LENGTHS)
     raise ValueError(f"unknown suite dataset {name!r}; valid: {list(SUITE)}")
+
+
+# -- registration (pyproject.toml, entry-point group gcdbench.datasets) --------------------------------------
+from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
+
+
+@loader(max_tokens="documents are cut to at most this many Qwen3 tokens",
+        min_tokens="smaller pieces are dropped", per_file="at most this many pieces of one file")
+def json_documents(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_suite_dataset(name, dcfg, n=n, seed=seed)
+
+
+@loader(max_tokens="grammar files are cut to at most this many Qwen3 tokens")
+def lark_grammars(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_suite_dataset(name, dcfg, n=n, seed=seed)
+
+
+@loader(lengths="sentence lengths in terminals; null: 30 lengths from 10 to 200")
+def ambiguous(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_suite_dataset(name, dcfg, n=n, seed=seed)

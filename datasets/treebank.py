@@ -276,3 +276,12 @@ def load_treebank(data_root, n=None, seed=0) -> Dataset:
                           path=f"{combined} (induced from the first {stats['trees']} trees)")
     samples = treebank_samples(data_root)
     return Dataset(name="treebank", grammar=grammar, samples=pick(samples, n, seed), meta=stats)
+
+
+# -- registration (pyproject.toml, entry-point group gcdbench.datasets) --------------------------------------
+from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
+
+
+@loader()
+def treebank(name, dcfg, data_root, n, seed) -> Dataset:
+    return load_treebank(data_root, n=n, seed=seed)

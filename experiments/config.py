@@ -2,16 +2,22 @@
 checks Hydra cannot make (:func:`validate`, called by the runner before any work).
 
 A typo in a top-level key fails at start; a wrong group choice (``engine=xgramar``) fails with Hydra's list
-of valid choices; an unknown engine option, or a value outside an option's allowed values, fails in
-``Engine.__init__`` naming the valid ones; a key added with ``+`` that nothing reads (``+sample=3``), a sample
-count below 1 and a limit that is not positive fail in :func:`validate`.
+of valid choices. Each registered engine's options dataclass (``Engine.Options``) is the schema of its config
+group ``engine/<name>`` (:func:`register`), so a typo in an engine option (``engine.wokers=8``) or a value of
+the wrong type (``engine.workers=abc``) fails while Hydra composes; a value outside an option's allowed values
+(``engine.backend=gpu``), a key added with ``+`` that nothing reads (``+sample=3``), a sample count below 1 and a
+limit that is not positive fail in :func:`validate`, before any work.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -48,7 +54,10 @@ class TokenizerConf:
 
 @dataclass
 class RunConfig:
-    engine: Any = field(default_factory=dict)     # name + engine options (conf/engine/<name>.yaml)
+    # name + engine options: typed by the engine's own node (register(): the engine's Options plus name and
+    # label); Any here, because each engine's node is another dataclass and an engine config kept in a user's
+    # config folder may have none
+    engine: Any = field(default_factory=dict)
     dataset: Any = field(default_factory=dict)    # name + loader keys (conf/dataset/<name>.yaml)
     tokenizer: TokenizerConf = field(default_factory=TokenizerConf)
     experiment: Any = field(default_factory=dict)  # free-form notes of the experiment preset
@@ -78,7 +87,6 @@ def folder_problem(path) -> str | None:
     folder"`` or ``"<where> is not writable by this user"`` (``<where>``: ``path`` or its nearest existing parent),
     or None. The run's ``out_dir`` and the report's ``--out`` are checked with it before anything is written."""
     import os
-    from pathlib import Path
 
     probe = Path(str(path)).expanduser()
     while not probe.exists() and probe != probe.parent:
@@ -90,8 +98,70 @@ def folder_problem(path) -> str | None:
     return None
 
 
+def _hydra_type(tp):
+    """An annotation as OmegaConf reads it (``int | None`` -> ``Optional[int]``)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return Optional[args[0]] if len(args) == 1 else Any
+    return tp if tp in (int, float, bool, str) else Any
+
+
+_NODES: dict[str, type] = {}
+
+
+def engine_node(name: str) -> type | None:
+    """The schema of config group ``engine/<name>``: ``name`` and ``label`` (a preset's cell label) plus the engine's
+    declared options; None when the engine's module does not import here (its node is then open: the runner
+    says why the engine cannot run). The class is an attribute of this module, so configs holding it pickle
+    (Hydra's parallel launchers)."""
+    from gcdbench.parsers.base import option_specs
+    from gcdbench.parsers.registry import engine_class
+
+    key = "EngineConf_" + re.sub(r"\W", "_", name)
+    if key not in _NODES:
+        try:
+            specs = option_specs(engine_class(name, runnable=False).Options)
+        except ValueError:
+            return None
+        fields = [("name", str, field(default=name)), ("label", Optional[str], field(default=None))]
+        fields += [(s.name, _hydra_type(s.type), field(default=s.default)) for s in specs]
+        node = dataclasses.make_dataclass(key, fields)
+        node.__module__ = __name__
+        # what Hydra's message names for a key the node lacks ("Key 'wokers' not in 'engine valiant (options: ...)'");
+        # pickle finds the class by its __qualname__, the key
+        node.__name__ = f"engine {name} (options: {', '.join(s.name for s in specs) or 'none'})"
+        _NODES[key] = node
+    return _NODES[key]
+
+
+def __getattr__(attr: str):
+    """``EngineConf_<name>`` (the node :func:`engine_node` made), found again by pickle in another process."""
+    if attr.startswith("EngineConf_"):
+        from gcdbench.parsers.registry import engines
+
+        for name in engines():
+            if "EngineConf_" + re.sub(r"\W", "_", name) == attr and engine_node(name) is not None:
+                return _NODES[attr]
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
 def register() -> None:
-    ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    """The run's schema, and one node per registered engine as the schema of ``engine/<name>`` (presets in
+    ``conf/engine/`` name their base engine in a ``defaults:`` line and set only the keys they change)."""
+    from gcdbench.parsers.registry import engines
+
+    from gcdbench.datasets.registry import datasets
+
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+    for name in engines():
+        node = engine_node(name)
+        cs.store(group="engine", name=name, node=node if node is not None else {"name": name})
+    # a dataset registered without a conf/dataset/<name>.yaml (a plug-in's): its loader's defaults apply
+    # (options are added with +dataset.<option>=..., checked against the loader's declared ones)
+    have = {p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "dataset").glob("*.yaml")}
+    for name in sorted(set(datasets()) - have):
+        cs.store(group="dataset", name=name, node={"name": name, "ambiguous": False})
     # Hydra's own run folder is named from user values before the runner validates them (issue 27, item 6)
     OmegaConf.register_new_resolver("safe", folder_safe, replace=True)
 
@@ -122,8 +192,19 @@ def _unknown_keys(node, schema, where: str) -> list[str]:
     return bad
 
 
+def engine_options(cfg) -> dict:
+    """The engine options of a composed config (its ``engine`` node less ``name`` and ``label``)."""
+    return {k: v for k, v in OmegaConf.to_container(cfg.engine, resolve=True).items() if k not in ("name", "label")}
+
+
 def validate(cfg) -> int | None:
     """Check what the schema cannot (see the module docstring); returns the sample count (None = all)."""
+    from gcdbench.parsers.registry import engine_class
+
+    try:   # allowed values of the engine's options, before any work (the types Hydra checked)
+        engine_class(cfg.engine.name, runnable=False).check_options(engine_options(cfg))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     bad = _unknown_keys({k: cfg[k] for k in cfg.keys() if k != "hydra"}, RunConfig, "")
     if bad:
         valid = sorted(f.name for f in dataclasses.fields(RunConfig))
@@ -153,5 +234,6 @@ def validate(cfg) -> int | None:
                               "own thread option")
         if not size:
             raise ConfigError(f"batch.threads={threads} applies to batch mode only: set batch.size=B (>= 1), or set "
-                              "the engine's own thread option (engine.threads=..., engine.max_threads=...)")
+                              "the engine's own thread option (engine.threads=..., engine.max_threads=...; "
+                              "python -m gcdbench.parsers.registry --options lists them)")
     return n

@@ -199,6 +199,9 @@ def _identity_diff(old: dict, new: dict, option_defaults: dict | None = None) ->
     """What differs between a stored identity and this run's. An engine option the stored identity lacks and
     this run has at its default (``option_defaults``) is no difference: the option was added to the engine later,
     and its default keeps the behaviour the stored rows were run with."""
+    from gcdbench.parsers.registry import current_options   # options renamed since: read under today's names
+    if isinstance(old.get("engine_options"), dict) and old.get("engine"):
+        old = {**old, "engine_options": current_options(old["engine"], old["engine_options"])}
     out = []
     if option_defaults and isinstance(old.get("engine_options"), dict) and isinstance(new.get("engine_options"), dict):
         added = {k for k, v in new["engine_options"].items()

@@ -15,10 +15,15 @@ Contract (read by the runner, the audit and every adapter):
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
+import functools
+import os
+import types
+import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -128,18 +133,75 @@ def ids_to_mask(ids, vocab_size: int) -> np.ndarray:
     return np.packbits(bits, bitorder="little").view(np.int32).copy()
 
 
-def _check_option(engine: str, key: str, value, default, choices) -> None:
-    """An option value must be one of its declared choices, else of its default's type (None: anything)."""
-    if choices is not None:
-        if value not in choices:
-            raise ValueError(f"engine {engine!r}: {key}={value!r} is not allowed; valid: {list(choices)}")
-        return
-    if default is None or value is None:
-        return
-    want = (int, float) if type(default) is float else type(default)
-    if isinstance(value, bool) and type(default) is not bool or not isinstance(value, want):
-        raise ValueError(f"engine {engine!r}: {key}={value!r} should be of type {type(default).__name__} "
-                         f"(default {default!r})")
+# ---------------------------------------------------------------------------------------------------------------
+# the options spec: each engine declares its options once, as a dataclass of ``option(...)`` fields
+# ---------------------------------------------------------------------------------------------------------------
+def option(default, help: str, choices: tuple | None = None, former: str | None = None):
+    """One engine option: its default, a one-line ``help``, the allowed values (``choices``; None: any value of
+    the declared type) and the name it had before (``former``: stored cells still name it so; see
+    :func:`current_options`). The type is the field's annotation; Hydra's schema, the README's option tables and
+    ``Engine.__init__``'s checks all read this one declaration."""
+    meta = {"help": help, "choices": tuple(choices) if choices is not None else None, "former": former}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One declared option, read from an options dataclass (:func:`option_specs`)."""
+
+    name: str
+    type: Any            # the resolved annotation (int, str | None, ...)
+    default: Any
+    help: str
+    choices: tuple | None
+    former: str | None
+
+    def accepts(self, value) -> bool:
+        """``value`` is of the declared type (None only for an optional option; an int where a float is declared;
+        a path where a string is declared) and, with ``choices``, one of them."""
+        if self.choices is not None:
+            return any(value == c and type(value) is type(c) for c in self.choices)
+        kinds = typing.get_args(self.type) if typing.get_origin(self.type) in (typing.Union, types.UnionType) \
+            else (self.type,)
+        if value is None:
+            return type(None) in kinds or self.type is Any
+        for kind in kinds:
+            if kind is Any or kind is bool and isinstance(value, bool):
+                return True
+            if kind in (int, float) and isinstance(value, bool):
+                continue
+            if kind is float and isinstance(value, (int, float)) or kind is str and isinstance(value, (str, os.PathLike)):
+                return True
+            if kind not in (bool, float, str, type(None)) and isinstance(value, kind):
+                return True
+        return False
+
+    def describe(self) -> str:
+        """The allowed values in words: ``one of ['cpu', 'cuda']`` or ``an int (or null)``."""
+        if self.choices is not None:
+            return str(list(self.choices))
+        kinds = typing.get_args(self.type) or (self.type,)
+        names = [getattr(k, "__name__", str(k)) for k in kinds if k is not type(None)]
+        return f"a {' or '.join(names)}" + (" (or null)" if type(None) in kinds else "")
+
+
+@functools.lru_cache(maxsize=None)
+def option_specs(options_cls) -> tuple[OptionSpec, ...]:
+    """The declared options of an options dataclass, in declaration order, with their annotations resolved."""
+    hints = typing.get_type_hints(options_cls)
+    out = []
+    for f in dataclasses.fields(options_cls):
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{options_cls.__name__}.{f.name}: an engine option needs a default (declare it with "
+                            "gcdbench.parsers.base.option(default, help))")
+        m = f.metadata
+        out.append(OptionSpec(f.name, hints[f.name], f.default, m.get("help", ""), m.get("choices"), m.get("former")))
+    return tuple(out)
+
+
+@dataclass
+class NoOptions:
+    """The options of an engine that has none."""
 
 
 class Engine(ABC):
@@ -149,27 +211,44 @@ class Engine(ABC):
     name: str = "engine"
     #: engine info() keys worth a column in the report's artifact table: column -> path into info()
     artifact_keys: ClassVar[dict[str, tuple[str, ...]]] = {}
-    #: options that take one of a few values: option -> the allowed values (checked on construction)
-    option_choices: ClassVar[dict[str, tuple]] = {}
+    #: the engine's options, declared once: a dataclass whose fields are ``option(default, help, choices)``
+    #: (Hydra's schema of ``engine/<name>``, the README's option tables and the checks below read it)
+    Options: ClassVar[type] = NoOptions
     #: the option that sets how many threads the engine (its batch path ``fill_masks`` included) may use; the
     #: runner's ``batch.threads`` sets it. None: the batch path runs on the calling thread only
     threads_option: ClassVar[str | None] = None
 
     def __init__(self, **options):
-        defaults = self.options()
-        unknown = set(options) - set(defaults)
+        self.opts = self.check_options(options)
+
+    @classmethod
+    def check_options(cls, options: dict) -> dict:
+        """``options`` with the defaults filled in; an unknown option, or a value outside an option's type or
+        choices, raises one ValueError naming the valid ones."""
+        specs = {s.name: s for s in option_specs(cls.Options)}
+        if not specs and cls.options():   # an adapter written before the spec: say how to declare its options
+            raise TypeError(f"engine {cls.name!r} overrides options() without an Options dataclass: declare its "
+                            "options as `Options = <dataclass of gcdbench.parsers.base.option(default, help)>`")
+        unknown = sorted(set(options) - set(specs))
         if unknown:
-            raise ValueError(
-                f"engine {self.name!r}: unknown option(s) {sorted(unknown)}; valid: {sorted(defaults)}"
-            )
-        for k, v in options.items():
-            _check_option(self.name, k, v, defaults[k], self.option_choices.get(k))
-        self.opts = {**defaults, **options}
+            raise ValueError(f"engine {cls.name!r}: unknown option(s) {unknown}; valid: {sorted(specs)}")
+        for key, value in options.items():
+            spec = specs[key]
+            if not spec.accepts(value):
+                raise ValueError(f"engine {cls.name!r}: {key}={value!r} is not allowed; valid: {spec.describe()} "
+                                 f"(default {spec.default!r})")
+        return {**cls.options(), **options}
 
     @classmethod
     def options(cls) -> dict:
-        """Accepted options with their defaults (from ``conf/engine/<name>.yaml``)."""
-        return {}
+        """Accepted options with their defaults (from the ``Options`` dataclass)."""
+        return {s.name: s.default for s in option_specs(cls.Options)}
+
+    @classmethod
+    def missing(cls) -> str | None:
+        """Why this engine cannot run here (a package it needs is absent, with the line that installs it), or None.
+        Its module imports without that package, so its options stay readable (schema, option tables)."""
+        return None
 
     @abstractmethod
     def version(self) -> str:

@@ -30,13 +30,14 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from typing import Sequence
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile, option
 from gcdbench.parsers.limited import LimitedProcess
 
 
@@ -190,23 +191,25 @@ def check_gbnf_limits(ebnf: str, root: str = "root") -> None:
         raise CompileError(f"cfgzip: the start rule {root!r} is used recursively (cfgzip assumes it never is)")
 
 
+@dataclass
+class CFGzipOptions:
+    cache_dir: str | None = option(None, "token classes; null: $GCDBENCH_CACHE/cfgzip or ~/.cache/gcdbench/cfgzip")
+    cache: bool = option(False, "reuse token classes from an earlier run (init then excludes preprocessing; info() "
+                         "says cache_hit)", former="use_cache")
+    num_threads: int = option(1, "cfgzip-preprocess --num-threads")
+    max_threads: int = option(1, "XGrammar's threads: its compiler and its batch matcher (batch.threads sets it)")
+    skip_null_bytes: bool = option(False, "cfgzip-preprocess --skip-null-bytes")
+    skip_repeat_bytes: bool = option(False, "cfgzip-preprocess --skip-repeat-bytes")
+    skip_repeat_min_run: int = option(4, "cfgzip-preprocess --skip-repeat-min-run")
+    preprocess_timeout_s: float | None = option(None, "time budget of cfgzip-preprocess; null: no limit of our own")
+    fix_nullable_terminals: bool = option(False, "our workaround for cfgzip 0.2.0 masking valid tokens around empty "
+                                          "matches (false: as published)")
+
+
 class CFGzipEngine(Engine):
     name = "cfgzip"
+    Options = CFGzipOptions
     threads_option = "max_threads"   # XGrammar's: its compiler and its batch matcher
-
-    @classmethod
-    def options(cls) -> dict:
-        return {
-            "cache_dir": None,             # None: $GCDBENCH_CACHE/cfgzip or ~/.cache/gcdbench/cfgzip
-            "use_cache": False,            # True: reuse preprocessing output from an earlier run (init then excludes it)
-            "num_threads": 1,              # cfgzip-preprocess --num-threads
-            "max_threads": 1,              # XGrammar compiler threads
-            "skip_null_bytes": False,      # cfgzip-preprocess --skip-null-bytes
-            "skip_repeat_bytes": False,    # cfgzip-preprocess --skip-repeat-bytes
-            "skip_repeat_min_run": 4,
-            "preprocess_timeout_s": None,  # None: no limit (the runner's own limits still apply)
-            "fix_nullable_terminals": False,  # our workaround for cfgzip 0.2.0's empty-match bug (off: as published)
-        }
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -259,7 +262,7 @@ class CFGzipEngine(Engine):
         key = f"{grammar_key or 'ebnf'}-{tokenizer.key()}-{h}"
         out_dir = cache_root / "classes" / key
         self._info["cache_path"] = str(out_dir)
-        if self.opts["use_cache"] and (out_dir / "meta.json").exists():
+        if self.opts["cache"] and (out_dir / "meta.json").exists():
             meta = json.loads((out_dir / "meta.json").read_text())
             self._info.update(cache_hit=True, preprocess_s=0.0, preprocess_peak_rss_mb=0.0)
         else:

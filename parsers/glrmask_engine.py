@@ -25,10 +25,11 @@ accepting.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, option
 
 
 class GLRMaskError(RuntimeError):
@@ -155,25 +156,24 @@ def lark_as_is(spec: GrammarSpec) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+@dataclass
+class GLRMaskOptions:
+    grammar_form: str = option("inline_ignore", "inline_ignore: the reference's language; normalized: flat Lark, "
+                               "%ignore kept; lark: the source as is", choices=("inline_ignore", "normalized", "lark"))
+    mask_strategy: str = option("auto", "GLRMask's mask strategy", choices=("auto", "parser_dwa", "token_trie"))
+    boundary_mask_strategy: str = option("auto", "its mask strategy at terminal boundaries",
+                                         choices=("auto", "parser_dwa", "token_trie"))
+    parser_backend: str = option("lr_table", "token_trie only: the parser behind the token trie",
+                                 choices=("lr_table", "template_dfa"))
+    merge_equivalent_tokens: bool = option(False, "token_trie only: merge tokens the grammar cannot tell apart")
+
+
 class GLRMaskEngine(Engine):
     name = "glrmask"
 
     _STRATEGIES = ("auto", "parser_dwa", "token_trie")
 
-    @classmethod
-    def options(cls) -> dict:
-        return {
-            "grammar_form": "inline_ignore",     # inline_ignore | normalized | lark (see the module docstring)
-            "mask_strategy": "auto",             # auto | parser_dwa | token_trie
-            "boundary_mask_strategy": "auto",    # auto | parser_dwa | token_trie
-            "parser_backend": "lr_table",        # token_trie only: lr_table | template_dfa
-            "merge_equivalent_tokens": False,    # token_trie only
-        }
-
-    option_choices = {"grammar_form": ("inline_ignore", "normalized", "lark"),
-                      "mask_strategy": ("auto", "parser_dwa", "token_trie"),
-                      "boundary_mask_strategy": ("auto", "parser_dwa", "token_trie"),
-                      "parser_backend": ("lr_table", "template_dfa")}
+    Options = GLRMaskOptions
 
     def version(self) -> str:
         import importlib.metadata

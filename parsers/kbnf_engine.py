@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
 #: kbnf.Config fields the options may set (None keeps kbnf's default), by the attribute path in kbnf.Config
 _CONFIG = {
@@ -47,13 +48,25 @@ def _quiet_stderr():
         os.close(saved)
 
 
+@dataclass
+class KbnfOptions:
+    """kbnf.Config fields, named as kbnf names them (``_CONFIG`` says where each goes); null: kbnf's own default."""
+
+    cache_enabled: bool | None = option(None, "kbnf engine_config.cache_enabled (its own mask cache, in memory)")
+    compaction_enabled: bool | None = option(None, "kbnf engine_config.compaction_enabled")
+    rejected_token_prefix_cache_enabled: bool | None = option(None, "kbnf engine_config."
+                                                              "rejected_token_prefix_cache_enabled")
+    regex_max_memory_usage: int | None = option(None, "kbnf regex_config.max_memory_usage")
+    min_tokens_required_for_eager_regex_cache: int | None = option(None, "kbnf regex_config."
+                                                                   "min_tokens_required_for_eager_regex_cache")
+    compression_min_terminals: int | None = option(None, "kbnf compression_config.min_terminals")
+
+
 class KbnfEngine(Engine):
     name = "kbnf"
     artifact_keys = {"KBNF chars": ("grammar_chars",)}
 
-    @classmethod
-    def options(cls) -> dict:
-        return {k: None for k in _CONFIG}
+    Options = KbnfOptions
 
     def version(self) -> str:
         import importlib.metadata

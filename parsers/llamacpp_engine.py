@@ -26,16 +26,15 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
-if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None:
-    raise ModuleNotFoundError(
-        "engine llamacpp needs llama-cpp-python and gguf: pip install -e \".[llamacpp]\" (builds llama.cpp from "
-        "source, see README 'Other engines')")
+MISSING = ("engine llamacpp needs llama-cpp-python and gguf: pip install -e \".[llamacpp]\" (builds llama.cpp from "
+           "source, see README 'Other engines')")
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -140,13 +139,21 @@ def _lib() -> _Llama:
     return _LIB
 
 
+@dataclass
+class LlamaCppOptions:
+    cache_dir: str | None = option(None, "where the vocabulary-only GGUF is written once; null: $GCDBENCH_CACHE/gguf")
+
+
 class LlamaCppEngine(Engine):
     name = "llamacpp"
     artifact_keys = {"GGUF MB": ("gguf_mb",), "GBNF chars": ("grammar_chars",)}
 
+    Options = LlamaCppOptions
+
     @classmethod
-    def options(cls) -> dict:
-        return {"cache_dir": None}   # where the vocabulary GGUF is kept (default $GCDBENCH_CACHE/gguf)
+    def missing(cls) -> str | None:
+        absent = importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None
+        return MISSING if absent else None
 
     def version(self) -> str:
         import importlib.metadata

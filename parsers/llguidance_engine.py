@@ -12,11 +12,12 @@ parallel fill (``llguidance.numpy.fill_next_token_bitmask_par`` on an ``LLExecut
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
 
 def ll_tokenizer(tokenizer):
@@ -32,17 +33,22 @@ def ll_tokenizer(tokenizer):
     return tokenizer.view("llguidance.LLTokenizer", build)
 
 
+@dataclass
+class LLGuidanceOptions:
+    step_max_items: int | None = option(None, "parser work limit (LLParserLimits); null: LLGuidance's default")
+    max_items_in_row: int | None = option(None, "parser work limit (LLParserLimits); null: LLGuidance's default")
+    step_lexer_fuel: int | None = option(None, "parser work limit (LLParserLimits); null: LLGuidance's default")
+    initial_lexer_fuel: int | None = option(None, "parser work limit (LLParserLimits); null: LLGuidance's default")
+    threads: int = option(1, "batch mode: threads of its parallel mask fill (LLExecutor); batch.threads sets it")
+    forcing: bool = option(True, "LLGuidance's default: where the grammar forces the next bytes, only the "
+                           "tokenizer's token for them; false: grammar option no_forcing")
+
+
 class LLGuidanceEngine(Engine):
     name = "llguidance"
+    Options = LLGuidanceOptions
     threads_option = "threads"
     LIMITS = ("step_max_items", "max_items_in_row", "step_lexer_fuel", "initial_lexer_fuel")
-
-    @classmethod
-    def options(cls) -> dict:
-        # limits: None keeps LLGuidance's own default for that limit; threads: the batch path's LLExecutor;
-        # forcing: LLGuidance's default fast-forward of forced bytes (see compile)
-        return {"step_max_items": None, "max_items_in_row": None, "step_lexer_fuel": None, "initial_lexer_fuel": None,
-                "threads": 1, "forcing": True}
 
     def version(self) -> str:
         import importlib.metadata

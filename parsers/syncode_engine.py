@@ -25,16 +25,15 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 
-if importlib.util.find_spec("syncode") is None or importlib.util.find_spec("fire") is None:
-    raise ModuleNotFoundError(
-        "engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire termcolor, then remove the "
-        "top-level 'tests' package it installs (see README 'Other engines')")
+MISSING = ("engine syncode needs the syncode package: pip install --no-deps syncode==0.4.16 fire termcolor, then remove "
+           "the top-level 'tests' package it installs (see README 'Other engines')")
 
 
 def _import_syncode():
@@ -66,15 +65,26 @@ def _import_syncode():
     return common, GrammarConstrainer, ByteTokenizer, Grammar
 
 
+@dataclass
+class SynCodeOptions:
+    mode: str = option("grammar_mask", "grammar_mask: SynCode's default (over-approximates); grammar_strict: "
+                       "under-approximates", choices=("grammar_mask", "grammar_strict"))
+    parser: str = option("lalr", "lalr, or lr (LR(1))", choices=("lalr", "lr"))
+    cache: bool = option(True, "pickle the mask store into cache_dir and reuse it (init then only loads it)",
+                         former="use_cache")
+    cache_dir: str | None = option(None, "where the mask store is kept; null: $GCDBENCH_CACHE/syncode")
+
+
 class SynCodeEngine(Engine):
     name = "syncode"
     artifact_keys = {"Mask store MB": ("store_mb",), "Store build s": ("store_build_s",)}
 
+    Options = SynCodeOptions
+
     @classmethod
-    def options(cls) -> dict:
-        # mode: grammar_mask (SynCode's default, over-approximates) | grammar_strict (under-approximates)
-        # parser: lalr | lr (LR(1)); cache_dir: where the mask store is pickled (default $GCDBENCH_CACHE/syncode)
-        return {"mode": "grammar_mask", "parser": "lalr", "use_cache": True, "cache_dir": None}
+    def missing(cls) -> str | None:
+        absent = importlib.util.find_spec("syncode") is None or importlib.util.find_spec("fire") is None
+        return MISSING if absent else None
 
     def version(self) -> str:
         import importlib.metadata
@@ -99,10 +109,6 @@ class SynCodeEngine(Engine):
         from gcdbench.parsers.hf_tokenizer import load_from_hf_cache
 
         mode, parser = self.opts["mode"], self.opts["parser"]
-        if mode not in ("grammar_mask", "grammar_strict"):
-            raise ValueError(f"syncode: mode must be 'grammar_mask' or 'grammar_strict', not {mode!r}")
-        if parser not in ("lalr", "lr"):
-            raise ValueError(f"syncode: parser must be 'lalr' or 'lr', not {parser!r}")
         common, GrammarConstrainer, ByteTokenizer, Grammar = _import_syncode()
         cache = self._cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
@@ -112,10 +118,10 @@ class SynCodeEngine(Engine):
         sgrammar = Grammar(text)
         stores = cache / "mask_stores" / type(hf).__name__
         store = stores / f"{mode}_{sgrammar.hash()}_{hf.vocab_size}.pkl"
-        self.store_cached = bool(self.opts["use_cache"]) and store.exists()
+        self.store_cached = bool(self.opts["cache"]) and store.exists()
         t0 = time.perf_counter()
         try:
-            self.gc = GrammarConstrainer(sgrammar, hf, ByteTokenizer(hf), use_cache=bool(self.opts["use_cache"]),
+            self.gc = GrammarConstrainer(sgrammar, hf, ByteTokenizer(hf), use_cache=bool(self.opts["cache"]),
                                          parse_output_only=False, batch_size=1, parser=parser, mode=mode)
         except RecursionError as err:   # seen on the induced TreeBank grammar (815 lines)
             raise CompileError(f"syncode: Lark's {parser.upper()} table construction exceeded Python's recursion "

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
 from typing import Sequence
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, option
 
 
 def tokenizer_info(tokenizer):
@@ -32,14 +33,18 @@ def tokenizer_info(tokenizer):
     return tokenizer.view("xgrammar.TokenizerInfo", build)
 
 
+@dataclass
+class XGrammarOptions:
+    grammar_form: str = option("ebnf", "ebnf: the project's Lark->EBNF converter (faster); bnf: from Lark's expanded "
+                               "BNF; lark: XGrammar's own Grammar.from_lark", choices=("ebnf", "bnf", "lark"))
+    max_threads: int = option(1, "XGrammar's threads: its compiler and its batch matcher (batch.threads sets it)")
+    cache: bool = option(False, "XGrammar's compiler cache (GrammarCompiler cache_enabled): a grammar compiled again "
+                         "in the same process is reused", former="cache_enabled")
+
+
 class XGrammarEngine(Engine):
     name = "xgrammar"
-
-    @classmethod
-    def options(cls) -> dict:
-        return {"grammar_form": "ebnf", "max_threads": 1, "cache_enabled": False}
-
-    option_choices = {"grammar_form": ("ebnf", "bnf", "lark")}
+    Options = XGrammarOptions
     threads_option = "max_threads"
 
     def version(self) -> str:
@@ -80,7 +85,7 @@ class XGrammarEngine(Engine):
                 raise ValueError(f"xgrammar: grammar_form must be 'ebnf', 'bnf' or 'lark', not {form!r}")
             compiler = xgr.GrammarCompiler(
                 tokenizer_info(tokenizer), max_threads=int(self.opts["max_threads"]),
-                cache_enabled=bool(self.opts["cache_enabled"]),
+                cache_enabled=bool(self.opts["cache"]),
             )
             self.compiled = compiler.compile_grammar(xg)
         except RuntimeError as err:

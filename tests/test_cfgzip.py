@@ -57,14 +57,6 @@ def bytes_plus(*extra: bytes) -> Tokenizer:
 
 
 # -- unit: options, text rewrites, limits ---------------------------------------------------------
-def test_options_match_the_config_file():
-    import yaml
-
-    conf = yaml.safe_load((REPO / "conf" / "engine" / "cfgzip.yaml").read_text())
-    assert conf.pop("name") == "cfgzip"
-    assert conf == CFGzipEngine.options()
-
-
 def test_parens_in_literals_are_escaped_for_cfgzips_reader():
     assert escape_parens_in_literals('t ::= (")") ws [(a] "\\"(" (x)') == 't ::= ("\\x29") ws [\\x28a] "\\"\\x28" (x)'
 
@@ -109,12 +101,12 @@ def test_bytes_masks_equal_reference(case, cache_dir, bytes_tokenizer):
 
 def test_info_cache_and_refusal(cache_dir, bytes_tokenizer):
     grammar = GrammarSpec("tiny_sql", CASES["tiny_sql"][0])
-    first = make(cache_dir, use_cache=False)
+    first = make(cache_dir, cache=False)
     first.compile(grammar, bytes_tokenizer)
     info = first.info()
     assert info["cache_hit"] is False and info["preprocess_s"] > 0 and info["preprocess_peak_rss_mb"] > 0
     assert 0 < info["n_classes"] <= bytes_tokenizer.vocab_size and info["eos_class"] >= 0
-    again = make(cache_dir, use_cache=True)
+    again = make(cache_dir, cache=True)
     again.compile(grammar, bytes_tokenizer)
     assert again.info()["cache_hit"] is True and again.info()["preprocess_s"] == 0.0
     assert again.info()["preprocess_s_recorded"] == pytest.approx(info["preprocess_s"])

@@ -37,14 +37,6 @@ def compiled(tok, text, start="start", **opts) -> GLRMaskEngine:
     return engine
 
 
-def test_options_match_the_config_file():
-    import yaml
-
-    conf = yaml.safe_load((REPO / "conf" / "engine" / "glrmask.yaml").read_text())
-    assert conf.pop("name") == "glrmask"
-    assert conf == GLRMaskEngine.options()
-
-
 @pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_normalized_lark_is_lark_and_same_language(case, inline):

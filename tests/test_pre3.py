@@ -75,10 +75,10 @@ CASES = {"tiny_sql": (TINY, TINY_SAMPLES), "calc": (CALC, CALC_SAMPLES), "json":
 def engines(bytes_tokenizer):
     out = {}
     for name, (text, _s) in CASES.items():
-        eng = Pre3Engine(use_cache=False)
+        eng = Pre3Engine(cache=False)
         eng.compile(_spec(name, text), bytes_tokenizer)
         out[name] = eng
-    eng = Pre3Engine(use_cache=False)
+    eng = Pre3Engine(cache=False)
     eng.compile(_sql("spider"), bytes_tokenizer)
     out["spider"] = eng
     return out
@@ -143,12 +143,12 @@ def test_lalr_tables_equal_larks_sql(name):
 def test_not_lalr_is_refused_naming_conflicts(bytes_tokenizer):
     spec = _spec("ambiguous", (GRAMMARS / "ambiguous.lark").read_text())
     with pytest.raises(CompileError, match=r"not LALR\(1\).*shift/reduce on \w+ in state \d+.*<e -> e e>"):
-        Pre3Engine(use_cache=False).compile(spec, bytes_tokenizer)
+        Pre3Engine(cache=False).compile(spec, bytes_tokenizer)
 
 
 def test_malformed_grammar_is_refused(bytes_tokenizer):
     with pytest.raises(CompileError, match="malformed|no rule"):
-        Pre3Engine(use_cache=False).compile(_spec("bad", "start: foo\n"), bytes_tokenizer)
+        Pre3Engine(cache=False).compile(_spec("bad", "start: foo\n"), bytes_tokenizer)
 
 
 @pytest.mark.slow
@@ -163,7 +163,7 @@ def test_treebank_refused_in_seconds(data_root, bytes_tokenizer):
     msg = (r"not LALR\(1\): the grammar has \d+ conflict\(s\) \(\d+ reduce/reduce, \d+ shift/reduce\): "
            r"reduce/reduce on \w+ in state \d+: <")
     with pytest.raises(CompileError, match=msg):
-        Pre3Engine(use_cache=False).compile(grammar, bytes_tokenizer)
+        Pre3Engine(cache=False).compile(grammar, bytes_tokenizer)
     assert time.monotonic() - t0 < 60
 
 
@@ -346,7 +346,7 @@ def test_multi_byte_tokens_equal_reference(name):
     text, samples = CASES[name]
     samples = [s for s in samples if s]
     tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", "é\"".encode()[:1]])
-    eng = Pre3Engine(use_cache=False)
+    eng = Pre3Engine(cache=False)
     eng.compile(_spec(name, text), tok)
     n, diffs = _reference_walk(eng, tok, _spec(name, text), samples, walks=3, steps=15)
     assert n > 40 and not diffs, diffs[:3]
@@ -368,12 +368,12 @@ def test_char_level_conflicts_on_spider_fall_back_to_lexer(engines, bytes_tokeni
     assert any(k.startswith("shift/reduce: NAME") for k in causes)
     assert any(k.startswith("reduce/reduce:") and "NAME" in k for k in causes)
     with pytest.raises(CompileError, match=r"character-level expansion has \d+ conflict\(s\).*NAME@"):
-        Pre3Engine(use_cache=False, front_end="chars").compile(_spec("tiny_sql", TINY), bytes_tokenizer)
+        Pre3Engine(cache=False, front_end="chars").compile(_spec("tiny_sql", TINY), bytes_tokenizer)
 
 
 def test_front_end_lexer_forced_on_char_grammar(bytes_tokenizer):
     """A grammar the character level takes can still be run through the lexer (standard-lexer profile)."""
-    eng = Pre3Engine(use_cache=False, front_end="lexer")
+    eng = Pre3Engine(cache=False, front_end="lexer")
     eng.compile(_spec("json", JSON), bytes_tokenizer)
     assert eng.info()["front_end"] == "lexer" and eng.profile().lexing == "standard"
     n, diffs = _reference_walk(eng, bytes_tokenizer, _spec("json", JSON), JSON_SAMPLES, walks=3)
@@ -381,15 +381,15 @@ def test_front_end_lexer_forced_on_char_grammar(bytes_tokenizer):
 
 
 def test_leading_ignore_option(bytes_tokenizer):
-    strict = Pre3Engine(use_cache=False, front_end="lexer")
+    strict = Pre3Engine(cache=False, front_end="lexer")
     strict.compile(_spec("tiny_sql", TINY), bytes_tokenizer)
-    loose = Pre3Engine(use_cache=False, front_end="lexer", leading_ignore=True)
+    loose = Pre3Engine(cache=False, front_end="lexer", leading_ignore=True)
     loose.compile(_spec("tiny_sql", TINY), bytes_tokenizer)
     assert ord(" ") not in _ids(strict, bytes_tokenizer)
     assert ord(" ") in _ids(loose, bytes_tokenizer)
     assert loose.profile().leading_ignore
     with pytest.raises(CompileError, match="leading_ignore"):
-        Pre3Engine(use_cache=False, front_end="chars", leading_ignore=True).compile(_spec("w", WORDS), bytes_tokenizer)
+        Pre3Engine(cache=False, front_end="chars", leading_ignore=True).compile(_spec("w", WORDS), bytes_tokenizer)
 
 
 def test_commit_refuses_what_the_mask_refuses(engines, bytes_tokenizer):
@@ -414,8 +414,8 @@ def test_dense_rows_equal_token_lists(bytes_tokenizer):
     """Jobs with a precomputed mask row (dense_min=2: most jobs) give the masks of token lists (dense_min
     above the vocabulary: none), with the work split over several chunks."""
     tok = bytes_tokenizer
-    rows = Pre3Engine(use_cache=False, dense_min=2, chunk=64)
-    lists = Pre3Engine(use_cache=False, dense_min=10**9, chunk=64)
+    rows = Pre3Engine(cache=False, dense_min=2, chunk=64)
+    lists = Pre3Engine(cache=False, dense_min=10**9, chunk=64)
     for e in (rows, lists):
         e.compile(_spec("calc", CALC), tok)
     assert rows.info()["dense_jobs"] > 0 and lists.info()["dense_jobs"] == 0
@@ -465,8 +465,8 @@ def test_parallel_cpu_equals_one_thread(bytes_tokenizer):
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba sees one core")
-    one = Pre3Engine(use_cache=False, threads=1)
-    two = Pre3Engine(use_cache=False, threads=2, chunk=64)
+    one = Pre3Engine(cache=False, threads=1)
+    two = Pre3Engine(cache=False, threads=2, chunk=64)
     for e in (one, two):
         e.compile(_spec("calc", CALC), bytes_tokenizer)
     for text in CALC_SAMPLES[:3]:
@@ -492,14 +492,9 @@ def test_cache_roundtrip(tmp_path, bytes_tokenizer):
         assert a.commit(c) and b.commit(c)
 
 
-def test_options_match_yaml_and_registry():
-    import yaml
-
+def test_registry_and_declarations():
     from gcdbench.parsers.registry import engine_class
 
-    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "engine" / "pre3.yaml").read_text())
-    assert conf.pop("name") == "pre3"
-    assert conf == Pre3Engine.options()
     assert engine_class("pre3") is Pre3Engine
     assert Pre3Engine.complexity() == "O(n)"
     for col, path in Pre3Engine.artifact_keys.items():
@@ -567,7 +562,7 @@ def test_qwen3_masks_equal_psc_and_batch(qwen3_engines, qwen3_tokenizer, name):
     from gcdbench.parsers.psc.engine import PSCEngine
 
     eng, tok = qwen3_engines[name], qwen3_tokenizer
-    psc = PSCEngine(use_cache=False)
+    psc = PSCEngine(cache=False)
     psc.compile(_sql(name), tok)
     for q in _spider_queries(name, 3):
         eng.reset()

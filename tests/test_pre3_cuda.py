@@ -30,10 +30,10 @@ SCRIPT = textwrap.dedent(r'''
     tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"[1, ", b"\" ", b"--"])
     spec = GrammarSpec(name, text)
     # dense_min=8 and chunk=64: some jobs have mask rows, some token lists, over several chunks
-    cpu = Pre3Engine(use_cache=False, dense_min=8, chunk=64)
+    cpu = Pre3Engine(cache=False, dense_min=8, chunk=64)
     cpu.compile(spec, tok)
     assert cpu.info()["dense_jobs"] > 0 and cpu.info()["listed_tokens"] > 0
-    gpu = Pre3Engine(use_cache=False, backend="cuda", cuda_threads=threads, cuda_block=block, dense_min=8, chunk=64)
+    gpu = Pre3Engine(cache=False, backend="cuda", cuda_threads=threads, cuda_block=block, dense_min=8, chunk=64)
     gpu.compile(spec, tok)
     W = (tok.vocab_size + 31) // 32
     steps = 0
@@ -124,7 +124,7 @@ def test_cuda_device_qwen3_batch_equals_cpu(gname, tmp_path):
         from gcdbench.parsers.pre3.engine import Pre3Engine
         from gcdbench.parsers.tokenizers import load_tokenizer
         g, tok = load_grammar(sys.argv[1]), load_tokenizer("qwen3")
-        cpu, gpu = Pre3Engine(use_cache=False), Pre3Engine(use_cache=False, backend="cuda")
+        cpu, gpu = Pre3Engine(cache=False), Pre3Engine(cache=False, backend="cuda")
         cpu.compile(g, tok); gpu.compile(g, tok)
         qs = ["SELECT count(*) FROM singer WHERE age > 20 AND name != 'Joe'",
               "SELECT T1.name, avg(T2.age) FROM a AS T1 JOIN b AS T2 ON T1.id = T2.id GROUP BY T1.name"] * 4

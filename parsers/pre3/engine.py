@@ -9,12 +9,13 @@ current lexer class on its own overlay of the committed stack, in parallel (``ke
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile
+from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
 from gcdbench.parsers.pre3.front import build_jobs, byte_class_transducer
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
@@ -171,6 +172,27 @@ class _Shared:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 
 
+@dataclass
+class Pre3Options:
+    backend: str = option("cpu", "cpu (numba, jobs in parallel) | cuda (numba.cuda; NUMBA_ENABLE_CUDASIM=1 simulates)",
+                          choices=("cpu", "cuda"))
+    threads: int = option(1, "cpu: numba threads (0 = all NUMBA_NUM_THREADS) sharing the jobs and mask chunks")
+    front_end: str = option("auto", "lexer (PSC's byte lexer = Lark's standard lexer) | chars (bytes) | auto (chars "
+                            "if LALR(1))", choices=("auto", "lexer", "chars"))
+    inline_max: int = option(4, "direct jumps: inline a branch point of at most this many edges, else a reduce state")
+    leading_ignore: bool = option(False, "false: no ignored text before the first terminal, like the reference "
+                                  "(lexer only)")
+    chunk: int = option(8192, "vocabulary ids per mask chunk (a multiple of 32): the parallel unit of the mask fill")
+    dense_min: int = option(512, "a job with more tokens than this gets a precomputed mask row instead of a token list")
+    cuda_threads: int = option(16384, "cuda: threads per launch (grid-stride over jobs), each with its own overlay "
+                               "stack (not the cpu thread count: a launch size)")
+    cuda_block: int = option(128, "cuda: threads per block")
+    cache_dir: str | None = option(None, "compiled artifacts (grammar, tokenizer, options); null: ~/.cache/gcdbench/pre3")
+    cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
+    max_build_s: float = option(600.0, "construction time budget (checked between steps); exceeded -> CompileError")
+    max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")
+
+
 class Pre3Engine(Engine):
     name = "pre3"
     threads_option = "threads"
@@ -189,11 +211,7 @@ class Pre3Engine(Engine):
         "char-level conflicts": ("char_level", "conflicts"),
     }
 
-    @classmethod
-    def options(cls) -> dict:
-        return {"backend": "cpu", "threads": 1, "front_end": "auto", "inline_max": 4, "leading_ignore": False,
-                "chunk": 8192, "dense_min": 512, "cuda_threads": 16384, "cuda_block": 128, "cache_dir": None,
-                "use_cache": True, "max_build_s": 600.0, "max_edges": 2_000_000}
+    Options = Pre3Options
 
     def version(self) -> str:
         try:
@@ -235,7 +253,7 @@ class Pre3Engine(Engine):
         t0 = time.perf_counter()
         o = self.opts
         path = art = None
-        if o["use_cache"]:
+        if o["cache"]:
             path = artifact_path("pre3", o["cache_dir"], grammar, tokenizer, o["front_end"],
                                  f"li{int(bool(o['leading_ignore']))}", f"k{int(o['inline_max'])}",
                                  f"c{int(o['chunk'])}", f"d{int(o['dense_min'])}", fmt=FORMAT)

@@ -6,13 +6,14 @@ is one precomputed mask with one vectorised gather from the mask table (single-t
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from typing import Sequence
 
 import numpy as np
 
 from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, n_mask_words
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, n_mask_words, option
 from gcdbench.parsers.psc.build import (END, Progress, SeqTrie, VocabTrie, _Classifier, lalr_tables,
                                         minimize_classifier, realizable, table_from_plain, table_to_plain)
 from gcdbench.parsers.psc.lexer import IGNORED, ByteLexer
@@ -191,6 +192,23 @@ def _mask_of(acc, weights, n_words):
     return _pack(np.concatenate([weights[w] for w in acc]), n_words)
 
 
+@dataclass
+class PSCOptions:
+    cache_dir: str | None = option(None, "compiled artifacts, keyed by grammar.key() + tokenizer.key(); null: "
+                                   "~/.cache/gcdbench/psc")
+    lexer: str = option("standard", "PSC's own maximal-munch byte lexer over all terminals (Lark's contextual lexer: "
+                        "not implemented)", choices=("standard",))
+    leading_ignore: bool = option(False, "false: ignored text (whitespace) may not start the output, like the "
+                                  "reference checker")
+    lalr_timeout_s: float = option(60.0, "Lark's LALR analysis runs in a child process; not done in time -> "
+                                   "CompileTimeout")
+    max_build_s: float = option(600.0, "construction time budget; exceeded -> CompileTimeout (retried on resume)")
+    max_lexer_states: int = option(5000, "size bound of the lexer automaton (one vocabulary pass per state); "
+                                   "exceeded -> CompileError")
+    max_states: int = option(2_000_000, "size budget of the stack classifier; exceeded -> CompileError")
+    cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
+
+
 class PSCEngine(Engine):
     name = "psc"
     artifact_keys = {"lexer states": ("lexer_states",), "LALR states": ("parser_states",),
@@ -207,13 +225,7 @@ class PSCEngine(Engine):
         """One walk of the stack classifier per mask: linear in the stack depth."""
         return "O(n)"
 
-    @classmethod
-    def options(cls) -> dict:
-        return {"cache_dir": None, "lexer": "standard", "leading_ignore": False, "lalr_timeout_s": 60.0,
-                "max_build_s": 600.0, "max_lexer_states": 5000,
-                "max_states": 2_000_000, "use_cache": True}
-
-    option_choices = {"lexer": ("standard",)}
+    Options = PSCOptions
 
     def version(self) -> str:
         try:
@@ -224,11 +236,9 @@ class PSCEngine(Engine):
             return f"gcdbench-psc/{FORMAT}"
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
-        if self.opts["lexer"] != "standard":
-            raise CompileError(f"psc: lexer={self.opts['lexer']!r} is not implemented (only 'standard')")
         t0 = time.perf_counter()
         path = art = None
-        if self.opts["use_cache"]:
+        if self.opts["cache"]:
             path = artifact_path("psc", self.opts["cache_dir"], grammar, tokenizer,
                                  "li1" if self.opts["leading_ignore"] else "li0", fmt=FORMAT)
             art = load_artifact(path, FORMAT)

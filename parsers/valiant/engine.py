@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError, Engine, GrammarSpec
+from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, option
 from gcdbench.parsers.grammar import load_ir
 
 from .align import Aligner, Alignment, alias_blocked, prune_dominated as prune_dominated_readable
@@ -289,6 +290,19 @@ def load_or_build(grammar: GrammarSpec, tokenizer, cache_dir=None, use_cache: bo
     return comp, False
 
 
+@dataclass
+class ValiantOptions:
+    backend: str = option("cpu", "cpu (numba njit) | cuda (numba.cuda kernels; NUMBA_ENABLE_CUDASIM=1 runs them on "
+                          "the CPU)", choices=("cpu", "cuda"))
+    threads: int = option(1, "cpu: threads sharing one terminal tree search (numba prange over the root's subtrees)")
+    workers: int = option(32, "cuda: thread blocks that share the terminal tree search (one DFS per block)")
+    bfs_depth: int = option(2, "cuda: BFS the terminal tree to this depth, then DFS per worker with its own tier stack")
+    cache_dir: str | None = option(None, "compiled artifacts; null: ~/.cache/gcdbench/valiant")
+    cache: bool = option(True, "read/write the on-disk cache of compiled artifacts")
+    token_states: int = option(MAX_STATES, "a token walk holding more (trie node, DFA state) pairs is aligned on "
+                               "merged boundaries")
+
+
 class ValiantEngine(Engine):
     name = "valiant"
     threads_option = "threads"
@@ -307,19 +321,12 @@ class ValiantEngine(Engine):
     def complexity(cls, ambiguous: bool = False) -> str:
         return "O(n^3)"
 
-    @classmethod
-    def options(cls) -> dict:
-        return {"backend": "cpu", "threads": 1, "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True,
-                "token_states": MAX_STATES}
-
-    option_choices = {"backend": ("cpu", "cuda")}
+    Options = ValiantOptions
 
     def version(self) -> str:
         return VERSION
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
-        if self.opts["backend"] not in ("cpu", "cuda"):
-            raise ValueError(f"engine valiant: backend must be 'cpu' or 'cuda', not {self.opts['backend']!r}")
         import numba
 
         self.threads = int(self.opts["threads"])
