@@ -204,6 +204,13 @@ class Engine(ABC):
         """Per-mask cost class for Table 1's "Cmplx." column (``ambiguous``: the grammar is highly ambiguous)."""
         return "?"
 
+    @classmethod
+    def cuda_kernels(cls) -> dict:
+        """The engine's CUDA kernels, for the PTX/SASS report and the GPU agenda: kernel name -> (numba CUDA
+        dispatcher, argument types of a real launch). Building it may compile a small grammar on the CPU; no GPU
+        is needed. Empty: the engine has no CUDA kernels."""
+        return {}
+
     def fork(self) -> "Engine":
         """A new sequence over the same compiled grammar, at the empty prefix (batch mode); shares the
         compiled artifacts, owns its own state. Engines that cannot share raise NotImplementedError."""

@@ -308,6 +308,13 @@ class ValiantEngine(Engine):
         return "O(n^3)"
 
     @classmethod
+    def cuda_kernels(cls) -> dict:
+        """Every CUDA kernel with the argument types of its real launches (dry runs: no GPU needed)."""
+        from gcdbench.parsers.valiant.cuda_signatures import launch_signatures
+
+        return launch_signatures()
+
+    @classmethod
     def options(cls) -> dict:
         return {"backend": "cpu", "threads": 1, "workers": 32, "bfs_depth": 2, "cache_dir": None, "cache": True,
                 "token_states": MAX_STATES}
