@@ -154,6 +154,10 @@ class Engine(ABC):
     #: the option that sets how many threads the engine (its batch path ``fill_masks`` included) may use; the
     #: runner's ``batch.threads`` sets it. None: the batch path runs on the calling thread only
     threads_option: ClassVar[str | None] = None
+    #: the GPU agenda of an engine with CUDA kernels (``experiments/gpu_agenda.sh``): ``cuda`` / ``cpu``: the
+    #: option values selecting each backend; ``sweep``: (option, values) of the occupancy sweep; ``dry_run``: the
+    #: ``cuda`` options and sweep values for numba's CUDA simulator. None: no agenda
+    cuda_agenda: ClassVar[dict | None] = None
 
     def __init__(self, **options):
         defaults = self.options()

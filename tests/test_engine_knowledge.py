@@ -109,7 +109,6 @@ ENGINE_WORDS = re.compile(r"\b(" + "|".join(n for n in ENGINES if n != "referenc
 # Files that still name engines, each with who removes the names; a file listed here that names none any
 # more fails the test below, so the list shrinks as they are fixed.
 PENDING = {
-    "experiments/gpu_agenda.py": "Valiant's own GPU agenda summary (issue 13); belongs beside it (parsers/valiant/)",
 }
 SCANNED = sorted({*(p.relative_to(REPO).as_posix() for p in (REPO / "experiments").glob("*.py")),
                   "parsers/tokenizers.py", "parsers/hf_tokenizer.py"})

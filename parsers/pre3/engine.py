@@ -174,6 +174,10 @@ class _Shared:
 class Pre3Engine(Engine):
     name = "pre3"
     threads_option = "threads"
+    # the simulator runs every GPU thread as a Python thread: a few dozen there
+    cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},
+                   "sweep": ("cuda_threads", (1024, 4096, 16384, 65536)),
+                   "dry_run": {"cuda": {"cuda_threads": 64, "cuda_block": 32}, "sweep": (32,)}}
     artifact_keys = {
         "front end": ("front_end",),
         "LALR states": ("lalr_states",),

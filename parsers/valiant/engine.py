@@ -296,6 +296,8 @@ class ValiantEngine(Engine):
                      "left-child nonterminals (stored per tier)": ("cnf", "left_nonterminals"),
                      "terminals": ("cnf", "terminals"), "lexer states": ("lexer_states",),
                      "terminal-tree nodes": ("trie_nodes",), "token tuples": ("tuples",)}
+    cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},
+                   "sweep": ("workers", (1, 2, 4, 8, 16, 32, 64, 132)), "dry_run": {"sweep": (1, 4)}}
     #: ``bench instructions --phases``: part of a mask -> names in this module whose calls it covers (a call made
     #: while fill_mask runs; names the module does not have count 0, so one bench reads the code before and after
     #: issue 14). The rest of fill_mask is Python (base charts' bookkeeping, the mask's EOS bit ...).
