@@ -43,3 +43,15 @@ def test_masks_and_batch_smoke(tmp_path):
     assert recs[0]["options"] == {"chunk": 64} and recs[1]["sequences"] == "fork"
     files = bench.plot(str(out), str(tmp_path / "fig"))
     assert all((tmp_path / f).exists() for f in files)
+
+
+@pytest.mark.slow
+def test_init_phases_build_then_load_from_cache(tmp_path):
+    out = tmp_path / "init.json"
+    bench.main(["init", "--engine", "psc", "--dataset", "sample", "--tokenizer", "bytes", "--cache-dir",
+                str(tmp_path), "--out", str(out)])
+    recs = _records(out)
+    assert [(r["phase"], r["info"]["cache_hit"]) for r in recs] == [("cold", False), ("cached", True)]
+    with pytest.raises(SystemExit, match="no cache_dir option"):
+        bench.main(["init", "--engine", "xgrammar", "--dataset", "sample", "--tokenizer", "bytes"])
+
