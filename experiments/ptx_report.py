@@ -1,12 +1,13 @@
 """Compile every CUDA kernel of the project for real GPUs, with no GPU, and report their resources.
 
-    python -m gcdbench.experiments.ptx_report [--cc 80 90] [--out results/ptx.json]
+    python -m gcdbench.experiments.ptx_report [--cc 80 90] [--engine NAME ...] [--out results/ptx.json]
 
-Each kernel is compiled to PTX by numba-cuda's real CUDA target (NVVM, from the ``nvidia-nvvm`` wheel) for the
-argument types of its real launches (read from a dry run of ``CudaSearch``, which records launches instead of
-running them). With ``nvidia-nvjitlink`` installed, the PTX is also assembled to SASS and ptxas's report is kept:
+The kernels are those of every registered engine that declares them (``Engine.cuda_kernels()``: kernel name ->
+dispatcher and the argument types of its real launches, which the engine reads from a dry run that records
+launches instead of running them). Each kernel is compiled to PTX by numba-cuda's real CUDA target (NVVM, from
+the ``nvidia-nvvm`` wheel) for those types. With ``nvidia-nvjitlink`` installed, the PTX is also assembled to SASS and ptxas's report is kept:
 registers per thread, stack frame (local memory) bytes, spill stores and loads. One record per kernel and
-compute capability; a kernel that fails to compile makes the command exit non-zero.
+compute capability (with its engine); a kernel that fails to compile makes the command exit non-zero.
 
 No GPU is needed: typing a kernel that calls device functions asks the current device for its compute capability,
 so for the duration of the compile that query answers the capability being compiled for.
@@ -39,35 +40,40 @@ def compute_capability(cc: tuple[int, int]):
         disp.get_current_device = saved
 
 
-def launch_signatures() -> dict:
-    """kernel name -> (dispatcher, argument types) of a real launch, from dry runs of ``CudaSearch`` on the Spider
-    grammar (types depend on dtypes and ranks only, not on the grammar)."""
-    import numpy as np
+def cuda_engines(only=None) -> list[str]:
+    """Registered engines that declare CUDA kernels (``Engine.cuda_kernels`` overridden), optionally only those
+    named in ``only``; engines whose module does not import here are passed over."""
+    from gcdbench.parsers.base import Engine
+    from gcdbench.parsers.registry import ENGINES, engine_class
 
-    from gcdbench.datasets.base import load_grammar
-    from gcdbench.parsers.tokenizers import byte_level
-    from gcdbench.parsers.valiant import cuda_kernels as ck
-    from gcdbench.parsers.valiant.engine import ChartStore, build
+    names = list(ENGINES) if not only else list(only)
+    out = []
+    for name in names:
+        try:
+            cls = engine_class(name)
+        except ValueError:
+            if only:
+                raise
+            continue
+        if cls.cuda_kernels.__func__ is not Engine.cuda_kernels.__func__:
+            out.append(name)
+        elif only:
+            raise ValueError(f"engine {name!r} declares no CUDA kernels (Engine.cuda_kernels)")
+    return out
 
-    comp = build(load_grammar("spider"), byte_level())
+
+def launch_signatures(engines) -> dict:
+    """(engine, kernel name) -> (dispatcher, argument types of a real launch), from each engine's
+    ``cuda_kernels()``."""
+    from gcdbench.parsers.registry import engine_class
+
     out = {}
-    for bfs_depth in (1, 0):
-        cs = ck.CudaSearch(comp, workers=2, bfs_depth=bfs_depth, threads=ck.THREADS, dry=True)
-        store = ChartStore(comp.grammar)
-        cs.search(store, 0)
-        for kernel, args in cs.launched:
-            name = next(k for k, v in ck.KERNELS.items() if v is kernel)
-            out.setdefault(name, (kernel, tuple(numba.typeof(a) for a in args)))
-    # step_kernel: one chart step, as the tests launch it
-    g = comp.grammar
-    store = ChartStore(g)
-    tiers, ps = store.path(0, extra=1)
-    w = np.zeros(4, np.uint64)
-    step_args = (store.mem, tiers, ps, 0, 0, 0, 0, 0, w, w, g.dev, -1, np.zeros(1, np.int64))
-    out["step_kernel"] = (ck.step_kernel, tuple(numba.typeof(a) for a in step_args))
-    missing = set(ck.KERNELS) - set(out)
-    if missing:
-        raise RuntimeError(f"no dry launch reached kernels {sorted(missing)}")
+    for name in engines:
+        kernels = engine_class(name).cuda_kernels()
+        if not kernels:
+            raise RuntimeError(f"engine {name!r} declared CUDA kernels but cuda_kernels() returned none")
+        for kernel_name, (kernel, argtypes) in kernels.items():
+            out[(name, kernel_name)] = (kernel, tuple(argtypes))
     return out
 
 
@@ -111,17 +117,17 @@ def _ptx_local_depot(ptx: str) -> int:
     return sum(int(m) for m in re.findall(r"__local_depot\d+\[(\d+)\]", ptx))
 
 
-def compile_all(ccs) -> list[dict]:
+def compile_all(ccs, engines=None) -> list[dict]:
     from numba.cuda import compile_ptx
 
-    sigs = launch_signatures()
+    sigs = launch_signatures(cuda_engines(engines))
     records = []
     for cc in ccs:
-        for name, (kernel, argtypes) in sorted(sigs.items()):
+        for (engine, name), (kernel, argtypes) in sorted(sigs.items()):
             t0 = time.perf_counter()
             with compute_capability(cc):
                 ptx, _ = compile_ptx(kernel.py_func, argtypes, cc=cc)
-            rec = {"kernel": name, "cc": f"sm_{cc[0]}{cc[1]}", "compile_s": round(time.perf_counter() - t0, 2),
+            rec = {"engine": engine, "kernel": name, "cc": f"sm_{cc[0]}{cc[1]}", "compile_s": round(time.perf_counter() - t0, 2),
                    "ptx_bytes": len(ptx), "ptx_local_depot_bytes": _ptx_local_depot(ptx),
                    "args": len(argtypes)}
             rep = _nvjitlink_report(ptx, cc)
@@ -148,6 +154,8 @@ def versions() -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cc", nargs="+", default=["80", "90"], help="compute capabilities, e.g. 80 90")
+    ap.add_argument("--engine", nargs="+", default=None,
+                    help="only these engines (default: every engine that declares CUDA kernels)")
     ap.add_argument("--out", default="results/ptx.json")
     args = ap.parse_args(argv)
     from numba import config
@@ -157,7 +165,7 @@ def main(argv=None) -> int:
         return 2
     ccs = [(int(c[:-1]), int(c[-1])) for c in args.cc]
     try:
-        records = compile_all(ccs)
+        records = compile_all(ccs, args.engine)
     except Exception as err:    # the toolchain is missing, or a kernel no longer compiles
         hint = ""
         if "NVVM" in str(err) or "nvvm" in str(err).lower():

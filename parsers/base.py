@@ -217,6 +217,10 @@ class Engine(ABC):
     #: the option that sets how many threads the engine (its batch path ``fill_masks`` included) may use; the
     #: runner's ``batch.threads`` sets it. None: the batch path runs on the calling thread only
     threads_option: ClassVar[str | None] = None
+    #: the GPU agenda of an engine with CUDA kernels (``experiments/gpu_agenda.sh``): ``cuda`` / ``cpu``: the
+    #: option values selecting each backend; ``sweep``: (option, values) of the occupancy sweep; ``dry_run``: the
+    #: ``cuda`` options and sweep values for numba's CUDA simulator. None: no agenda
+    cuda_agenda: ClassVar[dict | None] = None
 
     def __init__(self, **options):
         self.opts = self.check_options(options)
@@ -282,6 +286,13 @@ class Engine(ABC):
     def complexity(cls, ambiguous: bool = False) -> str:
         """Per-mask cost class for Table 1's "Cmplx." column (``ambiguous``: the grammar is highly ambiguous)."""
         return "?"
+
+    @classmethod
+    def cuda_kernels(cls) -> dict:
+        """The engine's CUDA kernels, for the PTX/SASS report and the GPU agenda: kernel name -> (numba CUDA
+        dispatcher, argument types of a real launch). Building it may compile a small grammar on the CPU; no GPU
+        is needed. Empty: the engine has no CUDA kernels."""
+        return {}
 
     def fork(self) -> "Engine":
         """A new sequence over the same compiled grammar, at the empty prefix (batch mode); shares the

@@ -139,13 +139,6 @@ ENGINE_OPTIONS = _single_engine_options()
 # Files that still hold engine knowledge, each with the issue's reason and who moves it (issue 26); a file listed
 # here that holds none any more fails the test below, so the list shrinks as they are fixed.
 PENDING = {
-    "experiments/bench_valiant.py": "an engine's own benchmark (imports Valiant's adapter); the one bench harness "
-                                    "replaces it (helper lr)",
-    "experiments/gpu_agenda.py": "Valiant's own GPU agenda summary (issue 13); the agenda is to cover every engine "
-                                 "that declares CUDA kernels (helper lr)",
-    "experiments/gpu_agenda.sh": "runs Valiant only and imports its adapter; same rework as gpu_agenda.py (helper lr)",
-    "experiments/ptx_report.py": "imports Valiant's kernels only, though it claims every CUDA kernel of the project "
-                                 "(Pre3's are never compiled to PTX): helper lr",
     "experiments/figures.py": "mask_vs_workers is built on Valiant's `workers` option (helper report)",
 }
 SCANNED = sorted({*(p.relative_to(REPO).as_posix() for p in (REPO / "experiments").glob("*.py")),

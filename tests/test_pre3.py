@@ -3,7 +3,6 @@ under the profile the engine declares, batch (fork / fill_masks), refusals. CUDA
 from __future__ import annotations
 
 import random
-import time
 from pathlib import Path
 
 import numpy as np
@@ -153,18 +152,35 @@ def test_malformed_grammar_is_refused(bytes_tokenizer):
 
 @pytest.mark.slow
 @pytest.mark.data
-def test_treebank_refused_in_seconds(data_root, bytes_tokenizer):
+def test_treebank_refused_by_own_lalr_analysis(data_root, bytes_tokenizer, monkeypatch):
     """The induced TreeBank grammar is not LR(1): refused by our own LALR analysis with its conflicts named,
-    without Lark's analysis (which runs for minutes on it)."""
-    from gcdbench.datasets.treebank import load_treebank
+    without Lark's analysis (which runs for minutes on it) and before any later phase (lexer, DPDA, jobs):
+    each of those is replaced by one that fails the test if called, so the check does not depend on speed."""
+    import lark
 
+    from gcdbench.datasets.treebank import load_treebank
+    from gcdbench.parsers.pre3 import engine as pre3_engine
+
+    def must_not_run(what):
+        def fail(*_a, **_k):
+            raise AssertionError(f"{what} ran, but the refusal must come from pre3's own LALR analysis first")
+        return fail
+
+    lark_init = lark.Lark.__init__
+
+    def lark_without_lalr(self, *a, **k):
+        if k.get("parser") == "lalr":
+            must_not_run("Lark's LALR analysis")()
+        lark_init(self, *a, **k)
+
+    monkeypatch.setattr(lark.Lark, "__init__", lark_without_lalr)
+    for name in ("one_step", "direct_jumps", "build_jobs", "byte_class_transducer"):
+        monkeypatch.setattr(pre3_engine, name, must_not_run(f"pre3's {name}"))
     grammar = load_treebank(data_root, n=2).grammar
-    t0 = time.monotonic()
     msg = (r"not LALR\(1\): the grammar has \d+ conflict\(s\) \(\d+ reduce/reduce, \d+ shift/reduce\): "
            r"reduce/reduce on \w+ in state \d+: <")
     with pytest.raises(CompileError, match=msg):
         Pre3Engine(cache=False).compile(grammar, bytes_tokenizer)
-    assert time.monotonic() - t0 < 60
 
 
 # -- the DPDA forms -----------------------------------------------------------------------------------------

@@ -4,14 +4,13 @@ bit, one sequence at a time and as a batch (one launch for all sequences). Vocab
 simulator runs every GPU thread as a Python thread). Tests marked ``gpu`` run on a real device."""
 from __future__ import annotations
 
-import functools
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from cuda_check import cuda_env, require_gpu
 
 HERE = Path(__file__).resolve().parent
 
@@ -67,27 +66,11 @@ SCRIPT = textwrap.dedent(r'''
 ''')
 
 
-def _env(simulator: bool) -> dict:
-    """This process's environment with numba's CUDA simulator switched on or off."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    if simulator:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    return env
-
-
-@functools.lru_cache(maxsize=1)
-def _gpu_present() -> bool:
-    """A real CUDA device (not the simulator): checked in a child so this process's numba.cuda stays unset."""
-    r = subprocess.run([sys.executable, "-c", "from numba import cuda; print(cuda.is_available())"], env=_env(False),
-                       capture_output=True, text=True, timeout=120)
-    return r.stdout.strip().endswith("True")
-
-
 def _run(name, threads, block, tmp_path, simulator: bool):
     script = tmp_path / "sim.py"
     script.write_text(SCRIPT)
-    r = subprocess.run([sys.executable, str(script), str(HERE), name, str(threads), str(block)], env=_env(simulator),
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, str(script), str(HERE), name, str(threads), str(block)],
+                       env=cuda_env(simulator), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "sequential ok" in r.stdout and "batch ok" in r.stdout
 
@@ -104,8 +87,7 @@ def test_cuda_simulator_equals_cpu(name, threads, block, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,threads,block", CASES + [("calc", 16384, 128)])
 def test_cuda_device_equals_cpu(name, threads, block, tmp_path):
-    if not _gpu_present():
-        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
+    require_gpu()
     _run(name, threads, block, tmp_path, simulator=False)
 
 
@@ -113,8 +95,7 @@ def test_cuda_device_equals_cpu(name, threads, block, tmp_path):
 @pytest.mark.parametrize("gname", ["spider", "spider_spop"])
 def test_cuda_device_qwen3_batch_equals_cpu(gname, tmp_path):
     """Real grammar, Qwen3 vocabulary, a batch of 8 on a real GPU: every mask equals the CPU backend's."""
-    if not _gpu_present():
-        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
+    require_gpu()
     script = tmp_path / "dev.py"
     script.write_text(textwrap.dedent('''
         import sys
@@ -143,7 +124,7 @@ def test_cuda_device_qwen3_batch_equals_cpu(gname, tmp_path):
                     assert cs[i].commit(streams[i][step]) and gs[i].commit(streams[i][step])
         print("device ok")
     '''))
-    r = subprocess.run([sys.executable, str(script), gname], env=_env(False), capture_output=True, text=True,
+    r = subprocess.run([sys.executable, str(script), gname], env=cuda_env(False), capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "device ok" in r.stdout

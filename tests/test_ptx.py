@@ -1,4 +1,4 @@
-"""Every CUDA kernel of the project compiles for real GPUs (sm_80 and sm_90) with numba-cuda's CUDA target, on a
+"""Every CUDA kernel of the project (every engine that declares them: Valiant's and Pre³'s) compiles for real GPUs (sm_80 and sm_90) with numba-cuda's CUDA target, on a
 machine without a GPU (the compiler comes from the ``nvidia-nvvm`` / ``nvidia-cuda-nvrtc`` / ``nvidia-nvjitlink``
 wheels of the ``test`` extra). The report (registers, local memory per kernel) must be well formed; its numbers
 are recorded, not asserted (``results/ptx.json`` is this command's output)."""
@@ -15,9 +15,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def test_engines_with_cuda_kernels_are_found_by_their_declaration():
+    from gcdbench.experiments.ptx_report import cuda_engines
+
+    found = cuda_engines()
+    assert {"valiant", "pre3"} <= set(found)
+    assert "psc" not in found and "xgrammar" not in found      # no CUDA kernels: not compiled, not in the agenda
+    with pytest.raises(ValueError, match="declares no CUDA kernels"):
+        cuda_engines(["psc"])
+
+
 @pytest.mark.slow
 def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90(tmp_path):
-    from gcdbench.parsers.valiant.cuda_kernels import KERNELS
+    from gcdbench.parsers.pre3.cuda_kernels import KERNELS as PRE3
+    from gcdbench.parsers.valiant.cuda_kernels import KERNELS as VALIANT
 
     out = tmp_path / "ptx.json"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
@@ -25,8 +36,9 @@ def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90(tmp_path):
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-4000:]
     doc = json.loads(out.read_text())
-    recs = {(x["kernel"], x["cc"]): x for x in doc["records"]}
-    assert set(recs) == {(k, cc) for k in KERNELS for cc in ("sm_80", "sm_90")}
+    recs = {(x["engine"], x["kernel"], x["cc"]): x for x in doc["records"]}
+    want = {(e, k) for e, ks in (("valiant", VALIANT), ("pre3", PRE3)) for k in ks}
+    assert set(recs) == {(e, k, cc) for e, k in want for cc in ("sm_80", "sm_90")}
     for rec in recs.values():
         assert rec["ptx_bytes"] > 1000 and rec["ptx_local_depot_bytes"] >= 0
         if rec["toolchain"] == "nvvm+nvjitlink":    # ptxas's own report, read through nvJitLink

@@ -246,7 +246,7 @@ def test_valiant_lexer_terminals_are_the_shared_byte_dfas():
 def test_psc_lexer_reads_unicode_whitespace_and_folds():
     """PSC's lexer uses the shared byte DFAs, and its one-byte lookahead is the reference's standard profile:
     a lexeme is not ended by a multi-byte character whose first bytes could still continue it."""
-    from gcdbench.parsers.psc.lexer import ByteLexer
+    from gcdbench.parsers.lr.lexer import ByteLexer
 
     terms = [("WORD", r"[^\W\d_]\w*", False, 0, 0, False), ("IN", "(?i:in)", True, 2, 0, True),
              ("WS", r"\s+", False, 0, 0, False)]

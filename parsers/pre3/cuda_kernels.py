@@ -93,12 +93,19 @@ def scatter_kernel(cls_ptr, jt_ptr, jt_tok, dense_id, dense_mask, n_ch, ch_words
         t += stride
 
 
-class CudaMasks:
-    """Device copies of a compiled grammar and the launches of one batch step."""
+KERNELS = {"flags_kernel": flags_kernel, "zero_kernel": zero_kernel, "scatter_kernel": scatter_kernel}
 
-    def __init__(self, shared, threads: int = 16384, block: int = 128):
+
+class CudaMasks:
+    """Device copies of a compiled grammar and the launches of one batch step. ``dry=True`` touches no device:
+    "device" arrays are numpy arrays and each launch is recorded in ``launched`` as (kernel, arguments) instead
+    of running (the PTX report reads the argument types of real launches from it)."""
+
+    def __init__(self, shared, threads: int = 16384, block: int = 128, dry: bool = False):
         if block <= 0 or threads <= 0:
             raise ValueError("pre3: cuda_threads and cuda_block must be positive")
+        self.dry = dry
+        self.launched: list[tuple] = []
         self.block = int(block)
         self.threads = max(self.block, (int(threads) + self.block - 1) // self.block * self.block)
         self.maxloc = shared.maxloc
@@ -107,11 +114,25 @@ class CudaMasks:
          dense_mask, n_ch, ch_words) = shared.job_arrays
         self.cls_ptr_host = np.asarray(cls_ptr, dtype=np.int64)
         self.n_ch, self.ch_words = int(n_ch), int(ch_words)
-        self.d_dpda = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in shared.dpda_arrays)
-        self.d_seq = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (seq_ptr, seq_term, pend_ptr, pend_term))
-        self.d_jobs = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (cls_ptr, job_seq, job_pend))
-        self.d_tok = tuple(cuda.to_device(np.ascontiguousarray(a)) for a in (jt_ptr, jt_tok, dense_id, dense_mask))
-        self.scratch = cuda.device_array((self.threads, 2 * self.maxloc), dtype=np.int32)
+        up = self._up
+        self.d_dpda = tuple(up(a) for a in shared.dpda_arrays)
+        self.d_seq = tuple(up(a) for a in (seq_ptr, seq_term, pend_ptr, pend_term))
+        self.d_jobs = tuple(up(a) for a in (cls_ptr, job_seq, job_pend))
+        self.d_tok = tuple(up(a) for a in (jt_ptr, jt_tok, dense_id, dense_mask))
+        self.scratch = self._empty((self.threads, 2 * self.maxloc), np.int32)
+
+    def _up(self, a):
+        a = np.ascontiguousarray(a)
+        return a if self.dry else cuda.to_device(a)
+
+    def _empty(self, shape, dtype):
+        return np.zeros(shape, dtype=dtype) if self.dry else cuda.device_array(shape, dtype=dtype)
+
+    def _launch(self, kernel, grid: int, block: int, *args) -> None:
+        if self.dry:
+            self.launched.append((kernel, args))
+        else:
+            kernel[grid, block](*args)
 
     def masks(self, base: np.ndarray, lens: np.ndarray, cls: np.ndarray, out: np.ndarray) -> int:
         B = base.shape[0]
@@ -120,19 +141,21 @@ class CudaMasks:
         offs = np.zeros(B + 1, dtype=np.int64)
         offs[1:] = np.cumsum(counts)
         total = int(offs[-1])
-        d_base, d_lens = cuda.to_device(np.ascontiguousarray(base)), cuda.to_device(np.asarray(lens, np.int64))
-        d_cls, d_offs = cuda.to_device(np.asarray(cls, np.int32)), cuda.to_device(offs)
-        d_flags = cuda.device_array(max(total, 1), dtype=np.int8)
-        d_out = cuda.device_array(out.shape, dtype=np.uint32)
+        d_base, d_lens = self._up(base), self._up(np.asarray(lens, np.int64))
+        d_cls, d_offs = self._up(np.asarray(cls, np.int32)), self._up(offs)
+        d_flags = self._empty(max(total, 1), np.int8)
+        d_out = self._empty(out.shape, np.uint32)
         bl = self.block
-        zero_kernel[max(1, min(1024, (out.size + bl - 1) // bl)), bl](d_out)
+        self._launch(zero_kernel, max(1, min(1024, (out.size + bl - 1) // bl)), bl, d_out)
         if total:
             n = min(self.threads, (total + bl - 1) // bl * bl)
-            flags_kernel[n // bl, bl](*self.d_dpda, self.n_sym, self.guard, *self.d_seq, self.end_sym, *self.d_jobs,
-                                      d_base, d_lens, d_cls, d_offs, d_flags, self.scratch[:n], self.maxloc)
+            self._launch(flags_kernel, n // bl, bl, *self.d_dpda, self.n_sym, self.guard, *self.d_seq, self.end_sym,
+                         *self.d_jobs, d_base, d_lens, d_cls, d_offs, d_flags, self.scratch[:n], self.maxloc)
             m = min(self.threads, (total * self.n_ch + bl - 1) // bl * bl)
-            scatter_kernel[m // bl, bl](self.d_jobs[0], *self.d_tok, self.n_ch, self.ch_words, d_cls, d_offs, d_flags,
-                                        d_out)
+            self._launch(scatter_kernel, m // bl, bl, self.d_jobs[0], *self.d_tok, self.n_ch, self.ch_words, d_cls,
+                         d_offs, d_flags, d_out)
+        if self.dry:
+            return 0
         d_out.copy_to_host(out)
         if not total:
             return 0
@@ -141,3 +164,29 @@ class CudaMasks:
     def close(self) -> None:
         self.scratch = None
         self.d_dpda = self.d_seq = self.d_jobs = self.d_tok = ()
+
+
+def launch_signatures() -> dict:
+    """kernel name -> (dispatcher, argument types) of a real launch (``Pre3Engine.cuda_kernels``): one dry batch
+    step of two sequences over the Spider grammar and the byte vocabulary (types depend on dtypes and ranks only,
+    not on the grammar). No GPU is needed."""
+    import numba
+
+    from gcdbench.datasets.base import load_grammar
+    from gcdbench.parsers.pre3.engine import Pre3Engine
+    from gcdbench.parsers.tokenizers import byte_level
+
+    tok = byte_level()
+    eng = Pre3Engine(cache=False)
+    eng.compile(load_grammar("spider"), tok)
+    sh = eng._shared
+    cm = CudaMasks(sh, threads=256, block=128, dry=True)
+    base = np.full((2, 1), sh.start_state, dtype=np.int32)
+    cm.masks(base, np.ones(2, np.int64), np.full(2, sh.qclass[0], np.int32),
+             np.zeros((2, (tok.vocab_size + 31) // 32), np.uint32))
+    names = {v: k for k, v in KERNELS.items()}
+    out = {names[k]: (k, tuple(numba.typeof(a) for a in args)) for k, args in cm.launched}
+    missing = set(KERNELS) - set(out)
+    if missing:
+        raise RuntimeError(f"no dry launch reached kernels {sorted(missing)}")
+    return out

@@ -19,7 +19,7 @@ from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec
 from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
 from gcdbench.parsers.pre3.front import build_jobs, byte_class_transducer
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
-from gcdbench.parsers.psc.lexer import IGNORED
+from gcdbench.parsers.lr.lexer import final_terminal, lex_bytes
 
 FORMAT = 2   # bump when the cached artifact changes
 FRONT_ENDS = ("lexer", "chars", "auto")
@@ -76,7 +76,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
         raise CompileError("pre3: front_end=chars reads no leading ignored text; leading_ignore=true needs "
                            "front_end=lexer")
     if used == "lexer":
-        from gcdbench.parsers.psc.lexer import ByteLexer
+        from gcdbench.parsers.lr.lexer import ByteLexer
 
         lexer = ByteLexer(terms, ignore, leading_ignore=leading_ignore)
     t_front = time.monotonic()
@@ -196,6 +196,10 @@ class Pre3Options:
 class Pre3Engine(Engine):
     name = "pre3"
     threads_option = "threads"
+    # the simulator runs every GPU thread as a Python thread: a few dozen there
+    cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},
+                   "sweep": ("cuda_threads", (1024, 4096, 16384, 65536)),
+                   "dry_run": {"cuda": {"cuda_threads": 64, "cuda_block": 32}, "sweep": (32,)}}
     artifact_keys = {
         "front end": ("front_end",),
         "LALR states": ("lalr_states",),
@@ -226,6 +230,13 @@ class Pre3Engine(Engine):
         # one DPDA run per job; a run of one terminal takes one edge, plus one per loop turn (bounded by the
         # stack it pops): linear in the prefix at worst
         return "O(n)"
+
+    @classmethod
+    def cuda_kernels(cls) -> dict:
+        """The kernels of ``backend=cuda`` with the argument types of their real launches (a dry batch step)."""
+        from gcdbench.parsers.pre3.cuda_kernels import launch_signatures
+
+        return launch_signatures()
 
     def profile(self) -> Profile:
         used = getattr(self, "_shared", None)
@@ -352,10 +363,9 @@ class Pre3Engine(Engine):
         if self._finished:
             return False
         if token_id == sh.eos:
-            q = self._q
-            w = sh.winner[q]
+            w = final_terminal(sh.winner, self._q)
             terms = []
-            if q != 0 and w != IGNORED:
+            if w is not None:
                 if w < 0 or sh.lex_to_dpda[w] < 0:
                     return False
                 terms.append(sh.lex_to_dpda[w])
@@ -368,18 +378,17 @@ class Pre3Engine(Engine):
         data = sh.token_bytes[token_id] if 0 <= token_id < sh.vocab else b""
         if not data:
             return False
-        q, ss, se = self._q, sh.step_state, sh.step_emit
         terms = []
-        for c in data:
-            e = se[q][c]
-            q = ss[q][c]
-            if q < 0:
-                return False
-            if e >= 0:
-                t = sh.lex_to_dpda[e]
-                if t < 0:
-                    return False
-                terms.append(t)
+        to_dpda = sh.lex_to_dpda
+
+        def emit(e: int) -> bool:
+            t = to_dpda[e]
+            terms.append(t)
+            return t >= 0
+
+        q = lex_bytes(sh.step_state, sh.step_emit, self._q, data, emit)
+        if q < 0:
+            return False
         if terms and self._run_terms(terms) != 0:
             return False
         self._q = q

@@ -1,13 +1,13 @@
 """How tokens meet the DPDA: a byte lexer front end, precomputed per lexer state into *jobs*.
 
-The DPDA reads terminals; tokens are bytes. The front end is a deterministic byte transducer: PSC's
-maximal-munch lexer (``gcdbench.parsers.psc.lexer.ByteLexer``: Lark's standard lexer, all terminals compete,
-keywords reserved), or, for the character-level DPDA, the trivial one that emits each byte's class. Because
-it is deterministic, a token read from lexer state ``q`` yields one terminal sequence ``w`` and one
-unfinished lexeme whose possible terminals are ``N`` (PSC's realizable sequences, computed here with PSC's
-vocabulary trie code). Tokens with equal ``(w, N)`` from ``q`` form a *job*: one DPDA run decides them all.
-Lexer states with identical jobs share a *class*. EOS is one more job per class (the finished lexeme's
-terminal, then ``$END``).
+The DPDA reads terminals; tokens are bytes. The front end is a deterministic byte transducer: the
+maximal-munch lexer PSC uses too (``gcdbench.parsers.lr.lexer.ByteLexer``: Lark's standard lexer, all
+terminals compete, keywords reserved), or, for the character-level DPDA, the trivial one that emits each byte's
+class. Because it is deterministic, a token read from lexer state ``q`` yields one terminal sequence ``w`` and
+one unfinished lexeme whose possible terminals are ``N`` (PSC's realizable sequences, from the LR engines'
+shared :class:`gcdbench.parsers.lr.tokens.TokenJobs`). Tokens with equal ``(w, N)`` from ``q`` form a *job*: one
+DPDA run decides them all. Lexer states with identical jobs share a *class*. EOS is one more job per class (the
+finished lexeme's terminal, then ``$END``).
 
 Arrays (all int32): ``cls_ptr`` (jobs of class c: ``cls_ptr[c] .. cls_ptr[c+1]``), ``job_seq``/``job_pend``
 (terminal sequence id; pending set id, 0 = anything may follow, -1 = EOS), ``seq_ptr``/``seq_term`` and
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gcdbench.parsers.base import CompileError
-from gcdbench.parsers.psc.build import SeqTrie, VocabTrie, realizable
-from gcdbench.parsers.psc.lexer import IGNORED
+from gcdbench.parsers.lr.lexer import IGNORED
+from gcdbench.parsers.lr.tokens import TokenJobs
 
 
 @dataclass
@@ -62,11 +62,8 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
     to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int64)
     vocab = tokenizer.vocab_size
     n_ch = (vocab + chunk - 1) // chunk
-    trie = VocabTrie(tokenizer.token_bytes)
-    tok_node = trie.token_node
-    tok_ids = np.flatnonzero(tok_node >= 0)
-    nodes = tok_node[tok_ids]
-    seqs = SeqTrie()
+    tj = TokenJobs(tokenizer.token_bytes)
+    tok_ids, seqs = tj.tok_ids, tj.seqs
     eos = tokenizer.eos_id
 
     # pending sets -> ids (0 = anything may follow)
@@ -88,22 +85,11 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
     cls_jobs: list[np.ndarray] = []    # per class: job keys (seq * n_pend + pend, or -(seq+1) for EOS)
     cls_tok_parts: list[tuple] = []
     for q in range(lexer.n_states):
-        st, sq = realizable(lexer, trie, seqs, q)
-        est = st[nodes]
-        valid = est >= 0
-        job = np.full(tok_ids.size, -1, dtype=np.int64)
-        job[valid] = sq[nodes[valid]] * n_pend + pend_of_state[est[valid]]
-        w = int(lexer.winner[q])
-        if q == 0 or w == IGNORED:
-            eos_seq = 0
-        elif w >= 0:
-            eos_seq = int(seqs.intern_many(np.array([0]), np.array([w]))[0])
-        else:
-            eos_seq = -1
-        key = job.tobytes() + eos_seq.to_bytes(8, "little", signed=True)
+        job, eos_seq, key = tj.state_jobs(lexer, q, pend_of_state, n_pend)
         c = class_key.get(key)
         if c is None:
             c = class_key[key] = len(cls_jobs)
+            valid = job >= 0
             keys, inv = np.unique(job[valid], return_inverse=True)
             toks = tok_ids[valid]
             if eos_seq >= 0:

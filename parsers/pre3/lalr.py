@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
+from gcdbench.parsers.lr.lexer import lark_terminals
 
 END = "$END"
 ROOT = "$root"
@@ -74,9 +75,9 @@ class CFG:
 def lark_grammar(grammar: GrammarSpec):
     """(CFG, terminal definitions for the lexer, ignored terminal names), from Lark's own grammar compiler.
 
-    Terminal definitions are ``(name, regex, is_literal, literal_len, priority, ignore_case)``, the form PSC's
-    byte lexer takes. Lark is built with its Earley front end, which only compiles the grammar (no LR
-    analysis), so this is fast even for the induced TreeBank grammar.
+    Terminal definitions are ``(name, regex, is_literal, literal_len, priority, ignore_case)``, the form the
+    byte lexer (:mod:`gcdbench.parsers.lr.lexer`) takes. Lark is built with its Earley front end, which only
+    compiles the grammar (no LR analysis), so this is fast even for the induced TreeBank grammar.
     """
     import lark
     from lark.exceptions import LarkError
@@ -85,12 +86,7 @@ def lark_grammar(grammar: GrammarSpec):
         lk = lark.Lark(grammar.lark, parser="earley", lexer="dynamic", start=grammar.start)
     except LarkError as err:
         raise CompileError(f"pre3: malformed grammar: {err}") from err
-    terms = []
-    for t in lk.terminals:
-        pat = t.pattern
-        is_lit = pat.type == "str"
-        terms.append((t.name, pat.to_regexp(), is_lit, len(pat.value) if is_lit else 0, t.priority,
-                      "i" in pat.flags))
+    terms = lark_terminals(lk)
     rules = [(r.origin.name, [(s.name, s.is_term) for s in r.expansion]) for r in lk.rules]
     used = {s for _lhs, rhs in rules for s, is_t in rhs if is_t}
     ignored = set(lk.ignore_tokens)

@@ -3,7 +3,8 @@
 Pieces, in order:
 
 1. ``lalr_tables``: Lark's LALR(1) analysis (``lark.Lark(..., parser="lalr")``); conflicts -> CompileError.
-2. ``realizable``: for every lexer state q and token v the realizable terminal sequence R_q(v) (sec 3.1),
+2. ``realizable`` (in :mod:`gcdbench.parsers.lr.tokens`, shared with Pre³): for every lexer state q and
+   token v the realizable terminal sequence R_q(v) (sec 3.1),
    computed over a byte trie of the vocabulary, one numpy pass per trie depth for all tokens at once.
    Our lexer is deterministic, so R_q(v) is one pair ``(w, N)``: the complete terminals ``w`` the token
    emits, and ``N`` the terminals the unfinished lexeme may still become (``None``: anything may follow,
@@ -24,7 +25,8 @@ import time
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, CompileTimeout, GrammarSpec
-from gcdbench.parsers.psc.lexer import ByteLexer
+from gcdbench.parsers.lr.lexer import lark_terminals
+from gcdbench.parsers.lr.tokens import SeqTrie
 
 END = "$END"
 log = logging.getLogger("gcdbench.psc")
@@ -185,13 +187,7 @@ def _lalr_child_work(text: str, start: str, max_rules: int, send=None):
         more = f" (and {len(conflicts) - 20} more)" if len(conflicts) > 20 else ""
         return ("error", f"not LALR(1): {len(conflicts)} shift/reduce conflict(s): {shown}{more}")
     table = lk.parser.parser._parse_table
-    terms = []
-    for t in lk.terminals:
-        pat = t.pattern
-        is_lit = pat.type == "str"
-        terms.append((t.name, pat.to_regexp(), is_lit, len(pat.value) if is_lit else 0, t.priority,
-                      "i" in pat.flags))
-    return ("ok", table_to_plain(table), terms, list(lk.ignore_tokens))
+    return ("ok", table_to_plain(table), lark_terminals(lk), list(lk.ignore_tokens))
 
 
 def table_to_plain(table) -> dict:
@@ -211,96 +207,7 @@ def table_from_plain(plain: dict):
 
 
 # --------------------------------------------------------------------------------------------------
-# 2. realizable terminal sequences over a vocabulary trie
-# --------------------------------------------------------------------------------------------------
-class VocabTrie:
-    """Byte trie of the vocabulary as arrays, nodes sorted by depth (node 0 = root)."""
-
-    def __init__(self, token_bytes: list[bytes]):
-        ids: dict[bytes, int] = {b"": 0}
-        parent = [0]
-        byte = [0]
-        depth = [0]
-        for tb in token_bytes:
-            for k in range(1, len(tb) + 1):
-                p = tb[:k]
-                if p not in ids:
-                    ids[p] = len(parent)
-                    parent.append(ids[tb[: k - 1]])
-                    byte.append(tb[k - 1])
-                    depth.append(k)
-        depth_a = np.asarray(depth, dtype=np.int32)
-        order = np.argsort(depth_a, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        self.parent = rank[np.asarray(parent, dtype=np.int64)[order]].astype(np.int64)
-        self.byte = np.asarray(byte, dtype=np.int64)[order]
-        self.depth = depth_a[order]
-        self.n = int(order.size)
-        self.level_bounds = np.searchsorted(self.depth, np.arange(self.depth.max() + 2))
-        self.token_node = np.array([rank[ids[tb]] if tb else -1 for tb in token_bytes], dtype=np.int64)
-
-
-class SeqTrie:
-    """Global trie of terminal sequences: id 0 = empty sequence."""
-
-    def __init__(self):
-        self.key: dict[tuple[int, int], int] = {}
-        self.parent = [-1]
-        self.last = [-1]
-        self.children: list[dict[int, int]] = [{}]
-
-    def intern_many(self, parents: np.ndarray, terms: np.ndarray) -> np.ndarray:
-        # terminal indices < 4096 (checked in build_artifact)
-        pairs = parents * 4096 + terms
-        uniq, inv = np.unique(pairs, return_inverse=True)
-        out = np.empty(uniq.size, dtype=np.int64)
-        for j, pr in enumerate(uniq.tolist()):
-            p, t = divmod(pr, 4096)
-            k = self.key.get((p, t))
-            if k is None:
-                k = self.key[(p, t)] = len(self.parent)
-                self.parent.append(p)
-                self.last.append(t)
-                self.children.append({})
-                self.children[p][t] = k
-            out[j] = k
-        return out[inv]
-
-
-def realizable(lexer: ByteLexer, trie: VocabTrie, seqs: SeqTrie, q: int):
-    """For lexer state q: arrays over trie nodes (end lexer state or -1, sequence id)."""
-    st = np.full(trie.n, -1, dtype=np.int64)
-    sq = np.zeros(trie.n, dtype=np.int64)
-    st[0] = q
-    ss, se = lexer.step_state, lexer.step_emit
-    lb = trie.level_bounds
-    for d in range(1, len(lb) - 1):
-        a, b = lb[d], lb[d + 1]
-        if a >= b:
-            break
-        par = trie.parent[a:b]
-        ps = st[par]
-        alive = ps >= 0
-        if not alive.any():
-            break
-        idx = np.flatnonzero(alive)
-        pss = ps[idx]
-        bs = trie.byte[a:b][idx]
-        ns = ss[pss, bs]
-        ne = se[pss, bs]
-        seq = sq[par[idx]]
-        em = ne >= 0
-        if em.any():
-            seq = seq.copy()
-            seq[em] = seqs.intern_many(seq[em], ne[em].astype(np.int64))
-        st[a + idx] = ns
-        sq[a + idx] = seq
-    return st, sq
-
-
-# --------------------------------------------------------------------------------------------------
-# 3. the stack classifier
+# 3. the stack classifier (2., the realizable sequences, is gcdbench.parsers.lr.tokens)
 # --------------------------------------------------------------------------------------------------
 class _Classifier:
     """Builds the deterministic automaton over (lexer class, stack top ... bottom).

@@ -14,9 +14,10 @@ import numpy as np
 
 from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
 from gcdbench.parsers.base import CompileError, Engine, GrammarSpec, Profile, n_mask_words, option
-from gcdbench.parsers.psc.build import (END, Progress, SeqTrie, VocabTrie, _Classifier, lalr_tables,
-                                        minimize_classifier, realizable, table_from_plain, table_to_plain)
-from gcdbench.parsers.psc.lexer import IGNORED, ByteLexer
+from gcdbench.parsers.lr.lexer import ByteLexer, final_terminal, lex_bytes
+from gcdbench.parsers.lr.tokens import TokenJobs
+from gcdbench.parsers.psc.build import (END, Progress, _Classifier, lalr_tables, minimize_classifier,
+                                        table_from_plain, table_to_plain)
 
 FORMAT = 5   # bump when the cached artifact changes
 
@@ -47,12 +48,8 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
     t_lex = time.monotonic()
 
     vocab = tokenizer.vocab_size
-    trie = VocabTrie(tokenizer.token_bytes)
-    tok_node = trie.token_node
-    has_bytes = tok_node >= 0
-    tok_ids = np.flatnonzero(has_bytes)
-    nodes = tok_node[tok_ids]
-    seqs = SeqTrie()
+    tj = TokenJobs(tokenizer.token_bytes)
+    tok_ids, seqs = tj.tok_ids, tj.seqs
 
     # pending sets -> small ints (0 = None: anything may follow)
     pend_ids: dict = {None: 0}
@@ -68,20 +65,8 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
     weights: list[np.ndarray] = []
     eos = tokenizer.eos_id
     for q in range(lexer.n_states):
-        st, sq = realizable(lexer, trie, seqs, q)
-        est = st[nodes]
-        ok = est >= 0
-        job = np.full(tok_ids.size, -1, dtype=np.int64)
-        job[ok] = sq[nodes[ok]] * len(pend_list) + pend_of_state[est[ok]]
-        # EOS as one more job: the lexeme in progress must be a whole terminal (or ignored, or empty)
-        w = int(lexer.winner[q])
-        if q == 0 or w == IGNORED:
-            eos_seq = 0
-        elif w >= 0:
-            eos_seq = int(seqs.intern_many(np.array([0]), np.array([w]))[0])
-        else:
-            eos_seq = -1
-        key = job.tobytes() + eos_seq.to_bytes(8, "little", signed=True)
+        # EOS is one more job (eos_seq): the lexeme in progress must be a whole terminal (or ignored, or empty)
+        job, eos_seq, key = tj.state_jobs(lexer, q, pend_of_state, len(pend_list))
         c = class_key.get(key)
         if c is None:
             c = class_key[key] = len(classes)
@@ -372,10 +357,8 @@ class PSCEngine(Engine):
         if token_id == self.eos:
             from lark.exceptions import UnexpectedToken
 
-            w = self.winner[self.q]
-            if self.q != 0 and w == -1:
-                return False
-            if w >= 0 and self.q != 0 and not self._feed(w):
+            w = final_terminal(self.winner, self.q)
+            if w is not None and (w < 0 or not self._feed(w)):
                 return False
             try:
                 self.ps.feed_token(self._Token(END, ""), True)
@@ -386,14 +369,9 @@ class PSCEngine(Engine):
         data = self.token_bytes[token_id] if 0 <= token_id < self.vocab else b""
         if not data:
             return False
-        q, ss, se = self.q, self.step_state, self.step_emit
-        for c in data:
-            e = se[q][c]
-            q = ss[q][c]
-            if q < 0:
-                return False
-            if e >= 0 and not self._feed(e):
-                return False
+        q = lex_bytes(self.step_state, self.step_emit, self.q, data, self._feed)
+        if q < 0:
+            return False
         self.q = q
         return True
 

@@ -310,6 +310,18 @@ class ValiantEngine(Engine):
                      "left-child nonterminals (stored per tier)": ("cnf", "left_nonterminals"),
                      "terminals": ("cnf", "terminals"), "lexer states": ("lexer_states",),
                      "terminal-tree nodes": ("trie_nodes",), "token tuples": ("tuples",)}
+    cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},
+                   "sweep": ("workers", (1, 2, 4, 8, 16, 32, 64, 132)), "dry_run": {"sweep": (1, 4)}}
+    #: ``bench instructions --phases``: part of a mask -> names in this module whose calls it covers (a call made
+    #: while fill_mask runs; names the module does not have count 0, so one bench reads the code before and after
+    #: issue 14). The rest of fill_mask is Python (base charts' bookkeeping, the mask's EOS bit ...).
+    instruction_phases = {
+        "search": ("tree_search", "tree_search_par"),            # before: the tree search alone
+        "assembly": ("fill_tokens",),                            # before: mask assembly alone
+        "needed": ("needed_nodes",),                             # before: needed-node pruning alone
+        "base_masks": ("mask_base", "mask_base_par"),            # after: the three in one call per base chart
+        "base_steps": ("extend",),                               # chart steps of the mask's base charts
+    }
 
     def profile(self):
         """The harness's language (``Profile()``): scannerless token alignment over the grammar's terminals."""
@@ -322,6 +334,13 @@ class ValiantEngine(Engine):
         return "O(n^3)"
 
     Options = ValiantOptions
+
+    @classmethod
+    def cuda_kernels(cls) -> dict:
+        """Every CUDA kernel with the argument types of its real launches (dry runs: no GPU needed)."""
+        from gcdbench.parsers.valiant.cuda_signatures import launch_signatures
+
+        return launch_signatures()
 
     def version(self) -> str:
         return VERSION
@@ -595,7 +614,7 @@ class ValiantEngine(Engine):
 
     @property
     def counters(self) -> dict:
-        """Work done so far (load-independent; bench_valiant reports them per mask): tree searches and their memo
+        """Work done so far (load-independent; experiments/bench.py reports them per mask): tree searches, their memo
         hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
         without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
         from an earlier search's kept charts, base charts a mask did without (mask_virtual), searches of merged

@@ -1,4 +1,5 @@
-"""PSC's lexer model: one deterministic byte automaton built from Lark's terminal definitions.
+"""The LR engines' lexer (PSC, Pre³): one deterministic byte automaton built from Lark's terminal definitions,
+and its run time (a token's bytes through the automaton; the lexeme EOS ends).
 
 The lexer is a deterministic finite-state transducer over bytes (the GreatGramma-style lexer that PSC
 reuses, paper sec 3.1):
@@ -14,8 +15,8 @@ reuses, paper sec 3.1):
   literals before regexes (what Lark's ``unless`` callback does for keywords matched by a NAME regex),
   then the longer literal, then the name. Ignored terminals are dropped from the output.
 
-Every terminal is in every lexer state (a *standard* lexer, not Lark's contextual one; see the README of
-this package for where that differs).
+Every terminal is in every lexer state (a *standard* lexer, not Lark's contextual one; see
+``parsers/psc/README.md`` for where that differs).
 """
 from __future__ import annotations
 
@@ -25,6 +26,41 @@ from gcdbench.parsers.base import CompileError
 from gcdbench.parsers.regex_fsm import byte_dfa
 
 IGNORED = -2   # "emits" an ignored terminal (nothing reaches the parser)
+
+
+def lark_terminals(lk) -> list[tuple]:
+    """The terminal definitions of a built ``lark.Lark`` in the form :class:`ByteLexer` takes:
+    ``(name, regex, is_literal, literal_len, priority, ignore_case)``."""
+    terms = []
+    for t in lk.terminals:
+        pat = t.pattern
+        is_lit = pat.type == "str"
+        terms.append((t.name, pat.to_regexp(), is_lit, len(pat.value) if is_lit else 0, t.priority,
+                      "i" in pat.flags))
+    return terms
+
+
+def lex_bytes(step_state, step_emit, q: int, data: bytes, emit) -> int:
+    """Run a token's bytes from lexer state ``q`` (``step_state``/``step_emit`` as nested lists, the fast form
+    for Python indexing), calling ``emit(terminal)`` for each terminal the lexer emits (ignored text emits
+    nothing); returns the new lexer state, or -1 when a byte is dead or ``emit`` returns False."""
+    for c in data:
+        e = step_emit[q][c]
+        q = step_state[q][c]
+        if q < 0:
+            return -1
+        if e >= 0 and not emit(e):
+            return -1
+    return q
+
+
+def final_terminal(winner, q: int) -> int | None:
+    """What EOS in lexer state ``q`` emits before ``$END``: the terminal the lexeme in progress is, None when
+    there is none to emit (empty or ignored lexeme), -1 when the lexeme is not a whole terminal (EOS refused)."""
+    w = winner[q]
+    if q == 0 or w == IGNORED:
+        return None
+    return w if w >= 0 else -1
 
 
 class ByteLexer:

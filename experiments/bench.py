@@ -1,0 +1,444 @@
+"""Micro-benchmarks of any engine, outside the runner: one harness for every engine (not a unit test).
+
+    python -m gcdbench.experiments.bench masks --engine valiant --dataset spider spider_spop treebank --n 50 \
+        [--sweep threads=1,2] [KEY=VALUE ...] [--out results/bench/valiant_cpu.json]
+    python -m gcdbench.experiments.bench init --engine psc --dataset spider --out results/bench/psc_init.json
+    python -m gcdbench.experiments.bench batch --engine pre3 xgrammar --dataset spider --batch 1 2 4 8 \
+        --steps 200 --threads 0 [pre3.backend=cuda] --out results/bench/pre3_batch_cpu.json
+    python -m gcdbench.experiments.bench instructions --engine valiant --dataset spider --n 10 [--phases]
+    python -m gcdbench.experiments.bench plot results/bench/pre3_batch_cpu.json --out results/figures/pre3_batch
+
+Engines and their options come from the registry and the engine's own options: ``KEY=VALUE`` sets an option of
+every engine named (``NAME.KEY=VALUE`` of one), ``--sweep KEY=V1,V2`` gives one record per value, ``--threads``
+sets each engine's ``threads_option`` (as the runner's ``batch.threads`` does). Datasets come from the dataset
+registry (``dataset.KEY=VALUE`` sets a loader option, e.g. ``--dataset custom dataset.grammar=G.lark
+dataset.samples=S.txt``). Samples are teacher-forced by the runner's own code (``worker.teacher_force``; batch:
+``worker.run_batch`` over the engine and its forks).
+
+``masks``: cold and warm init (a fresh ``cache_dir`` when the engine has one), per-mask and per-commit times, the
+same per prefix length (``per_prefix``), outcomes, and the engine's work counters per mask (its ``counters``
+attribute, if it has one); ``--counters`` leaves the timings out. ``init``: cold build (fresh cache) and cache
+load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
+per step, timed. ``instructions``: instructions per mask and per commit under callgrind
+(:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency against B. Every command prints one JSON
+line per record; ``--out`` also writes them with command, machine, versions and commit
+(:func:`gcdbench.experiments.benchfile.write_bench`).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+# --------------------------------------------------------------------------------------------------------------
+# engines, options, datasets
+# --------------------------------------------------------------------------------------------------------------
+def _value(text: str):
+    """A command-line value as YAML reads it (``1`` int, ``0.5`` float, ``true`` bool, ``null`` None)."""
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def parse_overrides(items: list[str], engines: list[str]) -> tuple[dict, dict]:
+    """``KEY=VALUE`` / ``NAME.KEY=VALUE`` / ``dataset.KEY=VALUE`` -> (engine -> options, dataset options)."""
+    per_engine: dict[str, dict] = {e: {} for e in engines}
+    dataset: dict = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"bench: {item!r} is not KEY=VALUE (engine option, NAME.KEY=VALUE or dataset.KEY=VALUE)")
+        scope, dot, name = key.rpartition(".")
+        if scope == "dataset":
+            dataset[name] = _value(text)
+        elif dot and scope not in per_engine:
+            raise SystemExit(f"bench: {item!r} names engine {scope!r}, which is not among --engine {engines}")
+        else:
+            for e in ([scope] if dot else engines):
+                per_engine[e][name] = _value(text)
+    return per_engine, dataset
+
+
+def option_sets(engine: str, overrides: dict, threads: int | None, sweep: list[str]) -> list[dict]:
+    """The option sets of one engine: overrides, ``--threads`` on its threads option, one set per sweep value.
+    Unknown options fail here, naming the valid ones (the engine's own check)."""
+    from gcdbench.parsers.registry import engine_class
+
+    cls = engine_class(engine)
+    base = dict(overrides)
+    if threads is not None:
+        if cls.threads_option is None:
+            raise SystemExit(f"bench: --threads: engine {engine!r} has no threads option")
+        base.setdefault(cls.threads_option, threads)
+    axes = []
+    for item in sweep:
+        key, _, values = item.partition("=")
+        axes.append([(key, _value(v)) for v in values.split(",") if v])
+    sets = [{**base, **dict(combo)} for combo in itertools.product(*axes)] if axes else [base]
+    for opts in sets:
+        cls(**opts)   # validates names and values now, before any dataset loads
+    return sets
+
+
+def load(name: str, dataset_options: dict, data_root: str, n, seed: int):
+    """Dataset ``name`` from the registry, ``n`` samples (None: all)."""
+    from gcdbench.datasets.registry import load_dataset
+
+    return load_dataset({"name": name, **dataset_options}, data_root, n=n, seed=seed)
+
+
+def _count(value: str):
+    """``--n``: a whole number >= 1, or ``all`` (None)."""
+    if value.strip().lower() == "all":
+        return None
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--n {value}: at least 1, or all")
+    return n
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _stats(us) -> dict:
+    a = np.asarray(us, dtype=np.float64)
+    if not a.size:
+        return {}
+    return {"mean": round(float(a.mean()), 2), "p50": round(float(np.percentile(a, 50)), 2),
+            "p90": round(float(np.percentile(a, 90)), 2), "p99": round(float(np.percentile(a, 99)), 2),
+            "max": round(float(a.max()), 2)}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# masks: one sequence at a time
+# --------------------------------------------------------------------------------------------------------------
+def per_prefix(prefix: np.ndarray, us: np.ndarray) -> list[dict]:
+    """Masks, p50, p99 and mean of ``us`` at each prefix length (tokens committed before the mask)."""
+    out = []
+    for k in np.unique(prefix).tolist():
+        x = us[prefix == k]
+        out.append({"prefix_tokens": int(k), "masks": int(x.size), "p50_us": round(float(np.median(x)), 1),
+                    "p99_us": round(float(np.percentile(x, 99)), 1), "mean_us": round(float(x.mean()), 1)})
+    return out
+
+
+def _counters(e) -> dict:
+    return dict(getattr(e, "counters", {}) or {})
+
+
+class _Steps:
+    """The ``emit`` of :func:`worker.teacher_force`: keeps each mask's row and commit time, and the engine's
+    work counters spent inside each mask (counters read after the previous commit and after the mask)."""
+
+    def __init__(self, engine):
+        self.engine, self.rows, self.commits, self.work = engine, [], [], {}
+        self.mark = _counters(engine)
+
+    def __call__(self, row) -> None:
+        self.rows.append(row)
+        now = _counters(self.engine)
+        for key, v in now.items():
+            self.work[key] = self.work.get(key, 0) + v - self.mark.get(key, 0)
+        self.mark = now
+
+    def commit_time(self, us: float) -> None:
+        self.commits.append(us)
+        self.mark = _counters(self.engine)
+
+
+def _compile(engine: str, opts: dict, grammar, tok, cache_dir: str | None):
+    from gcdbench.parsers.registry import create_engine, engine_class
+
+    if cache_dir is not None and "cache_dir" in engine_class(engine).options():
+        opts = {**opts, "cache_dir": cache_dir}
+    e = create_engine(engine, **opts)
+    t0 = time.perf_counter()
+    e.compile(grammar, tok)
+    return e, time.perf_counter() - t0
+
+
+def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
+    """Init and per-mask times (or, with ``--counters``, only outcomes and work counters) of one dataset."""
+    from gcdbench.experiments.worker import teacher_force
+
+    with tempfile.TemporaryDirectory() as tmp:
+        e, cold = _compile(engine, opts, ds.grammar, tok, tmp)
+        e2, warm = _compile(engine, opts, ds.grammar, tok, tmp)
+        e2.close()
+    streams = [s.ids(tok) for s in ds.samples]
+    if args.max_steps:
+        streams = [ids[: args.max_steps] for ids in streams]
+    if not args.counters and streams:   # jitted functions load outside the timings (the runner's warm-up)
+        teacher_force(e, streams[0], tok.eos_id, tok.vocab_size, _Steps(e))
+    steps = _Steps(e)
+    outcomes: dict[str, int] = {}
+    for ids in streams:
+        outcome, _msg, _ = teacher_force(e, ids, tok.eos_id, tok.vocab_size, steps, token_bytes=tok.token_bytes)
+        outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
+    info = e.info()
+    e.close()
+    us = np.array([r[3] for r in steps.rows], dtype=np.float64)
+    prefix = np.array([r[1] for r in steps.rows], dtype=np.int64)
+    n = max(1, len(steps.rows))
+    rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "samples": len(streams),
+           "steps": len(steps.rows), "work_per_mask": {k: round(v / n, 2) for k, v in sorted(steps.work.items())},
+           "outcomes": outcomes, "info": info}
+    if not args.counters and us.size:
+        pp = per_prefix(prefix, us)
+        rec.update({
+            "init_cold_s": round(cold, 2), "init_warm_s": round(warm, 3),
+            "mask_mean_us": round(float(us.mean()), 1), "mask_median_us": round(float(np.median(us)), 1),
+            "mask_p99_us": round(float(np.percentile(us, 99)), 1), "mask_max_us": round(float(us.max()), 1),
+            "per_prefix_p99_max_us": max(r["p99_us"] for r in pp),
+            "per_prefix_p99_over_1ms": sum(r["p99_us"] > 1000 for r in pp), "prefix_lengths": len(pp),
+            "commit_mean_us": round(float(np.mean(steps.commits)), 1) if steps.commits else None,
+            "per_prefix": pp,
+        })
+    print(json.dumps({k: v for k, v in rec.items() if k != "per_prefix"}, default=str), flush=True)
+    return rec
+
+
+# --------------------------------------------------------------------------------------------------------------
+# init: cold build and cache load, each in its own process
+# --------------------------------------------------------------------------------------------------------------
+def init_phase(args) -> dict:
+    """One phase in this (child) process: compile once into ``--cache-dir``."""
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    per_engine, dopts = parse_overrides(args.overrides, args.engine)
+    engine, opts = args.engine[0], per_engine[args.engine[0]]
+    tok = load_tokenizer(args.tokenizer)
+    ds = load(args.dataset[0], dopts, args.data_root, 1, args.seed)
+    rss_before = _peak_mib()
+    e, init_s = _compile(engine, opts, ds.grammar, tok, args.cache_dir)
+    return {"dataset": args.dataset[0], "engine": engine, "options": opts, "phase": args.phase,
+            "init_s": round(init_s, 3), "info": e.info(), "peak_rss_mib_before_compile": round(rss_before, 1),
+            "peak_rss_mib": round(_peak_mib(), 1)}
+
+
+def init(args) -> list[dict]:
+    from gcdbench.parsers.registry import engine_class
+
+    records = []
+    for engine in args.engine:
+        if "cache_dir" not in engine_class(engine).options():
+            raise SystemExit(f"bench init: engine {engine!r} has no cache_dir option (nothing to load from cache)")
+        per_engine, _ = parse_overrides(args.overrides, args.engine)
+        for name in args.dataset:
+            cache = tempfile.mkdtemp(prefix="gcdbench-bench-", dir=args.cache_dir)
+            try:
+                for ph in ("cold", "cached"):
+                    over = [f"{k}={json.dumps(v)}" for k, v in per_engine[engine].items()]
+                    over += [o for o in args.overrides if o.startswith("dataset.")]
+                    cmd = [sys.executable, "-m", "gcdbench.experiments.bench", "init", "--engine", engine,
+                           "--dataset", name, "--tokenizer", args.tokenizer, "--data-root", args.data_root,
+                           "--cache-dir", cache, "--phase", ph, *over]
+                    res = subprocess.run(cmd, capture_output=True, text=True)
+                    if res.returncode:
+                        print(res.stderr, file=sys.stderr)
+                        raise SystemExit(res.returncode)
+                    rec = json.loads(res.stdout.strip().splitlines()[-1])
+                    print(json.dumps(rec, default=str), flush=True)
+                    records.append(rec)
+            finally:
+                import shutil
+
+                shutil.rmtree(cache, ignore_errors=True)
+    return records
+
+
+# --------------------------------------------------------------------------------------------------------------
+# batch: B sequences in lock-step
+# --------------------------------------------------------------------------------------------------------------
+class _Inbox:
+    """The channel :func:`worker.run_batch` reports to, kept in memory."""
+
+    def __init__(self):
+        self.messages: list[tuple] = []
+
+    def send(self, msg) -> None:
+        self.messages.append(msg)
+
+
+def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
+    """Per-step times of ``fill_masks`` over B sequences (the engine and its forks, or compiled copies), for
+    each ``--batch`` size: samples cycle so that the batch stays full for ``--warmup + --steps`` steps."""
+    from gcdbench.experiments.worker import (BATCH_STEP_FIELDS, SlotJournal, StepLog, make_sequences,
+                                             run_batch)
+
+    streams = [s.ids(tok) for s in ds.samples]
+    e, init_s = _compile(engine, opts, ds.grammar, tok, args.cache_dir)
+    records = []
+    for B in args.batch:
+        want = (args.warmup + args.steps + 1) * B + B * max(map(len, streams)) + B
+        work, total = [], 0
+        for k in itertools.count():
+            ids = streams[k % len(streams)]
+            work.append((str(k), ids, ()))
+            total += len(ids) + 1
+            if total >= want:
+                break
+        seqs, how = make_sequences(e, B, lambda: _compile(engine, opts, ds.grammar, tok, args.cache_dir)[0])
+        log = StepLog.create(capacity=1 << 14, width=len(BATCH_STEP_FIELDS))
+        journal = SlotJournal.create(B, max(map(len, streams)) + 2)
+        inbox = _Inbox()
+        try:   # an untimed pass first: jitted functions and the batch path's buffers load outside the timings
+            run_batch(e, seqs, tok, work[:B], 1e9, 1e9, log, journal, _Inbox())
+            log.reset()
+            done = run_batch(e, seqs, tok, work, 1e9, 1e9, log, journal, inbox)
+            rows = [r for m in inbox.messages if m[0] == "bsteps" for r in m[1]] + log.raw_rows()
+        finally:
+            log.close(unlink=True)
+            journal.close(unlink=True)
+        full = [r for r in rows if int(r[2]) == B][args.warmup: args.warmup + args.steps]
+        outcomes: dict[str, int] = {}
+        for m in inbox.messages:
+            if m[0] == "seq":
+                outcomes[m[1]["outcome"]] = outcomes.get(m[1]["outcome"], 0) + 1
+        st = _stats([r[3] for r in full])
+        rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B,
+               "steps": len(full), "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
+               "commit_us_per_step": _stats([r[4] for r in full]), "outcomes": outcomes,
+               "violations": sum(v for k, v in outcomes.items() if k != "ok"), "sequences": how,
+               "fallback_steps": done["fallback_steps"], "init_s": round(init_s, 3),
+               "cache_hit": e.info().get("cache_hit"), "cpu_count": os.cpu_count()}
+        print(json.dumps(rec, default=str), flush=True)
+        records.append(rec)
+        if how != "fork":   # compiled copies hold their own resources; forks share the engine's
+            for s in seqs[1:]:
+                s.close()
+    e.close()
+    return records
+
+
+# --------------------------------------------------------------------------------------------------------------
+# plot
+# --------------------------------------------------------------------------------------------------------------
+def _config_label(rec: dict) -> str:
+    opts = rec.get("options") or {}
+    return rec["engine"] + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) + ")" if opts else "")
+
+
+def plot(path: str, out: str) -> list[str]:
+    """Batch step latency (p50, band to p90) against B, one line per engine configuration, per dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    doc = json.loads(open(path).read())
+    recs = [r for r in doc["records"] if "B" in r]
+    if not recs:
+        raise SystemExit(f"bench plot: {path} holds no batch records (bench batch writes them)")
+    datasets = sorted({r["dataset"] for r in recs})
+    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
+    for ax, ds in zip(axes[0], datasets):
+        for label in sorted({_config_label(r) for r in recs if r["dataset"] == ds}):
+            rs = sorted((r for r in recs if r["dataset"] == ds and _config_label(r) == label), key=lambda r: r["B"])
+            B = [r["B"] for r in rs]
+            p50 = [r["step_us"]["p50"] / 1000 for r in rs]
+            p90 = [r["step_us"]["p90"] / 1000 for r in rs]
+            ax.plot(B, p50, marker="o", label=label)
+            ax.fill_between(B, p50, p90, alpha=0.2)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size B (sequences per step)")
+        ax.set_ylabel("mask step latency, ms (p50; band to p90)")
+        ax.set_title(f"{ds}, {recs[0]['tokenizer']}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    m = doc.get("machine", {})
+    fig.suptitle(f"{m.get('cpu', '')} ({m.get('cpu_count', '?')} cores), GPU {m.get('gpu')}, "
+                 f"commit {str(doc.get('git_commit', ''))[:10]}", fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    files = [f"{out}.png", f"{out}.pdf"]
+    for f in files:
+        fig.savefig(f, dpi=150)
+    plt.close(fig)
+    return files
+
+
+# --------------------------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("masks", "init", "batch", "instructions"):
+        p = sub.add_parser(name)
+        p.add_argument("--engine", nargs="+", required=True, help="registered engine name(s)")
+        p.add_argument("--dataset", nargs="+", default=["spider"], help="registered dataset name(s)")
+        p.add_argument("--n", type=_count, default=10, help="samples per dataset (a count, or all)")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--data-root", default=os.environ.get("GCDBENCH_DATA_ROOT", "../shared/data"))
+        p.add_argument("--tokenizer", default="qwen3")
+        p.add_argument("--threads", type=int, default=None, help="each engine's threads option (its threads_option)")
+        p.add_argument("--sweep", nargs="+", default=[], help="KEY=V1,V2: one record per value (engine options)")
+        p.add_argument("--cache-dir", default=None, help="parent folder of fresh artifact caches")
+        p.add_argument("--max-steps", type=int, default=0, help="stop each sample after this many tokens (0: all)")
+        p.add_argument("--out", default=None, help="also write the records, with machine and commit, to this file")
+        p.add_argument("overrides", nargs="*", help="KEY=VALUE, NAME.KEY=VALUE (engine), dataset.KEY=VALUE")
+    sub.choices["masks"].add_argument("--counters", action="store_true", help="work counters only (no timing)")
+    sub.choices["init"].add_argument("--phase", default=None, help=argparse.SUPPRESS)
+    b = sub.choices["batch"]
+    b.add_argument("--batch", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
+    b.add_argument("--steps", type=int, default=200, help="timed steps per batch size (full batch)")
+    b.add_argument("--warmup", type=int, default=5)
+    i = sub.choices["instructions"]
+    i.add_argument("--phases", action="store_true", help="also per part of a mask (the engine's instruction_phases)")
+    i.add_argument("--count-child", default=None, help=argparse.SUPPRESS)
+    p = sub.add_parser("plot")
+    p.add_argument("file")
+    p.add_argument("--out", required=True, help="output path without extension (.png and .pdf are written)")
+    return ap
+
+
+def main(argv=None) -> None:
+    args = _parser().parse_args(argv)
+    if args.cmd == "plot":
+        print("\n".join(plot(args.file, args.out)))
+        return
+    if args.cmd == "init" and args.phase:
+        print(json.dumps(init_phase(args), default=str))
+        return
+    if args.cmd == "instructions":
+        from gcdbench.experiments import bench_count
+
+        if args.count_child:
+            return bench_count.count_child(args)
+        records = bench_count.count_all(args)
+    elif args.cmd == "init":
+        records = init(args)
+    else:
+        from gcdbench.parsers.tokenizers import load_tokenizer
+
+        per_engine, dopts = parse_overrides(args.overrides, args.engine)
+        sets = {e: option_sets(e, per_engine[e], args.threads, args.sweep) for e in args.engine}
+        tok = load_tokenizer(args.tokenizer)
+        run = time_masks if args.cmd == "masks" else time_batch
+        records = []
+        for name in args.dataset:
+            ds = load(name, dopts, args.data_root, args.n, args.seed)
+            for engine in args.engine:
+                for opts in sets[engine]:
+                    out = run(engine, opts, name, ds, tok, args)
+                    records.extend(out if isinstance(out, list) else [out])
+    if args.out:
+        from gcdbench.experiments.benchfile import write_bench
+
+        print(write_bench(args.out, records))
+
+
+if __name__ == "__main__":
+    main()

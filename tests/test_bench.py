@@ -1,0 +1,57 @@
+"""The one bench harness (``experiments/bench.py``) runs any engine from the registry on any registered dataset,
+with engine options as overrides: a tiny run per mode (byte vocabulary, the bundled sample grammar); the
+numbers are not checked, the records' shape and outcomes are."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gcdbench.experiments import bench
+
+
+def _records(path):
+    return json.loads(path.read_text())["records"]
+
+
+def test_overrides_reach_each_engine_and_the_dataset():
+    per_engine, dataset = bench.parse_overrides(["chunk=64", "psc.leading_ignore=true", "dataset.split=dev"],
+                                                ["pre3", "psc"])
+    assert per_engine == {"pre3": {"chunk": 64}, "psc": {"chunk": 64, "leading_ignore": True}}
+    assert dataset == {"split": "dev"}
+    with pytest.raises(SystemExit, match="not among --engine"):
+        bench.parse_overrides(["valiant.threads=2"], ["psc"])
+    with pytest.raises(ValueError, match="unknown option"):      # the engine's own check, before any data loads
+        bench.option_sets("psc", {"chunk": 64}, None, [])
+    sets = bench.option_sets("pre3", {}, 1, ["chunk=32,64"])
+    assert sets == [{"threads": 1, "chunk": 32}, {"threads": 1, "chunk": 64}]
+
+
+@pytest.mark.slow
+def test_masks_and_batch_smoke(tmp_path):
+    out = tmp_path / "masks.json"
+    bench.main(["masks", "--engine", "psc", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
+                "--out", str(out)])
+    (rec,) = _records(out)
+    assert rec["engine"] == "psc" and rec["outcomes"] == {"ok": 2} and rec["steps"] > 2
+    assert rec["mask_p99_us"] > 0 and rec["per_prefix"][0]["prefix_tokens"] == 0
+    out = tmp_path / "batch.json"
+    bench.main(["batch", "--engine", "pre3", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
+                "--batch", "1", "3", "--steps", "5", "--warmup", "1", "chunk=64", "--out", str(out)])
+    recs = _records(out)
+    assert [r["B"] for r in recs] == [1, 3] and all(r["steps"] == 5 and r["violations"] == 0 for r in recs)
+    assert recs[0]["options"] == {"chunk": 64} and recs[1]["sequences"] == "fork"
+    files = bench.plot(str(out), str(tmp_path / "fig"))
+    assert all((tmp_path / f).exists() for f in files)
+
+
+@pytest.mark.slow
+def test_init_phases_build_then_load_from_cache(tmp_path):
+    out = tmp_path / "init.json"
+    bench.main(["init", "--engine", "psc", "--dataset", "sample", "--tokenizer", "bytes", "--cache-dir",
+                str(tmp_path), "--out", str(out)])
+    recs = _records(out)
+    assert [(r["phase"], r["info"]["cache_hit"]) for r in recs] == [("cold", False), ("cached", True)]
+    with pytest.raises(SystemExit, match="no cache_dir option"):
+        bench.main(["init", "--engine", "xgrammar", "--dataset", "sample", "--tokenizer", "bytes"])
+
