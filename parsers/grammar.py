@@ -125,3 +125,12 @@ def _load(lark_text: str, start: str) -> GrammarIR:
 def load_ir(spec: GrammarSpec) -> GrammarIR:
     """Parse ``spec.lark`` with Lark; a malformed grammar raises CompileError naming Lark's message."""
     return _load(spec.lark, spec.start)
+
+
+def shipped_grammar(name: str) -> GrammarSpec:
+    """A grammar file shipped with the project (``datasets/grammars/<name>.lark``) read as data, for engine code
+    that needs a fixed grammar (the CUDA kernels' launch signatures) without importing the datasets layer."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "datasets" / "grammars" / f"{name}.lark"
+    return GrammarSpec(name=name, lark=path.read_text(encoding="utf-8"), path=str(path))

@@ -172,7 +172,7 @@ def launch_signatures() -> dict:
     not on the grammar). No GPU is needed."""
     import numba
 
-    from gcdbench.datasets.base import load_grammar
+    from gcdbench.parsers.grammar import shipped_grammar as load_grammar
     from gcdbench.parsers.pre3.engine import Pre3Engine
     from gcdbench.parsers.tokenizers import byte_level
 

@@ -9,7 +9,7 @@ def launch_signatures() -> dict:
     import numba
     import numpy as np
 
-    from gcdbench.datasets.base import load_grammar
+    from gcdbench.parsers.grammar import shipped_grammar as load_grammar
     from gcdbench.parsers.tokenizers import byte_level
     from gcdbench.parsers.valiant import cuda_kernels as ck
     from gcdbench.parsers.valiant.engine import ChartStore, build
