@@ -30,141 +30,14 @@ import argparse
 import itertools
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 
-# --------------------------------------------------------------------------------------------------------------
-# engines, options, datasets
-# --------------------------------------------------------------------------------------------------------------
-def _value(text: str):
-    """A command-line value as YAML reads it (``1`` int, ``0.5`` float, ``true`` bool, ``null`` None)."""
-    import yaml
-
-    return yaml.safe_load(text)
-
-
-def parse_overrides(items: list[str], engines: list[str]) -> tuple[dict, dict]:
-    """``KEY=VALUE`` / ``NAME.KEY=VALUE`` / ``dataset.KEY=VALUE`` -> (engine -> options, dataset options)."""
-    per_engine: dict[str, dict] = {e: {} for e in engines}
-    dataset: dict = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"bench: {item!r} is not KEY=VALUE (engine option, NAME.KEY=VALUE or dataset.KEY=VALUE)")
-        scope, dot, name = key.rpartition(".")
-        if scope == "dataset":
-            dataset[name] = _value(text)
-        elif dot and scope not in per_engine:
-            raise SystemExit(f"bench: {item!r} names engine {scope!r}, which is not among --engine {engines}")
-        else:
-            for e in ([scope] if dot else engines):
-                per_engine[e][name] = _value(text)
-    return per_engine, dataset
-
-
-def option_sets(engine: str, overrides: dict, threads: int | None, sweep: list[str]) -> list[dict]:
-    """The option sets of one engine: overrides, ``--threads`` on its threads option, one set per sweep value.
-    Unknown options fail here, naming the valid ones (the engine's own check)."""
-    from gcdbench.parsers.registry import engine_class
-
-    cls = engine_class(engine)
-    base = dict(overrides)
-    if threads is not None:
-        if cls.threads_option is None:
-            raise SystemExit(f"bench: --threads: engine {engine!r} has no threads option")
-        base.setdefault(cls.threads_option, threads)
-    axes = []
-    for item in sweep:
-        key, _, values = item.partition("=")
-        axes.append([(key, _value(v)) for v in values.split(",") if v])
-    sets = [{**base, **dict(combo)} for combo in itertools.product(*axes)] if axes else [base]
-    for opts in sets:
-        cls(**opts)   # validates names and values now, before any dataset loads
-    return sets
-
-
-def load(name: str, dataset_options: dict, data_root: str, n, seed: int):
-    """Dataset ``name`` from the registry, ``n`` samples (None: all)."""
-    from gcdbench.datasets.registry import load_dataset
-
-    return load_dataset({"name": name, **dataset_options}, data_root, n=n, seed=seed)
-
-
-def _count(value: str):
-    """``--n``: a whole number >= 1, or ``all`` (None)."""
-    if value.strip().lower() == "all":
-        return None
-    n = int(value)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--n {value}: at least 1, or all")
-    return n
-
-
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _stats(us) -> dict:
-    a = np.asarray(us, dtype=np.float64)
-    if not a.size:
-        return {}
-    return {"mean": round(float(a.mean()), 2), "p50": round(float(np.percentile(a, 50)), 2),
-            "p90": round(float(np.percentile(a, 90)), 2), "p99": round(float(np.percentile(a, 99)), 2),
-            "max": round(float(a.max()), 2)}
-
-
-# --------------------------------------------------------------------------------------------------------------
-# masks: one sequence at a time
-# --------------------------------------------------------------------------------------------------------------
-def per_prefix(prefix: np.ndarray, us: np.ndarray) -> list[dict]:
-    """Masks, p50, p99 and mean of ``us`` at each prefix length (tokens committed before the mask)."""
-    out = []
-    for k in np.unique(prefix).tolist():
-        x = us[prefix == k]
-        out.append({"prefix_tokens": int(k), "masks": int(x.size), "p50_us": round(float(np.median(x)), 1),
-                    "p99_us": round(float(np.percentile(x, 99)), 1), "mean_us": round(float(x.mean()), 1)})
-    return out
-
-
-def _counters(e) -> dict:
-    return dict(getattr(e, "counters", {}) or {})
-
-
-class _Steps:
-    """The ``emit`` of :func:`worker.teacher_force`: keeps each mask's row and commit time, and the engine's
-    work counters spent inside each mask (counters read after the previous commit and after the mask)."""
-
-    def __init__(self, engine):
-        self.engine, self.rows, self.commits, self.work = engine, [], [], {}
-        self.mark = _counters(engine)
-
-    def __call__(self, row) -> None:
-        self.rows.append(row)
-        now = _counters(self.engine)
-        for key, v in now.items():
-            self.work[key] = self.work.get(key, 0) + v - self.mark.get(key, 0)
-        self.mark = now
-
-    def commit_time(self, us: float) -> None:
-        self.commits.append(us)
-        self.mark = _counters(self.engine)
-
-
-def _compile(engine: str, opts: dict, grammar, tok, cache_dir: str | None):
-    from gcdbench.parsers.registry import create_engine, engine_class
-
-    if cache_dir is not None and "cache_dir" in engine_class(engine).options():
-        opts = {**opts, "cache_dir": cache_dir}
-    e = create_engine(engine, **opts)
-    t0 = time.perf_counter()
-    e.compile(grammar, tok)
-    return e, time.perf_counter() - t0
+from gcdbench.experiments.bench_setup import (parse_overrides, option_sets, load, _count, _peak_mib, _stats, per_prefix, _Steps, _compile)  # noqa: F401
 
 
 def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:

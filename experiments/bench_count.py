@@ -45,7 +45,7 @@ def _toggle_lib(tmp: str):
 
 
 def count_all(args) -> list[dict]:
-    from gcdbench.experiments.bench import option_sets, parse_overrides
+    from gcdbench.experiments.bench_setup import option_sets, parse_overrides
 
     if shutil.which("valgrind") is None:
         raise SystemExit("bench instructions needs valgrind (apt-get install valgrind)")
@@ -108,7 +108,7 @@ def count_child(args) -> None:
     The engine's work counters are summed over the masks of the first pass."""
     import importlib
 
-    from gcdbench.experiments.bench import _compile, _counters, load, parse_overrides
+    from gcdbench.experiments.bench_setup import _compile, _counters, load, parse_overrides
     from gcdbench.parsers.base import allocate_mask, mask_get
     from gcdbench.parsers.registry import engine_class
     from gcdbench.parsers.tokenizers import load_tokenizer

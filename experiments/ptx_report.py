@@ -41,9 +41,8 @@ def compute_capability(cc: tuple[int, int]):
 
 
 def cuda_engines(only=None) -> list[str]:
-    """Registered engines that declare CUDA kernels (``Engine.cuda_kernels`` overridden), optionally only those
+    """Registered engines that declare CUDA kernels (``Engine.cuda_signatures`` set), optionally only those
     named in ``only``; engines whose module does not import here are passed over."""
-    from gcdbench.parsers.base import Engine
     from gcdbench.parsers.registry import ENGINES, engine_class
 
     names = list(ENGINES) if not only else list(only)
@@ -55,10 +54,10 @@ def cuda_engines(only=None) -> list[str]:
             if only:
                 raise
             continue
-        if cls.cuda_kernels.__func__ is not Engine.cuda_kernels.__func__:
+        if cls.cuda_signatures:
             out.append(name)
         elif only:
-            raise ValueError(f"engine {name!r} declares no CUDA kernels (Engine.cuda_kernels)")
+            raise ValueError(f"engine {name!r} declares no CUDA kernels (Engine.cuda_signatures)")
     return out
 
 

@@ -220,6 +220,8 @@ class Engine(ABC):
     #: the GPU agenda of an engine with CUDA kernels (``experiments/gpu_agenda.sh``): ``cuda`` / ``cpu``: the
     #: option values selecting each backend; ``sweep``: (option, values) of the occupancy sweep; ``dry_run``: the
     #: ``cuda`` options and sweep values for numba's CUDA simulator. None: no agenda
+    #: ``"module:function"`` building :meth:`cuda_kernels`; None: the engine has no CUDA kernels
+    cuda_signatures: ClassVar[str | None] = None
     cuda_agenda: ClassVar[dict | None] = None
 
     def __init__(self, **options):
@@ -291,8 +293,14 @@ class Engine(ABC):
     def cuda_kernels(cls) -> dict:
         """The engine's CUDA kernels, for the PTX/SASS report and the GPU agenda: kernel name -> (numba CUDA
         dispatcher, argument types of a real launch). Building it may compile a small grammar on the CPU; no GPU
-        is needed. Empty: the engine has no CUDA kernels."""
-        return {}
+        is needed. Empty: the engine has no CUDA kernels. Built by the function ``cuda_signatures`` names
+        (``"module:function"``, imported on use, so an engine's module never imports its own signature builder)."""
+        if not cls.cuda_signatures:
+            return {}
+        import importlib
+
+        module, _, func = cls.cuda_signatures.partition(":")
+        return getattr(importlib.import_module(module), func)()
 
     def fork(self) -> "Engine":
         """A new sequence over the same compiled grammar, at the empty prefix (batch mode); shares the

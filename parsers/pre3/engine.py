@@ -231,12 +231,8 @@ class Pre3Engine(Engine):
         # stack it pops): linear in the prefix at worst
         return "O(n)"
 
-    @classmethod
-    def cuda_kernels(cls) -> dict:
-        """The kernels of ``backend=cuda`` with the argument types of their real launches (a dry batch step)."""
-        from gcdbench.parsers.pre3.cuda_kernels import launch_signatures
-
-        return launch_signatures()
+    #: the kernels of backend=cuda with the argument types of their real launches (dry runs, no GPU)
+    cuda_signatures = "gcdbench.parsers.pre3.cuda_signatures:launch_signatures"
 
     def profile(self) -> Profile:
         used = getattr(self, "_shared", None)

@@ -335,12 +335,8 @@ class ValiantEngine(Engine):
 
     Options = ValiantOptions
 
-    @classmethod
-    def cuda_kernels(cls) -> dict:
-        """Every CUDA kernel with the argument types of its real launches (dry runs: no GPU needed)."""
-        from gcdbench.parsers.valiant.cuda_signatures import launch_signatures
-
-        return launch_signatures()
+    #: the kernels of backend=cuda with the argument types of their real launches (dry runs, no GPU)
+    cuda_signatures = "gcdbench.parsers.valiant.cuda_signatures:launch_signatures"
 
     def version(self) -> str:
         return VERSION
