@@ -242,11 +242,8 @@ class Pre3Engine(Engine):
         return Profile(lexing="standard", leading_ignore=bool(self.opts["leading_ignore"]))
 
     def _check_options(self):
+        """Ranges the declared options cannot state (choices are checked on construction, Pre3Options)."""
         o = self.opts
-        if o["backend"] not in ("cpu", "cuda"):
-            raise ValueError(f"engine pre3: backend must be 'cpu' or 'cuda', not {o['backend']!r}")
-        if o["front_end"] not in FRONT_ENDS:
-            raise ValueError(f"engine pre3: front_end must be one of {FRONT_ENDS}, not {o['front_end']!r}")
         import numba
 
         if not 0 <= int(o["threads"]) <= numba.config.NUMBA_NUM_THREADS:
