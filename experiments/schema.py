@@ -403,10 +403,11 @@ def read_run(path) -> RunRecord:
     rec = json.loads(path.read_text())
     if not isinstance(rec, dict):
         raise ValueError(f"{path} is not a gcdbench run.json (not an object)")
+    version = check_version(path, rec.get("schema_version"))   # first: another version may have other keys
     missing = [k for k in REQUIRED_RUN_KEYS if k not in rec]
     if missing:
         raise ValueError(f"{path} is not a gcdbench run.json (no {', '.join(missing)})")
-    return migrate_run(rec, check_version(path, rec.get("schema_version")))
+    return migrate_run(rec, version)
 
 
 def new_run(**keys) -> RunRecord:
