@@ -335,11 +335,10 @@ class Session(TypedDict, total=False):
     samples_run: int                 # samples it stored
     peak_rss_method: str             # how peak memory was measured
     compile_failure: dict            # {message, kind, engine_version[, reused]} of a failed compile
-    batch: dict                      # batch mode: {size, threads_option, threads}
+    batch: dict                      # batch mode: {size, threads_option, threads, steps: summary or all}
     batch_runs: list                 # batch mode: one record per worker run (steps, how it ended)
     audit_error: str                 # why the audit did not run
     audit_skipped: dict              # {sample id: reason} of audits beyond the cell's limits
-    steps_kept: str                  # batch mode: "summary" (batch_steps only) or "all" (also steps.parquet)
 
 
 class RunRecord(TypedDict, total=False):
@@ -359,7 +358,7 @@ class RunRecord(TypedDict, total=False):
     dataset_meta: dict               # what the dataset says about itself (source, ambiguous, ...)
     vocab_size: int                  # tokens in the vocabulary
     sessions: list                   # every Session, oldest first
-    batch: dict                      # batch mode: {mode, size, threads, threads_option, steps, full_steps}
+    batch: dict                      # batch mode: {mode, size, threads, threads_option, steps, full_steps, steps_kept}
     inits: list                      # every Init of every session
     init_s: float                    # the first compile's init time
     ttfm_s: float                    # the first compile's time to first mask
