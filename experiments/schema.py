@@ -18,6 +18,9 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
+from gcdbench.experiments.rowlayout import (LAYOUTS, WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY,  # noqa: F401
+                                            WORKER_STEP, RowLayout)
+
 #: the version every writer stamps; readers accept :data:`SUPPORTED_VERSIONS`
 SCHEMA_VERSION = 1
 #: 0: results stored before the schema module (no version key), read as version 1
@@ -147,52 +150,30 @@ def arrow_schema(table: str, extra: bool = False) -> pa.Schema:
 # --------------------------------------------------------------------------------------------------------------
 # rows in shared memory (the worker's step log and slot journal): named fields over a float64 buffer
 # --------------------------------------------------------------------------------------------------------------
-class RowLayout:
-    """The columns a worker writes into a float64 memory map, by name: :meth:`pack` builds a row from keywords
-    (no positional tuples at the call sites), :meth:`columns` turns stored rows back into typed columns."""
-
-    def __init__(self, table: str, names: tuple[str, ...]):
-        decl = {c.name: c for c in TABLES[table] + EXTRAS[table]}
-        unknown = [n for n in names if n not in decl]
-        if unknown:
-            raise ValueError(f"{unknown} are not columns of {table}; valid: {sorted(decl)}")
-        self.table, self.names = table, names
-        self.index = {n: i for i, n in enumerate(names)}
-        self._cast = tuple(_caster(decl[n].type) for n in names)
-
-    @property
-    def width(self) -> int:
-        return len(self.names)
-
-    def pack(self, **values) -> tuple:
-        """One row in this layout's order; every field must be given."""
-        return tuple(values[n] for n in self.names)
-
-    def typed(self, row) -> dict:
-        return {n: f(v) for n, f, v in zip(self.names, self._cast, row)}
-
-    def columns(self, rows) -> dict[str, list]:
-        """Stored rows (sequences of floats in this order) as ``{name: typed values}``."""
-        return {n: [f(r[i]) for r in rows] for i, (n, f) in enumerate(zip(self.names, self._cast))}
-
-
-def _caster(t: pa.DataType):
+def _python_type(t: pa.DataType):
     if pa.types.is_boolean(t):
         return bool
     if pa.types.is_integer(t):
         return int
     if pa.types.is_floating(t):
         return float
-    return lambda v: v
+    return None
 
 
-#: what the worker measures per mask (steps.parquet less the cell key, outcome and the derived prefix_tokens)
-WORKER_STEP = RowLayout("steps", ("step", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed"))
-#: batch mode: a sequence's row in the slot journal
-WORKER_BATCH_STEP = RowLayout("steps", WORKER_STEP.names + ("batch_step",))
-#: batch mode: one row per batch step in the step log
-WORKER_BATCH_SUMMARY = RowLayout("batch_steps", ("batch_step", "size", "live", "step_us", "commit_us", "fallback",
-                                                 "masks"))
+def check_layout(layout: RowLayout) -> None:
+    """A worker row layout (``experiments/rowlayout.py``) names declared columns of its table, with their types;
+    ValueError otherwise (checked for every layout when this module is imported)."""
+    decl = {c.name: c for c in TABLES[layout.table] + EXTRAS[layout.table]}
+    unknown = [n for n in layout.names if n not in decl]
+    if unknown:
+        raise ValueError(f"{unknown} are not columns of {layout.table}; valid: {sorted(decl)}")
+    wrong = [n for n, k in zip(layout.names, layout.kinds) if _python_type(decl[n].type) is not k]
+    if wrong:
+        raise ValueError(f"{layout.table} layout types of {wrong} differ from the declared ones")
+
+
+for _layout in LAYOUTS:
+    check_layout(_layout)
 
 
 # --------------------------------------------------------------------------------------------------------------

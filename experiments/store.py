@@ -276,7 +276,7 @@ class Cell:
     def write_part(self, session: dict, sample_id: str, outcome: Outcome, message: str, cols: dict | None,
                    wall_s: float, peak_rss_mb=None, keep_rows: bool = True, extra: dict | None = None) -> None:
         """One finished sample: ``cols`` its step rows as columns (``{name: values}`` of a worker
-        :class:`~gcdbench.experiments.schema.RowLayout`; None: no step); ``keep_rows=False`` (batch mode,
+        :class:`~gcdbench.experiments.rowlayout.RowLayout`; None: no step); ``keep_rows=False`` (batch mode,
         ``batch.steps=summary``) counts them without storing them; ``extra`` keys are kept in the part for the
         audit (batch mode: ``single_check``)."""
         n_steps = len(cols["step"]) if cols else 0

@@ -66,7 +66,7 @@ class Worker:
 
     def run_sample(self, sample_id, ids, audit_at, timeout_s: float, memory_mb: float):
         """(event, columns): the ``result`` message or what ended the wait, and every step the sample finished
-        (``{name: values}`` of :data:`~gcdbench.experiments.schema.WORKER_STEP`)."""
+        (``{name: values}`` of :data:`~gcdbench.experiments.rowlayout.WORKER_STEP`)."""
         self.log.reset()
         self.rows = []
         if not self.proc.send(("sample", sample_id, ids, audit_at)):

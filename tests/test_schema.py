@@ -66,7 +66,20 @@ def test_row_layouts_round_trip_by_name():
                     "oracle_allowed": [True]}
     assert type(cols["step"][0]) is int and type(cols["oracle_allowed"][0]) is bool
     with pytest.raises(ValueError, match="not columns of steps"):
-        schema.RowLayout("steps", ("step", "nope"))
+        schema.check_layout(schema.RowLayout("steps", {"step": int, "nope": int}))
+    with pytest.raises(ValueError, match=r"types of \['mask_us'\] differ"):
+        schema.check_layout(schema.RowLayout("steps", {"step": int, "mask_us": int}))
+
+
+def test_the_worker_does_not_load_pyarrow():
+    """The worker child imports its modules inside the compile's time limit: pyarrow and pandas stay out."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gcdbench.experiments.worker, gcdbench.experiments.worker_batch; "
+            "print(sorted(m for m in ('pyarrow', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_problems_names_a_wrong_type():
