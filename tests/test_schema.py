@@ -113,3 +113,95 @@ def test_result_files_markdown_lists_every_column():
     for key in schema.RUN_KEYS:
         assert f"| `{key}` | " in md
     assert "| `schema_version` | this module's SCHEMA_VERSION" in md
+
+
+# -- every writer's output against the declared schema --------------------------------------------------------
+def _cfg(out, *overrides):
+    from hydra import compose, initialize_config_dir
+
+    from gcdbench.experiments.config import register
+
+    register()
+    with initialize_config_dir(config_dir=str(RESULTS.parent / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=[f"out_dir={out}", "progress=false", "tokenizer=bytes",
+                                                        *overrides])
+
+
+def _check_cell(cell: Path, tables: set[str]) -> dict:
+    """Every parquet file of ``cell`` conforms and is stamped with the version; run.json holds declared keys."""
+    have = {p.stem for p in cell.glob("*.parquet")}
+    assert have == tables, have
+    for t in have:
+        got = pq.read_schema(cell / f"{t}.parquet")
+        assert schema.problems(t, got) == [], (t, schema.problems(t, got))
+        assert schema.file_version(got) == schema.SCHEMA_VERSION
+        assert [f.name for f in got] == schema.columns(t, extra=any(c.name in got.names for c in schema.EXTRAS[t]))
+        assert got.field(0).metadata[b"doc"]   # each column carries its meaning
+    raw = json.loads((cell / "run.json").read_text())
+    assert raw["schema_version"] == schema.SCHEMA_VERSION
+    assert set(raw) <= set(schema.RUN_KEYS), set(raw) - set(schema.RUN_KEYS)
+    assert set(raw["identity"]) <= set(schema.Identity.__annotations__)
+    for s in raw["sessions"]:
+        assert set(s) <= set(schema.Session.__annotations__), set(s) - set(schema.Session.__annotations__)
+    for i in raw["inits"]:
+        assert set(i) <= set(schema.Init.__annotations__), set(i) - set(schema.Init.__annotations__)
+    return schema.read_run(cell)
+
+
+def test_every_writer_conforms_single_mode(tmp_path):
+    """Single mode with an audit: steps, samples, audit and run.json as declared; prefix_tokens is the step."""
+    words = tmp_path / "w.lark"
+    words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    texts = tmp_path / "w.txt"
+    texts.write_text("abc de\nxy\n")
+    from gcdbench.experiments.runner import run
+
+    cell = run(_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={words}",
+                    f"dataset.samples={texts}", "samples=all", "audit.per_sample=2"))
+    meta = _check_cell(cell, {"steps", "samples", "audit"})
+    steps = schema.read_rows(cell / "steps.parquet")
+    assert (steps["prefix_tokens"] == steps["step"]).all() and len(steps) == 7 + 3   # bytes and EOS
+    assert meta["outcomes"] == {"ok": 2}
+
+
+@pytest.mark.parametrize("steps", ["summary", "all"])
+def test_every_writer_conforms_batch_mode(tmp_path, steps):
+    words = tmp_path / "w.lark"
+    words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    texts = tmp_path / "w.txt"
+    texts.write_text("abc de\nxy\nq\n")
+    from gcdbench.experiments.runner import run
+
+    cell = run(_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={words}",
+                    f"dataset.samples={texts}", "samples=all", "audit.per_sample=1", "batch.size=2",
+                    f"batch.steps={steps}"))
+    tables = {"samples", "audit", "batch_steps"} | ({"steps"} if steps == "all" else set())
+    meta = _check_cell(cell, tables)
+    assert meta["batch"]["steps_kept"] == steps
+    bs = schema.read_rows(cell / "batch_steps.parquet")
+    assert bs["masks"].sum() == schema.read_rows(cell / "samples.parquet")["n_steps"].sum() == 7 + 3 + 2
+
+
+def test_a_bad_batch_steps_value_is_one_clear_error(tmp_path):
+    from gcdbench.experiments.config import ConfigError
+    from gcdbench.experiments.runner import run
+
+    with pytest.raises(ConfigError, match="batch.steps='every': must be one of summary, all"):
+        run(_cfg(tmp_path, "engine=reference", "dataset=sample", "batch.size=2", "batch.steps=every"))
+
+
+def test_a_cell_of_an_unknown_version_is_refused_on_resume(tmp_path):
+    """The runner reads a stored cell through the schema: another version stops the run with the one line."""
+    from gcdbench.experiments.runner import CellDamaged, run
+
+    words = tmp_path / "w.lark"
+    words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    texts = tmp_path / "w.txt"
+    texts.write_text("abc\n")
+    args = ("engine=reference", "dataset=custom", f"dataset.grammar={words}", f"dataset.samples={texts}",
+            "audit.per_sample=0")
+    cell = run(_cfg(tmp_path, *args))
+    meta = json.loads((cell / "run.json").read_text())
+    (cell / "run.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    with pytest.raises(CellDamaged, match=r"schema_version 2 is not one this gcdbench reads \(supported: 0, 1\)"):
+        run(_cfg(tmp_path, *args))
