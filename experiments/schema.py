@@ -141,6 +141,23 @@ def columns(table: str, extra: bool = False) -> list[str]:
     return [c.name for c in TABLES[table] + (EXTRAS[table] if extra else ())]
 
 
+#: the columns that say which cell and sample a row belongs to (the store adds them to every row)
+KEY_COLUMNS = tuple(c.name for c in _KEY)
+
+
+def row(table: str, **values) -> dict:
+    """One row of ``table`` without its key columns (:data:`KEY_COLUMNS`), in file order, from keywords: every
+    declared column must be given (its batch-mode extras may be), and none other (ValueError naming them)."""
+    names = [n for n in columns(table) if n not in KEY_COLUMNS]
+    extras = [c.name for c in EXTRAS[table]]
+    missing = [n for n in names if n not in values]
+    unknown = sorted(set(values) - set(names) - set(extras))
+    if missing or unknown:
+        raise ValueError(f"a {table} row must give the declared columns (experiments/schema.py): missing {missing}, "
+                         f"undeclared {unknown}")
+    return {n: values[n] for n in names + [e for e in extras if e in values]}
+
+
 def arrow_schema(table: str, extra: bool = False) -> pa.Schema:
     """The pyarrow schema a writer uses, stamped with :data:`SCHEMA_VERSION`."""
     cols = TABLES[table] + (EXTRAS[table] if extra else ())

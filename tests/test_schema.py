@@ -205,3 +205,11 @@ def test_a_cell_of_an_unknown_version_is_refused_on_resume(tmp_path):
     (cell / "run.json").write_text(json.dumps({**meta, "schema_version": 2}))
     with pytest.raises(CellDamaged, match=r"schema_version 2 is not one this gcdbench reads \(supported: 0, 1\)"):
         run(_cfg(tmp_path, *args))
+
+
+def test_row_builds_declared_columns_only():
+    cols = {n: 0 for n in schema.columns("audit") if n not in schema.KEY_COLUMNS}
+    assert list(schema.row("audit", **cols)) == list(cols)
+    assert list(schema.row("audit", **cols, agree_single_mode=True))[-1] == "agree_single_mode"
+    with pytest.raises(ValueError, match=r"missing \['prefix'\], undeclared \['speed'\]"):
+        schema.row("audit", **{k: v for k, v in cols.items() if k != "prefix"}, speed=1)
