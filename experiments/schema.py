@@ -121,8 +121,9 @@ BATCH_STEP_COLUMNS_DECLARED = (
 )
 #: added in version 1: the step's rows in steps.parquet (live less the sequences whose fill failed); each of them
 #: has mask_us = step_us / live, so a cell's mask-time distribution is rebuilt from the summary alone
-BATCH_STEP_MASKS = Column("masks", pa.int64(), "masks the step gave sequences (live less failed fills); each "
-                                               "mask's mask_us = step_us / live")
+BATCH_STEP_MASKS = Column("masks", pa.int64(), "masks the step gave sequences (live less failed fills; each has "
+                                               "mask_us = step_us / live); null: not known (written before the "
+                                               "column, on a step where a fill failed)")
 
 TABLES = {
     "steps": STEP_COLUMNS_DECLARED,
@@ -204,7 +205,7 @@ def to_table(table: str, df) -> pa.Table:
     if table == "steps" and "prefix_tokens" not in df.columns and "step" in df.columns:
         df = df.assign(prefix_tokens=df["step"])
     if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
-        df = df.assign(masks=df["live"])   # a part written before the column: every live sequence got its mask
+        df = df.assign(masks=v0_masks(df))   # rows written before the column
     unknown = sorted(set(df.columns) - set(names))
     missing = [n for n in names if n not in df.columns]
     if unknown or missing:
@@ -261,8 +262,16 @@ def read_rows(path, table: str | None = None):
     check_version(path, file_version(pq.read_schema(path)))
     df = pq.read_table(path).to_pandas()
     if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
-        df["masks"] = df["live"]   # version 0: every live sequence got its mask (a failed fill is rare; see masks)
+        df["masks"] = v0_masks(df)
     return df
+
+
+def v0_masks(bs):
+    """``masks`` of batch-step rows written before the column: every live sequence got its mask on a step without
+    a failed fill (``fallback`` 0 or 2); on a ``fallback`` 1 step some did not, how many is not stored (null)."""
+    import pandas as pd
+
+    return bs["live"].astype("Int64").where(bs["fallback"] != 1, pd.NA)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -356,11 +356,13 @@ class Cell:
                 bstep_df = bstep_df[[(s, r) not in runs for s, r in zip(bstep_df["session"], bstep_df["run"])]]
                 new = pd.concat([bstep_df, new], ignore_index=True)
             bstep_df = new.sort_values(["session", "run", "batch_step"]).reset_index(drop=True)
-            if "masks" not in bstep_df:
-                bstep_df["masks"] = bstep_df["live"]
-            bstep_df["masks"] = bstep_df["masks"].fillna(bstep_df["live"])   # rows stored before the column
-            for col in ("session", "run", "batch_step", "size", "live", "fallback", "masks"):
+            if "masks" not in bstep_df or bstep_df["masks"].isna().any():   # rows stored before the column
+                known = bstep_df["masks"] if "masks" in bstep_df else None
+                bstep_df["masks"] = schema.v0_masks(bstep_df) if known is None else \
+                    known.astype("Int64").fillna(schema.v0_masks(bstep_df))
+            for col in ("session", "run", "batch_step", "size", "live", "fallback"):
                 bstep_df[col] = bstep_df[col].astype("int64")
+            bstep_df["masks"] = bstep_df["masks"].astype("Int64")   # null: not known (see schema.v0_masks)
         for name, df in (("steps", step_df), ("samples", sample_df), ("audit", audit_df),
                          ("batch_steps", bstep_df)):
             path = self.out / f"{name}.parquet"

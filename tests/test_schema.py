@@ -213,3 +213,15 @@ def test_row_builds_declared_columns_only():
     assert list(schema.row("audit", **cols, agree_single_mode=True))[-1] == "agree_single_mode"
     with pytest.raises(ValueError, match=r"missing \['prefix'\], undeclared \['speed'\]"):
         schema.row("audit", **{k: v for k, v in cols.items() if k != "prefix"}, speed=1)
+
+
+def test_version_0_batch_steps_get_masks_where_they_are_known(tmp_path):
+    """A batch_steps file stored before ``masks``: every live sequence got its mask, except on a step where a fill
+    failed (fallback 1), where how many did is not stored: null, never a guess."""
+    old = pd.DataFrame({"session": [1, 1], "run": [1, 1], "batch_step": [0, 1], "size": [2, 2], "live": [2, 2],
+                        "step_us": [4.0, 6.0], "commit_us": [1.0, 1.0], "fallback": [0, 1]})
+    old.to_parquet(tmp_path / "batch_steps.parquet", index=False)
+    got = schema.read_rows(tmp_path / "batch_steps.parquet")
+    assert got["masks"].iloc[0] == 2 and pd.isna(got["masks"].iloc[1])
+    back = schema.to_table("batch_steps", got)
+    assert back.column("masks").to_pylist() == [2, None] and back.schema.field("masks").type == "int64"
