@@ -266,6 +266,17 @@ def read_rows(path, table: str | None = None):
     return df
 
 
+def summary_mask_us(bs):
+    """Every mask's ``mask_us`` of a batch cell, rebuilt from its ``batch_steps`` rows (a cell kept with
+    ``batch.steps=summary`` has no steps.parquet): each step gave ``masks`` masks of ``step_us / live`` each, the
+    same values steps.parquet would hold. None when a row's ``masks`` is unknown (null)."""
+    import numpy as np
+
+    if bs["masks"].isna().any():
+        return None
+    return np.repeat((bs["step_us"] / bs["live"]).to_numpy(dtype=float), bs["masks"].to_numpy(dtype=np.int64))
+
+
 def v0_masks(bs):
     """``masks`` of batch-step rows written before the column: every live sequence got its mask on a step without
     a failed fill (``fallback`` 0 or 2); on a ``fallback`` 1 step some did not, how many is not stored (null)."""

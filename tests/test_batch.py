@@ -288,8 +288,13 @@ def test_batch_run_records_steps_and_matches_single_mode(tmp_path):
     bs = pd.read_parquet(summary / "batch_steps.parquet")
     samples = pd.read_parquet(summary / "samples.parquet")
     assert bs["masks"].sum() == samples["n_steps"].sum() == len(b)   # every mask counted, none stored
-    per_mask = np.repeat(bs["step_us"] / bs["live"], bs["masks"])
+    from gcdbench.experiments.schema import summary_mask_us
+
+    per_mask = summary_mask_us(bs)
     assert len(per_mask) == len(b) and (per_mask > 0).all()
+    # the same rebuild on the cell that kept every row gives exactly its steps' mask times
+    kept = pd.read_parquet(batch / "batch_steps.parquet")
+    assert np.array_equal(np.sort(summary_mask_us(kept)), np.sort(b["mask_us"].to_numpy()))
 
 
 @pytest.mark.parametrize("cls,expected,message", [

@@ -225,3 +225,5 @@ def test_version_0_batch_steps_get_masks_where_they_are_known(tmp_path):
     assert got["masks"].iloc[0] == 2 and pd.isna(got["masks"].iloc[1])
     back = schema.to_table("batch_steps", got)
     assert back.column("masks").to_pylist() == [2, None] and back.schema.field("masks").type == "int64"
+    assert schema.summary_mask_us(got) is None   # not rebuilt where a count is unknown
+    assert list(schema.summary_mask_us(got.iloc[:1])) == [2.0, 2.0]
