@@ -55,6 +55,7 @@ def audited_samples(sample_ids: list[str], n) -> set[str]:
 
 
 def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) -> list[int]:
+    """The steps audited in one sample: ``per_sample`` of its ``n_steps`` + 1 (EOS), chosen from the seed and id."""
     if per_sample <= 0:
         return []
     rng = random.Random(f"{seed}:{sample_id}")
