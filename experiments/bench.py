@@ -42,6 +42,7 @@ from gcdbench.experiments.bench_setup import (parse_overrides, option_sets, load
 
 def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
     """Init and per-mask times (or, with ``--counters``, only outcomes and work counters) of one dataset."""
+    from gcdbench.experiments.rowlayout import WORKER_STEP
     from gcdbench.experiments.worker import teacher_force
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,8 +61,9 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
         outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
     info = e.info()
     e.close()
-    us = np.array([r[3] for r in steps.rows], dtype=np.float64)
-    prefix = np.array([r[1] for r in steps.rows], dtype=np.int64)
+    cols = WORKER_STEP.columns(steps.rows)   # prefix length in tokens = the step's index
+    us = np.array(cols["mask_us"], dtype=np.float64)
+    prefix = np.array(cols["step"], dtype=np.int64)
     n = max(1, len(steps.rows))
     rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "samples": len(streams),
            "steps": len(steps.rows), "work_per_mask": {k: round(v / n, 2) for k, v in sorted(steps.work.items())},
@@ -146,8 +148,11 @@ class _Inbox:
 def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
     """Per-step times of ``fill_masks`` over B sequences (the engine and its forks, or compiled copies), for
     each ``--batch`` size: samples cycle so that the batch stays full for ``--warmup + --steps`` steps."""
-    from gcdbench.experiments.worker import (BATCH_STEP_FIELDS, SlotJournal, StepLog, make_sequences,
-                                             run_batch)
+    from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY as SUMMARY
+    from gcdbench.experiments.steplog import SlotJournal, StepLog
+    from gcdbench.experiments.worker_batch import make_sequences, run_batch
+
+    live, step_us, commit_us = (SUMMARY.index[k] for k in ("live", "step_us", "commit_us"))
 
     streams = [s.ids(tok) for s in ds.samples]
     e, init_s = _compile(engine, opts, ds.grammar, tok, args.cache_dir)
@@ -162,7 +167,7 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
             if total >= want:
                 break
         seqs, how = make_sequences(e, B, lambda: _compile(engine, opts, ds.grammar, tok, args.cache_dir)[0])
-        log = StepLog.create(capacity=1 << 14, width=len(BATCH_STEP_FIELDS))
+        log = StepLog.create(capacity=1 << 14, layout=SUMMARY)
         journal = SlotJournal.create(B, max(map(len, streams)) + 2)
         inbox = _Inbox()
         try:   # an untimed pass first: jitted functions and the batch path's buffers load outside the timings
@@ -173,15 +178,15 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
         finally:
             log.close(unlink=True)
             journal.close(unlink=True)
-        full = [r for r in rows if int(r[2]) == B][args.warmup: args.warmup + args.steps]
+        full = [r for r in rows if int(r[live]) == B][args.warmup: args.warmup + args.steps]
         outcomes: dict[str, int] = {}
         for m in inbox.messages:
             if m[0] == "seq":
                 outcomes[m[1]["outcome"]] = outcomes.get(m[1]["outcome"], 0) + 1
-        st = _stats([r[3] for r in full])
+        st = _stats([r[step_us] for r in full])
         rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B,
                "steps": len(full), "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
-               "commit_us_per_step": _stats([r[4] for r in full]), "outcomes": outcomes,
+               "commit_us_per_step": _stats([r[commit_us] for r in full]), "outcomes": outcomes,
                "violations": sum(v for k, v in outcomes.items() if k != "ok"), "sequences": how,
                "fallback_steps": done["fallback_steps"], "init_s": round(init_s, 3),
                "cache_hit": e.info().get("cache_hit"), "cpu_count": os.cpu_count()}
