@@ -10,9 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.beyond import loglog_slope, run_dirs
 from gcdbench.experiments.cliffs import CLIFF_EXPONENT, fit_bench
-from gcdbench.experiments.report import _markdown, cell_commits, measured_at, read_cell_file, warn
+from gcdbench.experiments.fit import loglog_slope
+from gcdbench.experiments.report.collect import (cell_commits, machine_text, read_cell_file, read_run, run_dirs,
+                                                 sample_step_summary, warn)
+from gcdbench.experiments.report.section import Context, Section
+from gcdbench.experiments.report.text import markdown, measured_at
 
 WORST_SHOWN = 3
 
@@ -23,10 +26,10 @@ def cell_growth(roots) -> pd.DataFrame:
     rows = []
     for d in run_dirs(roots):
         try:
-            meta = read_cell_file(d, "run.json")
+            meta = read_run(d)
             if not str(meta.get("dataset", "")).startswith("fuzz_"):
                 continue
-            steps = read_cell_file(d, "steps.parquet")
+            per = sample_step_summary(d)
             samples = read_cell_file(d, "samples.parquet")
             audit = read_cell_file(d, "audit.parquet")
         except Exception as err:   # one unreadable cell: named, the others reported
@@ -34,8 +37,7 @@ def cell_growth(roots) -> pd.DataFrame:
             continue
         seed = int(meta["dataset"].split("_", 1)[1])
         head = {"config": meta["config"], "grammar_seed": seed, "path": str(d), "compile_error": meta.get("compile_error") or "",
-                "machine": "{cpu} ({cpu_count} cores, {memory_gb} GB)".format(
-                    **{"cpu": "?", "cpu_count": "?", "memory_gb": "?", **(meta.get("machine") or {})}),
+                "machine": machine_text(meta),
                 "commit": "+".join(cell_commits(meta, samples)),
                 "audited": int(len(audit)) if audit is not None else 0,
                 "agree_language": int(audit["agree_language"].sum()) if audit is not None and "agree_language" in audit
@@ -45,17 +47,17 @@ def cell_growth(roots) -> pd.DataFrame:
         if samples is None or not len(samples):
             rows.append({**head, "sample_id": None, "outcome": "compile_error" if head["compile_error"] else "none"})
             continue
-        per = steps.groupby("sample_id")["mask_us"].agg(["size", "mean", "max"]) if steps is not None and len(steps) \
-            else pd.DataFrame(columns=["size", "mean", "max"])
+        per = (per.set_index("sample_id")[["masks", "mean_us", "max_us"]] if per is not None and len(per)
+               else pd.DataFrame(columns=["masks", "mean_us", "max_us"]))
         for r in samples.to_dict("records"):
             sid = r["sample_id"]
             st = per.loc[sid] if sid in per.index else None
             m = re.search(r"-L(\d+)-", sid)
             rows.append({**head, "sample_id": sid, "outcome": r["outcome"],
                          "target": int(m.group(1)) if m else np.nan,
-                         "masks": int(st["size"]) if st is not None else 0,
-                         "mean_us": float(st["mean"]) if st is not None else np.nan,
-                         "max_us": float(st["max"]) if st is not None else np.nan})
+                         "masks": int(st["masks"]) if st is not None else 0,
+                         "mean_us": float(st["mean_us"]) if st is not None else np.nan,
+                         "max_us": float(st["max_us"]) if st is not None else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -131,7 +133,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
         ref = fb[fb["engine"] == "reference"]
         if len(ref):
             st = ref["exponent_state"]
-            lines += [_markdown(pd.DataFrame([{
+            lines += [markdown(pd.DataFrame([{
                 "grammars": len(ref), "sentences finished": f"{int(ref['finished'].sum())}/{int(ref['sentences'].sum())}",
                 "max S / (D (n + 1))": _f(ref["column_bound_ratio"].max(), 3),
                 "exponent vs S: fitted": f"{int(st.notna().sum())}",
@@ -142,7 +144,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                 "position exponent max (information)": _f(ref["exponent"].max())}]), parse_numbers=False), ""]
             top = ref.sort_values("exponent_state", ascending=False).head(WORST_SHOWN)
             lines += ["Largest exponents against S:", "",
-                      _markdown(top[["grammar_seed", "templates", "exponent_state", "exponent", "max_column_items",
+                      markdown(top[["grammar_seed", "templates", "exponent_state", "exponent", "max_column_items",
                                      "worst_us"]]
                                 .assign(exponent_state=lambda d: d["exponent_state"].map(_f),
                                         exponent=lambda d: d["exponent"].map(_f),
@@ -166,10 +168,10 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                  "audit (agree/steps)": f"{int(s['agree'].sum())}/{int(s['audited'].sum())}",
                  "sentences finished": f"{int(s['finished'].sum())}/{int(s['sentences'].sum())}"}
                 for name, s in eng.groupby("engine")])
-            lines += [_markdown(tab, parse_numbers=False), ""]
+            lines += [markdown(tab, parse_numbers=False), ""]
             top = eng.sort_values("at_longest_us", ascending=False).groupby("engine").head(WORST_SHOWN)
             lines += ["Worst masks of the longest sentences:", "",
-                      _markdown(top[["engine", "grammar_seed", "templates", "exponent", "exponent_across",
+                      markdown(top[["engine", "grammar_seed", "templates", "exponent", "exponent_across",
                                      "at_longest_us", "longest_units", "outcomes"]]
                                 .assign(exponent=lambda d: d["exponent"].map(_f),
                                         exponent_across=lambda d: d["exponent_across"].map(_f),
@@ -190,7 +192,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                       "short by a limit. Audit: audited steps whose whole-vocabulary mask equals the harness's "
                       "language, and the engine's declared profile. "
                       "Cliffs of other engines are findings, not defects of this harness.", "",
-                      _markdown(summary(fit), parse_numbers=False), "",
+                      markdown(summary(fit), parse_numbers=False), "",
                       measured_at(fit.assign(config=fit["engine"], dataset=fit["grammar_seed"].map(lambda s: f"fuzz_{s}"))), ""]
             worst = fit[fit.apply(_cliff, axis=1)].sort_values(["cut_short", "exponent"], ascending=False)
             rep_doc = json.loads(Path(reproducers).read_text()) \
@@ -219,3 +221,14 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
     if lines:
         (out / "cliffs.md").write_text("\n".join(lines) + "\n")
     return lines
+
+
+def lines(ctx: Context) -> list[str]:
+    """The section, when --cliffs names the fuzzed-grammar folder (bench.json, runs/, reproducers.json)."""
+    if ctx.cliffs is None:
+        return []
+    cliffs = Path(ctx.cliffs)
+    return cliffs_section(cliffs / "bench.json", cliffs / "runs", ctx.out, cliffs / "reproducers.json")
+
+
+SECTION = Section("cliffs", lines, "fuzzed grammars (--cliffs): growth exponents, worst masks, reproducers")
