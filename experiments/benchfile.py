@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from gcdbench.experiments.provenance import RESULT_FOLDERS, git_state, machine_info, package_versions
+
 
 def write_bench(path: str | Path, records: list[dict]) -> Path:
-    from gcdbench.experiments.runner import RESULT_FOLDERS, git_state, machine_info, package_versions
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     git = git_state(ignore=RESULT_FOLDERS)

@@ -39,6 +39,7 @@ class Audit:
 class Batch:
     size: int = 0                      # 0: single mode; B >= 1: batch mode, B sequences teacher-forced in lock-step
     threads: Any = None                # batch mode: sets the engine's thread option (Engine.threads_option); null: as configured
+    steps: str = "summary"             # batch mode: summary (batch_steps.parquet only) or all (also every mask's row)
 
 
 @dataclass

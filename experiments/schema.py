@@ -1,0 +1,456 @@
+"""Every result file of a cell, declared once: the columns of ``steps``, ``samples``, ``audit`` and ``batch_steps``
+(pyarrow schemas, units in the names: ``_us`` microseconds, ``_s`` seconds, ``_mb`` MiB) and the keys of
+``run.json`` (:class:`RunRecord`). Writers build their rows and tables from here and readers read through
+:func:`read_run` / :func:`read_rows`, so a format change is one edit here plus a migration.
+
+Versions: every new ``run.json`` carries ``schema_version`` (:data:`SCHEMA_VERSION`), every new parquet file the
+same number in its schema metadata. A file without one is version 0 (every result stored before this module):
+its columns and keys are those of version 1, so it is read as is. Any other version is refused with one line
+naming the file, its version and the versions this code reads. :func:`result_files_markdown` renders the
+columns as the README's "Result files" tables, so the README can be checked against this module.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pyarrow as pa
+
+#: the version every writer stamps; readers accept :data:`SUPPORTED_VERSIONS`
+SCHEMA_VERSION = 1
+#: 0: results stored before the schema module (no version key), read as version 1
+SUPPORTED_VERSIONS = (0, 1)
+#: the key of the version in a parquet file's schema metadata
+PARQUET_VERSION_KEY = b"gcdbench.schema_version"
+
+
+class SchemaVersionError(ValueError):
+    """A result file of a version this code does not read (the message is one line)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# columns
+# --------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Column:
+    """One column of a result table: its name (unit suffixed), arrow type and a one-line meaning."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+
+    def field(self) -> pa.Field:
+        return pa.field(self.name, self.type, metadata={"doc": self.doc})
+
+
+_STR = pa.large_string()   # what pandas writes for text columns: stored files and new ones read alike
+_KEY = (
+    Column("engine", _STR, "engine name (the adapter's registry name)"),
+    Column("config", _STR, "engine config label: the name plus its non-default options"),
+    Column("dataset", _STR, "dataset name"),
+    Column("tokenizer", _STR, "tokenizer name"),
+    Column("sample_id", _STR, "the sample's id within its dataset"),
+)
+
+#: one row per timed mask: what the worker measures (:data:`WORKER_STEP`) plus the cell key and outcome
+STEP_COLUMNS_DECLARED = _KEY + (
+    Column("step", pa.int64(), "index of the mask in the sample (0 = empty prefix; the last is the EOS step)"),
+    Column("prefix_tokens", pa.int64(), "tokens before this mask; equals step (derived when the table is built)"),
+    Column("prefix_bytes", pa.int64(), "bytes of the prefix before this mask"),
+    Column("mask_us", pa.float64(), "time of the fill call (batch mode: the step's time / live sequences)"),
+    Column("commit_us", pa.float64(), "time of committing the oracle token after this mask (0: not committed)"),
+    Column("n_allowed", pa.int64(), "tokens the mask allows"),
+    Column("oracle_allowed", pa.bool_(), "the sample's next token (EOS at the last step) is in the mask"),
+    Column("outcome", _STR, "the sample's outcome (parsers.base.Outcome), repeated on each of its rows"),
+)
+#: batch mode with ``batch.steps=all``: the step rows also name their batch step
+STEP_BATCH_EXTRA = (Column("batch_step", pa.int64(), "batch mode: the batch step (fill_masks call) of this mask"),)
+
+SAMPLE_COLUMNS_DECLARED = _KEY + (
+    Column("outcome", _STR, "typed outcome of the sample (parsers.base.Outcome)"),
+    Column("message", _STR, "why it ended so (empty for ok); at most 2000 characters plus a count"),
+    Column("wall_s", pa.float64(), "wall time of the sample in the worker"),
+    Column("n_steps", pa.int64(), "masks the sample made"),
+    Column("peak_rss_mb", pa.float64(), "the worker's peak resident memory while running it (null: not measured)"),
+    Column("session", pa.int64(), "the run session (run.json sessions[].id) that stored the row"),
+    Column("git_commit", _STR, "commit the row was measured at"),
+    Column("git_dirty", pa.bool_(), "tracked files differed from that commit"),
+    Column("host", _STR, "machine's host name"),
+)
+
+_EXAMPLES = pa.list_(pa.string())
+AUDIT_COLUMNS_DECLARED = _KEY + (
+    Column("step", pa.int64(), "the audited step"),
+    Column("prefix", _STR, "the prefix's last 200 characters"),
+    Column("profile", _STR, "the engine's declared profile (fields differing from the harness's language)"),
+    Column("n_engine", pa.int64(), "tokens the engine allows"),
+    Column("n_reference", pa.int64(), "tokens the reference allows in the harness's language"),
+    Column("n_profile", pa.int64(), "tokens the reference allows in the declared profile"),
+    Column("agree", pa.bool_(), "same as agree_language (kept for older readers)"),
+    Column("agree_language", pa.bool_(), "the mask equals the reference's in the harness's language"),
+    Column("agree_profile", pa.bool_(), "the mask equals the reference's in the declared profile"),
+    Column("n_false_allow", pa.int64(), "tokens allowed by the engine, not by the language"),
+    Column("n_false_block", pa.int64(), "tokens allowed by the language, not by the engine"),
+    Column("n_false_allow_profile", pa.int64(), "as n_false_allow, against the declared profile"),
+    Column("n_false_block_profile", pa.int64(), "as n_false_block, against the declared profile"),
+    Column("false_allow_examples", _EXAMPLES, "a few false allows (token text) against the language"),
+    Column("false_block_examples", _EXAMPLES, "a few false blocks against the language"),
+    Column("false_allow_examples_profile", _EXAMPLES, "a few false allows against the declared profile"),
+    Column("false_block_examples_profile", _EXAMPLES, "a few false blocks against the declared profile"),
+)
+#: batch mode: the audited batch row equalled the sequence's own fill_mask
+AUDIT_BATCH_EXTRA = (Column("agree_single_mode", pa.bool_(),
+                            "batch mode: the batch row equals the sequence's own fill_mask at this step"),)
+
+#: one row per batch step (one fill_masks call): the per-step summary every batch cell keeps
+BATCH_STEP_COLUMNS_DECLARED = (
+    Column("session", pa.int64(), "the run session of the step"),
+    Column("run", pa.int64(), "the worker run within the session (a worker compiled again starts a new one)"),
+    Column("batch_step", pa.int64(), "index of the step within its worker run"),
+    Column("size", pa.int64(), "B, the batch's slots"),
+    Column("live", pa.int64(), "sequences in the call"),
+    Column("step_us", pa.float64(), "time of the fill_masks call (of the per-sequence loop on a fallback step)"),
+    Column("commit_us", pa.float64(), "the commits of the step together"),
+    Column("fallback", pa.int64(), "0; 1: the batch call raised and a sequence's own fill_mask failed too; "
+                                   "2: the batch call raised where every fill_mask worked"),
+)
+#: added in version 1: the step's rows in steps.parquet (live less the sequences whose fill failed); each of them
+#: has mask_us = step_us / live, so a cell's mask-time distribution is rebuilt from the summary alone
+BATCH_STEP_MASKS = Column("masks", pa.int64(), "masks the step gave sequences (live less failed fills); each "
+                                               "mask's mask_us = step_us / live")
+
+TABLES = {
+    "steps": STEP_COLUMNS_DECLARED,
+    "samples": SAMPLE_COLUMNS_DECLARED,
+    "audit": AUDIT_COLUMNS_DECLARED,
+    "batch_steps": BATCH_STEP_COLUMNS_DECLARED + (BATCH_STEP_MASKS,),
+}
+#: optional columns a table may carry (batch mode)
+EXTRAS = {"steps": STEP_BATCH_EXTRA, "audit": AUDIT_BATCH_EXTRA, "samples": (), "batch_steps": ()}
+#: the cell's files, ``run.json`` first
+RESULT_FILES = ("run.json", *(f"{t}.parquet" for t in TABLES))
+
+
+def columns(table: str, extra: bool = False) -> list[str]:
+    """Column names of ``table`` in file order (``extra``: with its batch-mode columns)."""
+    return [c.name for c in TABLES[table] + (EXTRAS[table] if extra else ())]
+
+
+def arrow_schema(table: str, extra: bool = False) -> pa.Schema:
+    """The pyarrow schema a writer uses, stamped with :data:`SCHEMA_VERSION`."""
+    cols = TABLES[table] + (EXTRAS[table] if extra else ())
+    return pa.schema([c.field() for c in cols], metadata={PARQUET_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# rows in shared memory (the worker's step log and slot journal): named fields over a float64 buffer
+# --------------------------------------------------------------------------------------------------------------
+class RowLayout:
+    """The columns a worker writes into a float64 memory map, by name: :meth:`pack` builds a row from keywords
+    (no positional tuples at the call sites), :meth:`columns` turns stored rows back into typed columns."""
+
+    def __init__(self, table: str, names: tuple[str, ...]):
+        decl = {c.name: c for c in TABLES[table] + EXTRAS[table]}
+        unknown = [n for n in names if n not in decl]
+        if unknown:
+            raise ValueError(f"{unknown} are not columns of {table}; valid: {sorted(decl)}")
+        self.table, self.names = table, names
+        self.index = {n: i for i, n in enumerate(names)}
+        self._cast = tuple(_caster(decl[n].type) for n in names)
+
+    @property
+    def width(self) -> int:
+        return len(self.names)
+
+    def pack(self, **values) -> tuple:
+        """One row in this layout's order; every field must be given."""
+        return tuple(values[n] for n in self.names)
+
+    def typed(self, row) -> dict:
+        return {n: f(v) for n, f, v in zip(self.names, self._cast, row)}
+
+    def columns(self, rows) -> dict[str, list]:
+        """Stored rows (sequences of floats in this order) as ``{name: typed values}``."""
+        return {n: [f(r[i]) for r in rows] for i, (n, f) in enumerate(zip(self.names, self._cast))}
+
+
+def _caster(t: pa.DataType):
+    if pa.types.is_boolean(t):
+        return bool
+    if pa.types.is_integer(t):
+        return int
+    if pa.types.is_floating(t):
+        return float
+    return lambda v: v
+
+
+#: what the worker measures per mask (steps.parquet less the cell key, outcome and the derived prefix_tokens)
+WORKER_STEP = RowLayout("steps", ("step", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed"))
+#: batch mode: a sequence's row in the slot journal
+WORKER_BATCH_STEP = RowLayout("steps", WORKER_STEP.names + ("batch_step",))
+#: batch mode: one row per batch step in the step log
+WORKER_BATCH_SUMMARY = RowLayout("batch_steps", ("batch_step", "size", "live", "step_us", "commit_us", "fallback",
+                                                 "masks"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tables: build, check, read
+# --------------------------------------------------------------------------------------------------------------
+def to_table(table: str, df) -> pa.Table:
+    """A pandas frame as a pyarrow table of ``table``'s declared schema (columns in file order; a declared
+    extra column is kept when present; a derived column is filled; any other column is an error)."""
+    extra = any(c.name in df.columns for c in EXTRAS[table])
+    names = columns(table, extra)
+    if table == "steps" and "prefix_tokens" not in df.columns and "step" in df.columns:
+        df = df.assign(prefix_tokens=df["step"])
+    if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
+        df = df.assign(masks=df["live"])   # a part written before the column: every live sequence got its mask
+    unknown = sorted(set(df.columns) - set(names))
+    missing = [n for n in names if n not in df.columns]
+    if unknown or missing:
+        raise ValueError(f"{table} rows do not match the declared schema (experiments/schema.py): "
+                         f"missing {missing}, undeclared {unknown}")
+    return pa.Table.from_pandas(df[names], schema=arrow_schema(table, extra), preserve_index=False)
+
+
+def problems(table: str, schema: pa.Schema) -> list[str]:
+    """How a stored file's schema differs from the declared one (empty: it conforms). Version-0 files conform
+    too: a column of nulls only (type null) is accepted in place of its declared type, ``masks`` may be absent."""
+    decl = {c.name: c.type for c in TABLES[table] + EXTRAS[table]}
+    optional = {c.name for c in EXTRAS[table]} | ({"masks"} if table == "batch_steps" else set())
+    out = [f"missing column {n}" for n in decl if n not in schema.names and n not in optional]
+    for f in schema:
+        if f.name not in decl:
+            out.append(f"undeclared column {f.name}")
+        elif not _compatible(f.type, decl[f.name]):
+            out.append(f"column {f.name} is {f.type}, declared {decl[f.name]}")
+    return out
+
+
+def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
+    if got == want or pa.types.is_null(got):
+        return True
+    if pa.types.is_string(got) or pa.types.is_large_string(got):
+        return pa.types.is_string(want) or pa.types.is_large_string(want)
+    if pa.types.is_list(got) or pa.types.is_large_list(got):
+        return pa.types.is_list(want) and _compatible(got.value_type, want.value_type)
+    return False
+
+
+def file_version(schema: pa.Schema) -> int:
+    raw = (schema.metadata or {}).get(PARQUET_VERSION_KEY)
+    return 0 if raw is None else int(raw)
+
+
+def check_version(path, version) -> int:
+    """``version`` (None: 0) if this code reads it; else :class:`SchemaVersionError` naming the file."""
+    v = 0 if version is None else version
+    if v not in SUPPORTED_VERSIONS:
+        raise SchemaVersionError(f"{path}: schema_version {v!r} is not one this gcdbench reads (supported: "
+                                 f"{', '.join(map(str, SUPPORTED_VERSIONS))}); read it with the gcdbench that "
+                                 "wrote it, or re-run the cell")
+    return v
+
+
+def read_rows(path, table: str | None = None):
+    """A cell's ``<table>.parquet`` as a pandas frame, its version checked (``table``: from the file name)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    table = table or path.name.removesuffix(".parquet")
+    check_version(path, file_version(pq.read_schema(path)))
+    df = pq.read_table(path).to_pandas()
+    if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
+        df["masks"] = df["live"]   # version 0: every live sequence got its mask (a failed fill is rare; see masks)
+    return df
+
+
+# --------------------------------------------------------------------------------------------------------------
+# run.json
+# --------------------------------------------------------------------------------------------------------------
+class Identity(TypedDict, total=False):
+    """What makes two runs the same cell (a resume must repeat it)."""
+
+    engine: str              # engine name
+    config: str              # engine config label (name plus non-default options)
+    engine_options: dict     # every engine option, defaults filled in
+    grammar_key: str         # digest of the grammar's content
+    dataset: str             # dataset name
+    dataset_options: dict    # the dataset's config keys
+    tokenizer: str           # tokenizer name
+    tokenizer_key: str       # digest of the tokenizer's vocabulary
+    seed: int                # the run's seed (sample choice, audited steps)
+    n_samples: int           # samples in the cell
+    samples_digest: str      # digest of the sample ids, texts and stored token ids
+    sample_ids: list         # the sample ids in the cell's order
+    batch: dict              # batch mode only: {"mode": "batch", "size": B}
+
+
+class Init(TypedDict, total=False):
+    """One compile of the engine in a worker (single or batch mode), with its warm-up."""
+
+    session: int                     # the session that compiled
+    init_s: float                    # the timed compile (grammar and vocabulary)
+    version: str                     # engine version
+    engine_info: dict                # what the engine reports about its compile (cache hit, sizes, ...)
+    peak_rss_compile_mb: float       # the worker's peak resident memory while compiling
+    warmup_s: float                  # the untimed warm-up sample's wall time
+    first_mask_us: float             # the warm-up's first mask (cold, empty prefix)
+    ttfm_s: float                    # time to first mask: init_s + first_mask_us
+    warmup_masks: int                # masks the warm-up made
+    warmup_max_mask_us: float        # its slowest mask
+    warmup_outcome: str              # its outcome
+    warmup_message: str              # its message
+    warmup_failed: str               # the warm-up hung, ran out of memory or killed the worker: why
+    peak_rss_warmup_mb: float        # peak resident memory during the warm-up
+    peak_rss_method: str             # vmhwm_reset (per phase) or lifetime
+    batch_size: int                  # batch mode: the sequences made
+    sequences: str                   # batch mode: how (fork, or compiled copies)
+    sequences_s: float               # batch mode: time to make them
+    warmup_steps: int                # batch mode: warm-up batch steps
+    warmup_truncated_at_step: int    # batch mode: the warm-up stopped at this step (its budget)
+
+
+class Session(TypedDict, total=False):
+    """One invocation of the run on a cell (a resume adds one)."""
+
+    id: int                          # 1, 2, ... (samples.parquet session)
+    status: str                      # running, finished, interrupted (killed before it ended)
+    started: str                     # local time it started
+    ended: str                       # local time it ended
+    command: str                     # the command line
+    git_commit: str                  # commit of the code
+    git_dirty: bool                  # tracked files differed from it
+    git_dirty_correction: str        # a note correcting git_dirty after the fact
+    machine: dict                    # provenance.machine_info()
+    versions: dict                   # provenance.package_versions()
+    engine_version: str              # the engine's version()
+    limits: dict                     # the limits the session ran under
+    audit_per_sample: int            # audited steps per sample
+    audit_samples: Any               # audited samples (null: all)
+    warmup: bool                     # an untimed warm-up sample after each compile
+    inits: list                      # every compile of the session (Init)
+    samples_run: int                 # samples it stored
+    peak_rss_method: str             # how peak memory was measured
+    compile_failure: dict            # {message, kind, engine_version[, reused]} of a failed compile
+    batch: dict                      # batch mode: {size, threads_option, threads, steps: summary or all}
+    batch_runs: list                 # batch mode: one record per worker run (steps, how it ended)
+    audit_error: str                 # why the audit did not run
+    audit_skipped: dict              # {sample id: reason} of audits beyond the cell's limits
+
+
+class RunRecord(TypedDict, total=False):
+    """``run.json``: the cell's identity, every session, and summaries of the stored rows."""
+
+    schema_version: int              # this module's SCHEMA_VERSION when written (absent: 0)
+    identity: Identity               # what makes two runs the same cell
+    engine: str                      # = identity.engine
+    config: str                      # = identity.config
+    engine_options: dict             # = identity.engine_options
+    dataset: str                     # = identity.dataset
+    tokenizer: str                   # = identity.tokenizer
+    grammar_key: str                 # = identity.grammar_key
+    seed: int                        # = identity.seed
+    n_samples: int                   # = identity.n_samples
+    grammar: str                     # the grammar's name
+    dataset_meta: dict               # what the dataset says about itself (source, ambiguous, ...)
+    vocab_size: int                  # tokens in the vocabulary
+    sessions: list                   # every Session, oldest first
+    batch: dict                      # batch mode: {mode, size, threads, threads_option, steps, full_steps, steps_kept}
+    inits: list                      # every Init of every session
+    init_s: float                    # the first compile's init time
+    ttfm_s: float                    # the first compile's time to first mask
+    peak_rss_compile_mb: float       # the highest compile peak
+    limits: dict                     # the latest session's limits
+    versions: dict                   # the latest session's package versions
+    machine: dict                    # the latest session's machine
+    audit_error: str                 # the latest reason the audit did not run
+    audit_skipped: dict              # {sample id: reason} of audits beyond the cell's limits
+    n_rows: int                      # rows of samples.parquet
+    outcomes: dict                   # {outcome: samples}
+    compile_error: str               # message of the latest compile_error row
+    compile_error_kind: str          # its kind (refused, timeout, oom, died, crash)
+    aborted: str                     # the run time limit skipped samples: how many
+    peak_rss_samples_mb: float       # the highest sample peak
+    peak_rss_method: str             # how peak memory was measured (sessions joined)
+    provenance: dict                 # {commits, dirty, hosts} of the sample rows
+    git_commit: str                  # the one commit of every row (-dirty), null if several
+    audit: dict                      # {steps, agree*: counts} of audit.parquet
+
+
+RUN_KEYS = tuple(RunRecord.__annotations__)
+#: keys every run.json holds (the cell's key); a file without them is not a gcdbench run.json
+REQUIRED_RUN_KEYS = ("engine", "config", "dataset", "tokenizer")
+
+
+def migrate_run(rec: dict, version: int) -> RunRecord:
+    """A stored run.json of ``version`` as the current :class:`RunRecord` (version 0 has the keys of 1)."""
+    if version == 0:
+        rec = {"schema_version": SCHEMA_VERSION, **rec}
+    return rec
+
+
+def read_run(path) -> RunRecord:
+    """``run.json`` at ``path`` (a file or a cell folder), version checked and migrated in memory. Raises
+    OSError / ValueError for an unreadable file or one without :data:`REQUIRED_RUN_KEYS`,
+    :class:`SchemaVersionError` (a ValueError) for an unknown version."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "run.json"
+    rec = json.loads(path.read_text())
+    if not isinstance(rec, dict):
+        raise ValueError(f"{path} is not a gcdbench run.json (not an object)")
+    version = check_version(path, rec.get("schema_version"))   # first: another version may have other keys
+    missing = [k for k in REQUIRED_RUN_KEYS if k not in rec]
+    if missing:
+        raise ValueError(f"{path} is not a gcdbench run.json (no {', '.join(missing)})")
+    return migrate_run(rec, version)
+
+
+def new_run(**keys) -> RunRecord:
+    """A run.json record stamped with :data:`SCHEMA_VERSION`; a key not declared in :class:`RunRecord` is an
+    error (declare it there first, with its one-line meaning)."""
+    unknown = sorted(set(keys) - set(RUN_KEYS))
+    if unknown:
+        raise ValueError(f"run.json keys {unknown} are not declared in experiments/schema.py RunRecord")
+    return RunRecord(schema_version=SCHEMA_VERSION, **keys)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# documentation
+# --------------------------------------------------------------------------------------------------------------
+def markdown_table(table: str) -> str:
+    """``table``'s columns as a markdown table (name, type, meaning), extras marked."""
+    lines = ["| column | type | meaning |", "|---|---|---|"]
+    for c in TABLES[table]:
+        lines.append(f"| `{c.name}` | {_type_name(c.type)} | {c.doc} |")
+    for c in EXTRAS[table]:
+        lines.append(f"| `{c.name}` | {_type_name(c.type)} | {c.doc} (batch mode only) |")
+    return "\n".join(lines)
+
+
+def run_keys_markdown() -> str:
+    """run.json's top-level keys with their meanings, from the comments of :class:`RunRecord`'s source."""
+    import inspect
+
+    docs = {}
+    for line in inspect.getsource(RunRecord).splitlines():
+        name, _, rest = line.strip().partition(":")
+        if name in RUN_KEYS and "#" in rest:
+            docs[name] = rest.split("#", 1)[1].strip()
+    return "\n".join(["| key | meaning |", "|---|---|", *(f"| `{k}` | {docs.get(k, '')} |" for k in RUN_KEYS)])
+
+
+def result_files_markdown() -> str:
+    """Every result file's columns or keys, as markdown (for the README's "Result files" section)."""
+    parts = []
+    for t in TABLES:
+        parts += [f"#### `{t}.parquet`", "", markdown_table(t), ""]
+    parts += ["#### `run.json`", "", run_keys_markdown(), ""]
+    return "\n".join(parts)
+
+
+def _type_name(t: pa.DataType) -> str:
+    return "string" if pa.types.is_large_string(t) else str(t)
