@@ -25,9 +25,8 @@ import pandas as pd
 
 from gcdbench.experiments.fit import loglog_slope
 from gcdbench.experiments.report import disagreements as dis_mod
-from gcdbench.experiments.report.collect import (SAMPLED_SUFFIX, SUITE_ORDER, Unreadable, cell_stats, is_beyond,
-                                                 read_cell_file, read_run, run_dirs,
-                                                 sample_step_summary)
+from gcdbench.experiments.report.collect import (SAMPLED_SUFFIX, SUITE_ORDER, cell_stats, is_beyond, read_cell_file,
+                                                 run_dirs, run_infos, sample_step_summary)
 from gcdbench.experiments.report.plot import save_figure
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link, fmt_s, fmt_us, get, markdown, measured_at
@@ -49,20 +48,15 @@ def _dataset_order(values) -> list[str]:
 def collect_cells(roots) -> pd.DataFrame:
     """``cell_stats`` of every suite or sampled cell under ``roots`` and of the gold cells of the sampled
     datasets' sources (other cells are skipped unread), plus ``dataset_meta`` (from run.json)."""
-    metas = []
-    for d in run_dirs(roots):
-        try:
-            metas.append((d, read_run(d)))
-        except Unreadable:
-            continue   # collect() warns about it
-    beyond_sets = {m.get("dataset", "") for _, m in metas if is_beyond(m.get("dataset", ""))}
+    runs = run_infos(run_dirs(roots))
+    beyond_sets = {r["dataset"] for r in runs if is_beyond(r["dataset"])}
     wanted = beyond_sets | {ds[: -len(SAMPLED_SUFFIX)] for ds in beyond_sets if ds.endswith(SAMPLED_SUFFIX)}
     rows = []
-    for d, meta in metas:
-        if meta.get("dataset") not in wanted:
+    for run in runs:
+        if run["dataset"] not in wanted:
             continue
-        row = cell_stats(d)
-        row["dataset_meta"] = meta.get("dataset_meta") or {}
+        row = cell_stats(Path(run["path"]))
+        row["dataset_meta"] = run["dataset_meta"]
         row["status"] = _status(row)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -187,9 +181,9 @@ def growth(roots) -> pd.DataFrame:
     """Per (ambiguity dataset, config, tokenizer, sample): sentence length, masks, mean and max mask time, and
     whether the sample finished (``complete``); a sample cut short by a limit counts the masks it finished."""
     frames = []
-    for d in run_dirs(roots):
-        meta = read_run(d)
-        if meta.get("dataset") not in AMBIGUITY:
+    for run in run_infos(run_dirs(roots)):
+        d = Path(run["path"])
+        if run["dataset"] not in AMBIGUITY:
             continue
         g = sample_step_summary(d)
         if g is None or not len(g):
@@ -199,7 +193,7 @@ def growth(roots) -> pd.DataFrame:
         g["length"] = g["sample_id"].str.extract(r"^n(\d+)$", expand=False).astype(float).fillna(g["last_step"])
         outcome = g["sample_id"].map(samples.set_index("sample_id")["outcome"]) if samples is not None else None
         g["complete"] = (outcome == "ok") if outcome is not None else False
-        g["dataset"], g["config"], g["tokenizer"] = meta["dataset"], meta["config"], meta["tokenizer"]
+        g["dataset"], g["config"], g["tokenizer"] = run["dataset"], run["config"], run["tokenizer"]
         frames.append(g)
     if not frames:
         return pd.DataFrame(columns=["dataset", "config", "tokenizer", "sample_id", "length", "masks", "mean_us",

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.report.collect import (Unreadable, batch_stats, cell_stats, engine_class, find_runs,
-                                                 first_engine_info, read_run)
+from gcdbench.experiments.report.collect import batch_stats, cell_stats, engine_class, find_runs, run_infos
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
 
@@ -37,23 +36,19 @@ def artifacts(root: Path) -> dict[str, pd.DataFrame]:
     """Per engine that declares ``artifact_keys``: one row per dataset with the sizes its compile reported
     (first init of the cell, from ``run.json``), e.g. the CNF counts seed 000 reports for Valiant."""
     rows: dict[str, list] = {}
-    for run_dir in find_runs(root):
-        try:
-            meta = read_run(run_dir)
-        except Unreadable:
-            continue   # collect() warns about it
-        cls = engine_class(meta["engine"])
+    for run in run_infos(find_runs(root)):
+        cls = engine_class(run["engine"])
         keys = cls.artifact_keys if cls is not None else {}
-        info = first_engine_info(meta)
+        info = run["engine_info"]
         if not keys or not info:
             continue
-        row = {"dataset": meta["dataset"], "tokenizer": meta["tokenizer"]}
+        row = {"dataset": run["dataset"], "tokenizer": run["tokenizer"]}
         for col, path in keys.items():
             v = info
             for k in path:
                 v = v.get(k) if isinstance(v, dict) else None
             row[col] = v
-        rows.setdefault(meta["engine"], []).append(row)
+        rows.setdefault(run["engine"], []).append(row)
     return {eng: pd.DataFrame(r).drop_duplicates(["dataset", "tokenizer"]).sort_values(["dataset", "tokenizer"])
             .reset_index(drop=True) for eng, r in sorted(rows.items())}
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from gcdbench.experiments.cliffs import CLIFF_EXPONENT, fit_bench
 from gcdbench.experiments.fit import loglog_slope
-from gcdbench.experiments.report.collect import (cell_commits, machine_text, read_cell_file, read_run, run_dirs,
+from gcdbench.experiments.report.collect import (cell_commits, read_cell_file, run_dirs, run_info,
                                                  sample_step_summary, warn)
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import markdown, measured_at
@@ -26,8 +26,8 @@ def cell_growth(roots) -> pd.DataFrame:
     rows = []
     for d in run_dirs(roots):
         try:
-            meta = read_run(d)
-            if not str(meta.get("dataset", "")).startswith("fuzz_"):
+            run = run_info(d)
+            if not run["dataset"].startswith("fuzz_"):
                 continue
             per = sample_step_summary(d)
             samples = read_cell_file(d, "samples.parquet")
@@ -35,10 +35,9 @@ def cell_growth(roots) -> pd.DataFrame:
         except Exception as err:   # one unreadable cell: named, the others reported
             warn(f"{d}: skipped ({err})")
             continue
-        seed = int(meta["dataset"].split("_", 1)[1])
-        head = {"config": meta["config"], "grammar_seed": seed, "path": str(d), "compile_error": meta.get("compile_error") or "",
-                "machine": machine_text(meta),
-                "commit": "+".join(cell_commits(meta, samples)),
+        seed = int(run["dataset"].split("_", 1)[1])
+        head = {"config": run["config"], "grammar_seed": seed, "path": str(d), "compile_error": run["compile_error"],
+                "machine": run["machine"], "commit": "+".join(cell_commits(run, samples)),
                 "audited": int(len(audit)) if audit is not None else 0,
                 "agree_language": int(audit["agree_language"].sum()) if audit is not None and "agree_language" in audit
                 else 0,

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcdbench.experiments import schema
 from gcdbench.experiments.report import packed
 from gcdbench.parsers.base import Outcome
 
@@ -23,8 +24,8 @@ DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
 SUITE_ORDER = ["json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
                "ambiguous_right"]
 SAMPLED_SUFFIX = "_sampled"
-#: what every cell's run.json holds (the report reads them without checking again)
-RUN_JSON_KEYS = ("engine", "config", "dataset", "tokenizer")
+#: what every cell's run.json holds (the schema module checks them; the report reads them without checking again)
+RUN_JSON_KEYS = schema.REQUIRED_RUN_KEYS
 PROFILE_AUDIT_COLUMNS = ("profile", "agree_language", "agree_profile", "n_false_allow_profile",
                          "n_false_block_profile", "false_allow_examples_profile", "false_block_examples_profile")
 STEP_FRAME_COLUMNS = ["engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
@@ -81,21 +82,22 @@ def run_dirs(roots) -> list[Path]:
 
 
 def read_cell_file(run_dir: Path, name: str):
-    """A cell's ``run.json`` (dict) or ``<name>.parquet`` (DataFrame); None when absent; Unreadable if damaged."""
+    """A cell's ``run.json`` (its :class:`~gcdbench.experiments.schema.RunRecord`, read and migrated by the schema
+    module) or ``<name>.parquet`` (a DataFrame, its version checked there); None when absent; Unreadable when
+    damaged, foreign or of a version this code does not read (one line naming the file)."""
     path = Path(run_dir) / name
     if not (Path(run_dir) / "run.json").exists() and packed.holds(run_dir):
         return packed.read(run_dir, name)
     if not path.exists():
         return None
     try:
-        got = json.loads(path.read_text()) if name.endswith(".json") else pd.read_parquet(path)
+        return schema.read_run(path) if name == "run.json" else schema.read_rows(path)
+    except schema.SchemaVersionError as err:
+        raise Unreadable(str(err)) from None
     except Exception as err:   # noqa: BLE001 - json, OS and pyarrow errors all mean "cannot use this file"
+        if "is not a gcdbench run.json" in str(err):   # a foreign file: one skipped cell (issue 27)
+            raise Unreadable(str(err)) from None
         raise Unreadable(f"cannot read {path} ({type(err).__name__}: {str(err)[:160]})") from None
-    if name == "run.json":   # a foreign or truncated file is one skipped cell, never a failed report (issue 27)
-        missing = [k for k in RUN_JSON_KEYS if not isinstance(got, dict) or k not in got]
-        if missing:
-            raise Unreadable(f"{path} is not a gcdbench run.json (no {', '.join(missing)})")
-    return got
 
 
 def read_run(run_dir: Path) -> dict:
@@ -107,19 +109,27 @@ def read_run(run_dir: Path) -> dict:
 
 
 def mask_summary(run_dir: Path, steps: pd.DataFrame | None = None, meta: dict | None = None) -> dict:
-    """Count, mean and p50/p99/p99.9/max of a cell's per-mask times: from ``steps.parquet``, else from the summary
-    a re-stored cell keeps in place of its rows ({} when the cell has neither)."""
+    """Count, mean and p50/p99/p99.9/max of a cell's per-mask times ({} when it has none): from ``steps.parquet``;
+    else, for a re-stored cell, the summary it keeps in place of those rows; else, for a batch cell that kept
+    only its per-step summaries, from ``batch_steps`` (each step gave ``masks`` masks of ``step_us / live``)."""
     if steps is None:
         steps = read_cell_file(run_dir, "steps.parquet")
-    if steps is not None:
-        if not len(steps):
+    if steps is None:
+        meta = meta if meta is not None else read_run(run_dir)
+        kept = (meta.get("restored") or {}).get("mask_summary")
+        if kept is not None:
+            return dict(kept)
+        bs = read_cell_file(run_dir, "batch_steps.parquet")
+        if bs is None or "masks" not in bs:
             return {}
+        us = np.repeat((bs["step_us"] / bs["live"]).to_numpy(), bs["masks"].to_numpy())
+    else:
         us = steps["mask_us"].to_numpy()
-        return dict(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
-                    mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
-                    mask_max_us=float(us.max()))
-    meta = meta if meta is not None else read_run(run_dir)
-    return dict((meta.get("restored") or {}).get("mask_summary") or {})
+    if not us.size:
+        return {}
+    return dict(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
+                mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
+                mask_max_us=float(us.max()))
 
 
 def sample_step_summary(run_dir: Path) -> pd.DataFrame | None:
@@ -147,6 +157,31 @@ def engine_class(name: str):
         return lookup(name)
     except (ValueError, ImportError, AttributeError):
         return None
+
+
+def run_info(run_dir: Path) -> dict:
+    """What the sections need of a cell's run record, read once here (the sections read no run.json key
+    themselves): its key (engine, config, dataset, tokenizer), ``git_commit``, ``compile_error``, ``machine``
+    (as text), the engine's ``info()`` at its first compile (``engine_info``), ``dataset_meta`` and the sampled
+    sequences' ``pieces`` (for the disagreements' context). Raises Unreadable."""
+    meta = read_run(run_dir)
+    dataset_meta = meta.get("dataset_meta") or {}
+    return {"path": str(run_dir), "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"],
+            "tokenizer": meta["tokenizer"], "git_commit": meta.get("git_commit"),
+            "compile_error": meta.get("compile_error") or "", "machine": machine_text(meta),
+            "engine_info": first_engine_info(meta), "dataset_meta": dataset_meta,
+            "pieces": dataset_meta.get("pieces") or {}}
+
+
+def run_infos(run_dirs) -> list[dict]:
+    """:func:`run_info` of every readable cell of ``run_dirs`` (damaged ones skipped: ``collect`` warns)."""
+    out = []
+    for d in run_dirs:
+        try:
+            out.append(run_info(d))
+        except Unreadable:
+            continue
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------

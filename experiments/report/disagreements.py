@@ -10,7 +10,7 @@ import pandas as pd
 
 from gcdbench.experiments.report.cells import audit_agreement, audit_text
 from gcdbench.experiments.report.collect import (Unreadable, collect, has_profile_columns, is_beyond,
-                                                 read_cell_file, read_run)
+                                                 read_cell_file, run_info)
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import get, markdown, md_code
 from gcdbench.parsers.base import Outcome
@@ -36,8 +36,8 @@ def disagreements(run_dirs, keep=None) -> pd.DataFrame:
     rows = []
     for d in run_dirs:
         try:
-            meta = read_run(d)
-            ds = meta.get("dataset", "")
+            run = run_info(d)
+            ds = run["dataset"]
             if keep is not None and not keep(ds):
                 continue
             audit = read_cell_file(d, "audit.parquet")
@@ -47,8 +47,8 @@ def disagreements(run_dirs, keep=None) -> pd.DataFrame:
         prefixes = {} if audit is None else {(a["sample_id"], int(a["step"])): str(a["prefix"])
                                              for a in audit[["sample_id", "step", "prefix"]].to_dict("records")}
         audit = audit if audit is not None and has_profile_columns(audit) else None
-        key = {"dataset": ds, "config": meta.get("config"), "tokenizer": meta.get("tokenizer")}
-        pieces = (meta.get("dataset_meta") or {}).get("pieces") or {}
+        key = {"dataset": ds, "config": run["config"], "tokenizer": run["tokenizer"]}
+        pieces = run["pieces"]
         by_step = {} if audit is None else {(a["sample_id"], int(a["step"])): a for a in audit.to_dict("records")}
         profile = "" if audit is None or not len(audit) else "; ".join(sorted(set(audit["profile"].astype(str))))
         used = set()

@@ -33,6 +33,7 @@ from gcdbench.experiments.report.collect import collect_batch, is_batch, load_ce
 from gcdbench.experiments.report.plot import (failed_marks, failed_note, is_failed, line_style, no_minor_labels,
                                               order_datasets, panels, save_figure, series_label, styles, us_axis)
 from gcdbench.experiments.report.section import Context, Section
+from gcdbench.experiments.report.text import figure_link
 
 CAPTIONS = {   # by file stem prefix, for the report's README (the first matching prefix)
     "mask_vs_prefix": "Per-mask time against prefix length (tokens): solid = mean, dashed = p99 per prefix bucket, "
@@ -425,8 +426,7 @@ def lines(ctx: Context) -> list[str]:
            "PDF). Hatched bars and × entries are cells that produced no masks (compile error, time-out, "
            "out-of-memory); \"partial\" marks cells cut short by a limit.", ""]
     for p in pngs:
-        out += [f"### {p.stem}", "", caption(p.stem), "", f"![{p.stem}](figures/{p.name}) ([PDF](figures/{p.stem}.pdf))",
-                ""]
+        out += [f"### {p.stem}", "", caption(p.stem), "", figure_link(p.stem), ""]
     return out
 
 

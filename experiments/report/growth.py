@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments.report.cells import details
-from gcdbench.experiments.report.collect import collect, find_runs, load_cells, load_steps, read_run, single_mode
+from gcdbench.experiments.report.collect import collect, find_runs, load_cells, load_steps, run_infos, single_mode
 from gcdbench.experiments.report.figures import fig_mask_vs_prefix
 from gcdbench.experiments.report.plot import order_datasets, panels, save_figure, styles, tick_us, us_axis
 from gcdbench.experiments.report.section import Context, Section
@@ -46,7 +46,7 @@ def growth_lines(tails: pd.DataFrame, root: Path, before: tuple, out: Path, name
     """The growth figure (per-length p50/p99, earlier runs beside this one) and one line per earlier run with the
     matching cell's numbers, for every (config, dataset, tokenizer) that an earlier CSV also holds."""
     lines = []
-    commits = sorted({str(read_run(d).get("git_commit") or "?")[:7] for d in find_runs(Path(root))})
+    commits = sorted({str(r["git_commit"] or "?")[:7] for r in run_infos(find_runs(Path(root)))})
     now = f"this run ({', '.join(commits) or 'commit unknown'})"
     for path in before:
         label, old = read_before(path)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from gcdbench.experiments import schema
+
 PACK_DIR = "_restored"
 CELLS = "cells.parquet"
 SAMPLE_STEPS = "sample_steps.parquet"
@@ -43,7 +45,7 @@ class Pack:
             path = self.root / PACK_DIR / name
             by_cell = {}
             if path.exists():
-                df = pd.read_parquet(path)
+                df = schema.read_rows(path, name.removesuffix(".parquet"))
                 for cell, grp in df.groupby("cell", sort=False):
                     by_cell[cell] = grp.drop(columns=["cell"]).reset_index(drop=True)
             self._rows[name] = by_cell
@@ -51,7 +53,9 @@ class Pack:
 
     def read(self, cell: str, name: str):
         if name == "run.json":
-            return json.loads(self.runs[cell])
+            rec = json.loads(self.runs[cell])
+            where = self.root / PACK_DIR / CELLS
+            return schema.migrate_run(rec, schema.check_version(f"{where} ({cell})", rec.get("schema_version")))
         if name not in self.files[cell]:
             return None
         got = self.rows(name).get(cell)

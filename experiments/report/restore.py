@@ -1,6 +1,8 @@
 """Re-store result folders in the slim form the repository keeps (at most 10 MB under ``results/``).
 
-    python -m gcdbench.experiments.report.restore results/batch results/suite results/cliffs/runs [--dry-run]
+    python -m gcdbench.experiments.report.restore results/batch results/suite results/cliffs/runs \
+        results/cliffs/bench.json
+    python -m gcdbench.experiments.report.restore --keep-cells results/runs   # only Hydra's copies go
 
 Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`), read by the report as before:
 
@@ -15,7 +17,9 @@ Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`)
 - Hydra's copies of the configs (``.hydra/``, multirun.yaml, jobs.json) are removed: every cell's run.json
   already records its command and options.
 
-A folder cell run again after re-storing takes the packed cell's place (the report reads the folder). Re-storing a
+A JSON file given (a bench file) is rewritten without indentation (its content unchanged). ``--keep-cells``
+removes only Hydra's copies, for folders whose every mask is still read (``results/runs``: the figures and the
+notebook draw from it). A folder cell run again after re-storing takes the packed cell's place (the report reads the folder). Re-storing a
 folder that already holds a pack adds its folder cells to the pack. Do not re-store the folder the figures are
 drawn from (``--results``): figures need every mask.
 """
@@ -70,16 +74,48 @@ def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps:
     return meta
 
 
+def _write(df: pd.DataFrame, path: Path) -> None:
+    """A pack file: zstd, no statistics, dictionary encoding for text columns only (timings compress better
+    plain)."""
+    text = [c for c in df.columns if df[c].dtype == object or pd.api.types.is_string_dtype(df[c])]
+    df.to_parquet(path, index=False, compression="zstd", compression_level=19, write_statistics=False,
+                  use_dictionary=text or False)
+
+
+def compact_json(path: Path) -> dict:
+    """Rewrite a JSON file without indentation; its content (as parsed) is unchanged."""
+    before = path.read_text()
+    doc = json.loads(before)
+    after = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(after) == doc
+    path.write_text(after + "\n")
+    return {"file": str(path), "bytes_before": len(before.encode()), "bytes_after": len(after.encode()) + 1}
+
+
+def remove_hydra(root: Path, dry_run: bool = False) -> dict:
+    """Remove Hydra's copies of the configs (``.hydra`` folders) under ``root``; every cell keeps its run.json."""
+    hydra = sorted(p for p in Path(root).rglob(".hydra") if p.is_dir())
+    if not dry_run:
+        for p in hydra:
+            shutil.rmtree(p)
+    return {"root": str(root), "hydra_removed": [str(p) for p in hydra]}
+
+
 def _folder_cells(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob("run.json")
                   if ".hydra" not in p.parts and packed.PACK_DIR not in p.parts)
 
 
-def restore(root: Path, dry_run: bool = False) -> dict:
+def new_stamp() -> dict:
+    """What each re-stored cell records of its re-storing: when (UTC), by what, at which commit of this code."""
+    return {"when": time.strftime("%Y-%m-%d %H:%M:%S +0000", time.gmtime()),
+            "by": "gcdbench.experiments.report.restore", "commit": tool_commit()}
+
+
+def restore(root: Path, dry_run: bool = False, stamp: dict | None = None) -> dict:
     """Pack every folder cell under ``root`` (see the module's docstring); returns what was done."""
     root = Path(root)
-    stamp = {"when": time.strftime("%Y-%m-%d %H:%M:%S +0000", time.gmtime()), "by": "gcdbench.experiments.report"
-             ".restore", "commit": tool_commit()}
+    stamp = stamp or new_stamp()
     index, rows = [], {name: [] for name in (*ROW_NAMES, packed.SAMPLE_STEPS)}
     old = packed.pack_at(root)
     if old is not None:   # cells packed before: kept as they are, unless a folder cell replaces them
@@ -115,18 +151,17 @@ def restore(root: Path, dry_run: bool = False) -> dict:
                 rows[name].append(df.assign(cell=rel))
     hydra = sorted(p for p in root.rglob(".hydra") if p.is_dir())
     done = {"root": str(root), "cells": len(cells), "packed": len(index), "hydra_removed": [str(p) for p in hydra]}
-    if dry_run:
+    if dry_run or not cells:
         return done
     out = root / packed.PACK_DIR
     tmp = root / (packed.PACK_DIR + ".new")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    write = dict(compression="zstd", compression_level=19, write_statistics=False, use_byte_stream_split=False)
-    pd.DataFrame(index).sort_values("cell").to_parquet(tmp / packed.CELLS, index=False, **write)
+    _write(pd.DataFrame(index).sort_values("cell"), tmp / packed.CELLS)
     for name, frames in rows.items():
         if frames:
             df = pd.concat(frames, ignore_index=True)
-            df[["cell", *[c for c in df.columns if c != "cell"]]].to_parquet(tmp / name, index=False, **write)
+            _write(df[["cell", *[c for c in df.columns if c != "cell"]]], tmp / name)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     for d in cells:
@@ -142,14 +177,22 @@ def restore(root: Path, dry_run: bool = False) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folders", nargs="+", help="result folders whose cells are re-stored (e.g. results/batch)")
+    ap.add_argument("paths", nargs="+", help="result folders whose cells are re-stored (e.g. results/batch), or "
+                                             "JSON files rewritten without indentation (results/cliffs/bench.json)")
+    ap.add_argument("--keep-cells", action="store_true", help="only remove Hydra's copies from the folders")
     ap.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
     args = ap.parse_args(argv)
-    for f in args.folders:
-        if not Path(f).is_dir():
-            ap.exit(2, f"error: {f}: no such folder; give a folder of result cells\n")
-    for f in args.folders:
-        print(json.dumps(restore(Path(f), args.dry_run)))
+    for f in map(Path, args.paths):
+        if not (f.is_dir() or (f.is_file() and f.suffix == ".json")):
+            ap.exit(2, f"error: {f}: neither a folder of result cells nor a JSON file\n")
+    stamp = new_stamp()   # before any change: the commit is clean or not by the code alone
+    for f in map(Path, args.paths):
+        if f.is_file():
+            print(json.dumps(compact_json(f) if not args.dry_run else {"file": str(f)}))
+        elif args.keep_cells:
+            print(json.dumps(remove_hydra(f, args.dry_run)))
+        else:
+            print(json.dumps(restore(f, args.dry_run, stamp)))
 
 
 if __name__ == "__main__":
