@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import time
 from pathlib import Path
 
@@ -417,6 +416,7 @@ def shrink_worst(runs: Path, per_engine: int = 1, budget_s: float = 30.0, total_
     """:func:`shrink` for each engine's worst cliffs among the runner cells under ``runs``."""
     from gcdbench.datasets.registry import load_dataset
     from gcdbench.experiments.report.cliffs import _cliff, cell_growth, fit_cells
+    from gcdbench.experiments.report.collect import read_run
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     g = cell_growth([runs])
@@ -426,7 +426,7 @@ def shrink_worst(runs: Path, per_engine: int = 1, budget_s: float = 30.0, total_
     out = []
     for r in worst.groupby("engine").head(per_engine).to_dict("records"):
         cell = g[(g["config"] == r["engine"]) & (g["grammar_seed"] == r["grammar_seed"])]
-        meta = json.loads((Path(cell["path"].iloc[0]) / "run.json").read_text())
+        meta = read_run(Path(cell["path"].iloc[0]))   # a folder cell or a re-stored one
         ds = load_dataset({"name": "fuzz", "grammar_seed": r["grammar_seed"],
                            **{k: v for k, v in meta["identity"]["dataset_options"].items()
                               if k not in ("name", "ambiguous", "grammar_seed") and v is not None}}, data_root=None)
