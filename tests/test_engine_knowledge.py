@@ -112,7 +112,7 @@ PENDING = {
     "experiments/bench_valiant.py": "an engine's own benchmark; belongs beside it (parsers/valiant/)",
     "experiments/gpu_agenda.py": "Valiant's own GPU agenda summary (issue 13); belongs beside it (parsers/valiant/)",
 }
-SCANNED = sorted({*(p.relative_to(REPO).as_posix() for p in (REPO / "experiments").glob("*.py")),
+SCANNED = sorted({*(p.relative_to(REPO).as_posix() for p in (REPO / "experiments").rglob("*.py")),
                   "parsers/tokenizers.py", "parsers/hf_tokenizer.py"})
 
 

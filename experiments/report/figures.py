@@ -43,7 +43,7 @@ CAPTIONS = {   # by file stem prefix, for the report's README (the first matchin
     "memory": "Peak resident memory (MB) of the worker process during compile and during the samples.",
     "mask_vs_vocab": "Per-mask time against vocabulary size (a sweep over `tokenizer=`); points named by tokenizer.",
     "mask_vs_": "Per-mask time against the engine option named in the file name, over cells that differ in that "
-                "option only (seed 000's figure 5 is the sweep over Valiant's `workers`).",
+                "option only (seed 000's figure 5 is such a sweep, over `workers`).",
     "batch": "Batch mode: step latency (one `fill_masks` call over the live sequences; p50 over full steps, band "
              "to p99) and per-sequence cost (step time / live sequences) against the batch size B, log axes; "
              "× = a B at which the cell produced no step.",
