@@ -133,6 +133,22 @@ def test_a_cell_run_again_takes_the_packed_cells_place(stored, tmp_path):
     assert "steps.parquet" in read_run(again)["restored"]["dropped"]
 
 
+@pytest.mark.slow
+def test_a_damaged_pack_skips_its_cells_with_a_warning(stored, tmp_path, capsys):
+    from gcdbench.experiments.report import collect
+
+    copy = tmp_path / "runs"
+    shutil.copytree(stored, copy)
+    restore(copy)
+    (copy / PACK_DIR / "samples.parquet").write_bytes(b"not parquet")
+    assert collect(copy).empty
+    err = capsys.readouterr().err
+    assert err.count("cannot read samples.parquet of the re-stored cell") == 4 and "restore _restored/ from git" in err
+    (copy / PACK_DIR / "cells.parquet").write_bytes(b"not parquet")
+    assert find_runs(copy) == []
+    assert f"cannot read {copy / PACK_DIR / 'cells.parquet'}" in capsys.readouterr().err
+
+
 def test_compact_json_keeps_the_content(tmp_path):
     doc = {"records": [{"a": 1.5, "b": [1, 2, 3], "c": "é"}], "machine": {"cpu": "x"}}
     p = tmp_path / "bench.json"

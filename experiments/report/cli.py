@@ -10,7 +10,7 @@ from gcdbench.experiments.report.build import SECTIONS, write_report
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Tables from stored results only: every folder under the results root that has a run.json",
-        epilog="Sections, in README order: " + ", ".join(f"{s.name} ({s.help})" for s in SECTIONS))
+        epilog="Sections, in README order: " + "; ".join(f"{s.name}: {s.help}" for s in SECTIONS) + ".")
     ap.add_argument("--results", default="results/runs", help="folder searched for run.json files")
     ap.add_argument("--out", default="results", help="where the tables and README.md go")
     ap.add_argument("--tokenizer", default="qwen3")

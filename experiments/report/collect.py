@@ -87,7 +87,13 @@ def read_cell_file(run_dir: Path, name: str):
     damaged, foreign or of a version this code does not read (one line naming the file)."""
     path = Path(run_dir) / name
     if not (Path(run_dir) / "run.json").exists() and packed.holds(run_dir):
-        return packed.read(run_dir, name)
+        try:
+            return packed.read(run_dir, name)
+        except schema.SchemaVersionError as err:
+            raise Unreadable(str(err)) from None
+        except Exception as err:   # noqa: BLE001 - a damaged pack file: this cell skipped, named
+            raise Unreadable(f"cannot read {name} of the re-stored cell {run_dir} ({type(err).__name__}: "
+                             f"{str(err)[:160]}); restore {packed.PACK_DIR}/ from git") from None
     if not path.exists():
         return None
     try:

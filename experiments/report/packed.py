@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -82,7 +83,10 @@ def pack_at(root: Path) -> Pack | None:
 def _owner(run_dir: Path) -> tuple[Pack, str] | None:
     run_dir = Path(run_dir)
     for root in run_dir.parents:
-        p = pack_at(root)
+        try:
+            p = pack_at(root)
+        except Exception:   # noqa: BLE001 - a damaged index holds no cell (cells_under warned)
+            continue
         if p is not None:
             rel = run_dir.relative_to(root).as_posix()
             if rel in p.runs:
@@ -95,7 +99,12 @@ def cells_under(root: Path) -> list[Path]:
     root = Path(root)
     out = []
     for index in sorted(root.rglob(f"{PACK_DIR}/{CELLS}")):
-        p = pack_at(index.parent.parent)
+        try:
+            p = pack_at(index.parent.parent)
+        except Exception as err:   # noqa: BLE001 - a damaged index: its cells are not reported, the others are
+            print(f"warning: cannot read {index} ({type(err).__name__}: {str(err)[:160]}): its cells are not "
+                  f"reported (restore {PACK_DIR}/ from git, or re-store the folder)", file=sys.stderr)
+            continue
         out += p.cells() if p is not None else []
     return out
 
