@@ -11,7 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from gcdbench.experiments.config import register
-from gcdbench.experiments.report import collect_batch, write_report
+from gcdbench.experiments.report import batch_stats, collect_batch, write_report
 from gcdbench.experiments.report.collect import find_runs, mask_summary, read_run, sample_step_summary
 from gcdbench.experiments.report.packed import PACK_DIR
 from gcdbench.experiments.report.restore import compact_json, main as restore_main, restore
@@ -86,6 +86,9 @@ def test_restored_cell_keeps_provenance_and_says_it_was_restored(stored, tmp_pat
         # the mask summary kept equals the one computed from every mask before
         if "mask_summary" in r:
             assert r["mask_summary"] == mask_summary(stored / d.relative_to(copy))
+        if now.get("batch"):   # the step statistics at re-store time equal those read from the pack
+            kept = {k: v for k, v in batch_stats(d).items() if k in r["batch_step_summary"]}
+            assert kept == r["batch_step_summary"]
     single = copy / "custom_tiny_sql" / "bytes" / "xgrammar"
     got = sample_step_summary(single)
     want = sample_step_summary(stored / "custom_tiny_sql" / "bytes" / "xgrammar")

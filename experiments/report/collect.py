@@ -360,14 +360,12 @@ def batch_step_stats(bs: pd.DataFrame) -> dict:
 
 def batch_stats(run_dir: Path) -> dict:
     """A batch-mode cell's numbers: ``cell_stats`` plus the batch size B, the threads its engine used, and
-    :func:`batch_step_stats` (from ``batch_steps.parquet``, else the summary a re-stored cell keeps)."""
+    :func:`batch_step_stats` of its ``batch_steps`` rows (kept by re-stored cells too)."""
     row = cell_stats(run_dir)
     meta = read_run(run_dir)
     b = meta.get("batch") or {}
     row.update(B=int(row["batch_size"]), threads=b.get("threads"), threads_option=b.get("threads_option"))
-    bs = read_cell_file(run_dir, "batch_steps.parquet")
-    kept = (meta.get("restored") or {}).get("batch_step_summary")
-    row.update(batch_step_stats(bs) if bs is not None or kept is None else kept)
+    row.update(batch_step_stats(read_cell_file(run_dir, "batch_steps.parquet")))
     return row
 
 

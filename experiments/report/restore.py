@@ -67,7 +67,7 @@ def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps:
     if steps is not None:
         dropped.append("steps.parquet")
         restored["mask_summary"] = mask_summary(run_dir, steps=steps)
-    if batch_steps is not None:
+    if batch_steps is not None:   # kept whole; its statistics at re-store time, to check a later reading against
         restored["batch_step_summary"] = batch_step_stats(batch_steps)
     restored["dropped"] = dropped
     meta["restored"] = restored
