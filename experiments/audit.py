@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gcdbench.experiments import schema
 from gcdbench.parsers.base import Profile, mask_to_ids
 from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
@@ -147,14 +148,14 @@ class Auditor:
         }
 
     def check(self, text: str, ids: list[int], audited: dict) -> list[dict]:
-        """Rows for the audited steps of one sample: ``audited`` maps step -> the engine's packed mask there."""
+        """Rows for the audited steps of one sample (``audit.parquet``'s declared columns less the cell key):
+        ``audited`` maps step -> the engine's packed mask there."""
         rows = []
         for step in sorted(audited):
             prefix = self.tok.decode(ids[:step])
             got = mask_to_ids(np.asarray(audited[step], dtype=np.int32), self.tok.vocab_size)
-            row = {"step": int(step), "prefix": prefix.decode("utf-8", "replace")[-200:]}
-            row.update(self.compare(prefix, got))
-            rows.append(row)
+            rows.append(schema.row("audit", step=int(step), prefix=prefix.decode("utf-8", "replace")[-200:],
+                                   **self.compare(prefix, got)))
         return rows
 
     def _show(self, t) -> str:

@@ -18,6 +18,9 @@ from typing import Any, TypedDict
 
 import pyarrow as pa
 
+from gcdbench.experiments.rowlayout import (LAYOUTS, WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY,  # noqa: F401
+                                            WORKER_STEP, RowLayout)
+
 #: the version every writer stamps; readers accept :data:`SUPPORTED_VERSIONS`
 SCHEMA_VERSION = 1
 #: 0: results stored before the schema module (no version key), read as version 1
@@ -118,8 +121,9 @@ BATCH_STEP_COLUMNS_DECLARED = (
 )
 #: added in version 1: the step's rows in steps.parquet (live less the sequences whose fill failed); each of them
 #: has mask_us = step_us / live, so a cell's mask-time distribution is rebuilt from the summary alone
-BATCH_STEP_MASKS = Column("masks", pa.int64(), "masks the step gave sequences (live less failed fills); each "
-                                               "mask's mask_us = step_us / live")
+BATCH_STEP_MASKS = Column("masks", pa.int64(), "masks the step gave sequences (live less failed fills; each has "
+                                               "mask_us = step_us / live); null: not known (written before the "
+                                               "column, on a step where a fill failed)")
 
 TABLES = {
     "steps": STEP_COLUMNS_DECLARED,
@@ -138,6 +142,23 @@ def columns(table: str, extra: bool = False) -> list[str]:
     return [c.name for c in TABLES[table] + (EXTRAS[table] if extra else ())]
 
 
+#: the columns that say which cell and sample a row belongs to (the store adds them to every row)
+KEY_COLUMNS = tuple(c.name for c in _KEY)
+
+
+def row(table: str, **values) -> dict:
+    """One row of ``table`` without its key columns (:data:`KEY_COLUMNS`), in file order, from keywords: every
+    declared column must be given (its batch-mode extras may be), and none other (ValueError naming them)."""
+    names = [n for n in columns(table) if n not in KEY_COLUMNS]
+    extras = [c.name for c in EXTRAS[table]]
+    missing = [n for n in names if n not in values]
+    unknown = sorted(set(values) - set(names) - set(extras))
+    if missing or unknown:
+        raise ValueError(f"a {table} row must give the declared columns (experiments/schema.py): missing {missing}, "
+                         f"undeclared {unknown}")
+    return {n: values[n] for n in names + [e for e in extras if e in values]}
+
+
 def arrow_schema(table: str, extra: bool = False) -> pa.Schema:
     """The pyarrow schema a writer uses, stamped with :data:`SCHEMA_VERSION`."""
     cols = TABLES[table] + (EXTRAS[table] if extra else ())
@@ -147,52 +168,30 @@ def arrow_schema(table: str, extra: bool = False) -> pa.Schema:
 # --------------------------------------------------------------------------------------------------------------
 # rows in shared memory (the worker's step log and slot journal): named fields over a float64 buffer
 # --------------------------------------------------------------------------------------------------------------
-class RowLayout:
-    """The columns a worker writes into a float64 memory map, by name: :meth:`pack` builds a row from keywords
-    (no positional tuples at the call sites), :meth:`columns` turns stored rows back into typed columns."""
-
-    def __init__(self, table: str, names: tuple[str, ...]):
-        decl = {c.name: c for c in TABLES[table] + EXTRAS[table]}
-        unknown = [n for n in names if n not in decl]
-        if unknown:
-            raise ValueError(f"{unknown} are not columns of {table}; valid: {sorted(decl)}")
-        self.table, self.names = table, names
-        self.index = {n: i for i, n in enumerate(names)}
-        self._cast = tuple(_caster(decl[n].type) for n in names)
-
-    @property
-    def width(self) -> int:
-        return len(self.names)
-
-    def pack(self, **values) -> tuple:
-        """One row in this layout's order; every field must be given."""
-        return tuple(values[n] for n in self.names)
-
-    def typed(self, row) -> dict:
-        return {n: f(v) for n, f, v in zip(self.names, self._cast, row)}
-
-    def columns(self, rows) -> dict[str, list]:
-        """Stored rows (sequences of floats in this order) as ``{name: typed values}``."""
-        return {n: [f(r[i]) for r in rows] for i, (n, f) in enumerate(zip(self.names, self._cast))}
-
-
-def _caster(t: pa.DataType):
+def _python_type(t: pa.DataType):
     if pa.types.is_boolean(t):
         return bool
     if pa.types.is_integer(t):
         return int
     if pa.types.is_floating(t):
         return float
-    return lambda v: v
+    return None
 
 
-#: what the worker measures per mask (steps.parquet less the cell key, outcome and the derived prefix_tokens)
-WORKER_STEP = RowLayout("steps", ("step", "prefix_bytes", "mask_us", "commit_us", "n_allowed", "oracle_allowed"))
-#: batch mode: a sequence's row in the slot journal
-WORKER_BATCH_STEP = RowLayout("steps", WORKER_STEP.names + ("batch_step",))
-#: batch mode: one row per batch step in the step log
-WORKER_BATCH_SUMMARY = RowLayout("batch_steps", ("batch_step", "size", "live", "step_us", "commit_us", "fallback",
-                                                 "masks"))
+def check_layout(layout: RowLayout) -> None:
+    """A worker row layout (``experiments/rowlayout.py``) names declared columns of its table, with their types;
+    ValueError otherwise (checked for every layout when this module is imported)."""
+    decl = {c.name: c for c in TABLES[layout.table] + EXTRAS[layout.table]}
+    unknown = [n for n in layout.names if n not in decl]
+    if unknown:
+        raise ValueError(f"{unknown} are not columns of {layout.table}; valid: {sorted(decl)}")
+    wrong = [n for n, k in zip(layout.names, layout.kinds) if _python_type(decl[n].type) is not k]
+    if wrong:
+        raise ValueError(f"{layout.table} layout types of {wrong} differ from the declared ones")
+
+
+for _layout in LAYOUTS:
+    check_layout(_layout)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -206,7 +205,7 @@ def to_table(table: str, df) -> pa.Table:
     if table == "steps" and "prefix_tokens" not in df.columns and "step" in df.columns:
         df = df.assign(prefix_tokens=df["step"])
     if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
-        df = df.assign(masks=df["live"])   # a part written before the column: every live sequence got its mask
+        df = df.assign(masks=v0_masks(df))   # rows written before the column
     unknown = sorted(set(df.columns) - set(names))
     missing = [n for n in names if n not in df.columns]
     if unknown or missing:
@@ -263,8 +262,27 @@ def read_rows(path, table: str | None = None):
     check_version(path, file_version(pq.read_schema(path)))
     df = pq.read_table(path).to_pandas()
     if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
-        df["masks"] = df["live"]   # version 0: every live sequence got its mask (a failed fill is rare; see masks)
+        df["masks"] = v0_masks(df)
     return df
+
+
+def summary_mask_us(bs):
+    """Every mask's ``mask_us`` of a batch cell, rebuilt from its ``batch_steps`` rows (a cell kept with
+    ``batch.steps=summary`` has no steps.parquet): each step gave ``masks`` masks of ``step_us / live`` each, the
+    same values steps.parquet would hold. None when a row's ``masks`` is unknown (null)."""
+    import numpy as np
+
+    if bs["masks"].isna().any():
+        return None
+    return np.repeat((bs["step_us"] / bs["live"]).to_numpy(dtype=float), bs["masks"].to_numpy(dtype=np.int64))
+
+
+def v0_masks(bs):
+    """``masks`` of batch-step rows written before the column: every live sequence got its mask on a step without
+    a failed fill (``fallback`` 0 or 2); on a ``fallback`` 1 step some did not, how many is not stored (null)."""
+    import pandas as pd
+
+    return bs["live"].astype("Int64").where(bs["fallback"] != 1, pd.NA)
 
 
 # --------------------------------------------------------------------------------------------------------------

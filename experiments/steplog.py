@@ -3,7 +3,7 @@ sample's steps, or batch mode's batch steps) and :class:`SlotJournal` (batch mod
 
 Plain memory writes, no message and no wake-up of the parent between two timed masks; both processes map the file
 and the parent unlinks it once the child has attached, so whatever the child wrote before a crash or a kill is
-still read. The columns are named by a :class:`~gcdbench.experiments.schema.RowLayout` of the result schema.
+still read. The columns are named by a :class:`~gcdbench.experiments.rowlayout.RowLayout` of the result schema.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from gcdbench.experiments.schema import WORKER_BATCH_STEP, WORKER_STEP, RowLayout
+from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_STEP, RowLayout
 
 
 def _remove_stale(folder: str, prefix: str) -> None:
@@ -112,7 +112,7 @@ class SlotJournal:
     the parent (like :class:`StepLog`: plain memory writes, no wake-up of the parent).
 
     Slot ``i`` holds a header ``[work index of its sequence (-1: none), row count]`` and up to ``capacity`` rows
-    of :data:`~gcdbench.experiments.schema.WORKER_BATCH_STEP`. A sequence's rows go out with its ``seq`` message
+    of :data:`~gcdbench.experiments.rowlayout.WORKER_BATCH_STEP`. A sequence's rows go out with its ``seq`` message
     when it ends, and the slot is
     cleared; so after a worker death the parent finds in the journal exactly the sequences that were in flight,
     with every step they finished.

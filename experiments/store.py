@@ -276,7 +276,7 @@ class Cell:
     def write_part(self, session: dict, sample_id: str, outcome: Outcome, message: str, cols: dict | None,
                    wall_s: float, peak_rss_mb=None, keep_rows: bool = True, extra: dict | None = None) -> None:
         """One finished sample: ``cols`` its step rows as columns (``{name: values}`` of a worker
-        :class:`~gcdbench.experiments.schema.RowLayout`; None: no step); ``keep_rows=False`` (batch mode,
+        :class:`~gcdbench.experiments.rowlayout.RowLayout`; None: no step); ``keep_rows=False`` (batch mode,
         ``batch.steps=summary``) counts them without storing them; ``extra`` keys are kept in the part for the
         audit (batch mode: ``single_check``)."""
         n_steps = len(cols["step"]) if cols else 0
@@ -356,11 +356,13 @@ class Cell:
                 bstep_df = bstep_df[[(s, r) not in runs for s, r in zip(bstep_df["session"], bstep_df["run"])]]
                 new = pd.concat([bstep_df, new], ignore_index=True)
             bstep_df = new.sort_values(["session", "run", "batch_step"]).reset_index(drop=True)
-            if "masks" not in bstep_df:
-                bstep_df["masks"] = bstep_df["live"]
-            bstep_df["masks"] = bstep_df["masks"].fillna(bstep_df["live"])   # rows stored before the column
-            for col in ("session", "run", "batch_step", "size", "live", "fallback", "masks"):
+            if "masks" not in bstep_df or bstep_df["masks"].isna().any():   # rows stored before the column
+                known = bstep_df["masks"] if "masks" in bstep_df else None
+                bstep_df["masks"] = schema.v0_masks(bstep_df) if known is None else \
+                    known.astype("Int64").fillna(schema.v0_masks(bstep_df))
+            for col in ("session", "run", "batch_step", "size", "live", "fallback"):
                 bstep_df[col] = bstep_df[col].astype("int64")
+            bstep_df["masks"] = bstep_df["masks"].astype("Int64")   # null: not known (see schema.v0_masks)
         for name, df in (("steps", step_df), ("samples", sample_df), ("audit", audit_df),
                          ("batch_steps", bstep_df)):
             path = self.out / f"{name}.parquet"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
-from gcdbench.experiments.schema import WORKER_BATCH_SUMMARY, WORKER_STEP
+from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY, WORKER_STEP
 from gcdbench.experiments.steplog import SlotJournal, StepLog
 from gcdbench.parsers.base import Outcome
 from gcdbench.parsers.limited import Event, LimitedProcess, exit_description
@@ -66,7 +66,7 @@ class Worker:
 
     def run_sample(self, sample_id, ids, audit_at, timeout_s: float, memory_mb: float):
         """(event, columns): the ``result`` message or what ended the wait, and every step the sample finished
-        (``{name: values}`` of :data:`~gcdbench.experiments.schema.WORKER_STEP`)."""
+        (``{name: values}`` of :data:`~gcdbench.experiments.rowlayout.WORKER_STEP`)."""
         self.log.reset()
         self.rows = []
         if not self.proc.send(("sample", sample_id, ids, audit_at)):
@@ -87,7 +87,8 @@ class Worker:
         long already exceeds the limit of every sequence in it), or the worker is still running
         ``sample_timeout_s`` after the run's time is up, it kills the worker. Returns (event, in_flight, steps):
         the ``batch_done`` message or what ended the wait (``timeout`` here = a hang); the rows of the sequences
-        still in flight (work index -> rows; empty unless the worker died or was killed); the batch-step rows."""
+        still in flight (work index -> columns; empty unless the worker died or was killed); the batch-step rows
+        (in :data:`~gcdbench.experiments.rowlayout.WORKER_BATCH_SUMMARY` order)."""
         self.on_seq = on_seq
         self.bsteps = []
         self.log.reset()

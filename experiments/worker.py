@@ -6,7 +6,7 @@ Messages (framed pickles over :class:`gcdbench.parsers.limited.Channel`), parent
 audit_steps)`` or ``("stop",)``. Child -> parent: ``("attached",)`` once the StepLog is mapped (the parent then
 unlinks its file), ``("progress", text)`` while compiling (the engine's log records), ``("compiled", info)`` or
 ``("compile_error", {"message", "kind"})``, ``("ready", warmup)``, then per sample ``("steps", rows)`` (only when a
-sample outgrows the StepLog; rows in :data:`~gcdbench.experiments.schema.WORKER_STEP` order) and ``("result",
+sample outgrows the StepLog; rows in :data:`~gcdbench.experiments.rowlayout.WORKER_STEP` order) and ``("result",
 dict)``. Batch mode runs in ``experiments/worker_batch.py`` (its own entry point, built on this module's compile
 and memory helpers).
 
@@ -23,7 +23,7 @@ import resource
 import time
 import traceback
 
-from gcdbench.experiments.schema import WORKER_STEP
+from gcdbench.experiments.rowlayout import WORKER_STEP
 from gcdbench.experiments.steplog import StepLog
 from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_count, mask_get
 

@@ -6,7 +6,7 @@ The init message carries an 8th element, ``{"size": B, "journal": path, "warmup_
 child answers ``("seq", dict)`` as each sequence ends (its rows as columns with it), ``("bsteps", rows)`` when the
 batch-step log is full, and ``("batch_done", dict)`` at the end. Per-sequence rows go to a
 :class:`~gcdbench.experiments.steplog.SlotJournal`, so that a worker that dies or is killed leaves the rows of
-every sequence in flight; each batch step's summary row (:data:`~gcdbench.experiments.schema.WORKER_BATCH_SUMMARY`)
+every sequence in flight; each batch step's summary row (:data:`~gcdbench.experiments.rowlayout.WORKER_BATCH_SUMMARY`)
 goes to the StepLog.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from gcdbench.experiments.schema import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
+from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
 from gcdbench.experiments.steplog import SlotJournal, StepLog
 from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss
 from gcdbench.parsers.base import EngineError, Outcome, allocate_mask, mask_count, mask_get

@@ -15,7 +15,7 @@ from engines_here import engine_params, installed
 from expected_refusals import compile_or_refuse
 from gcdbench.experiments.config import ConfigError, register
 from gcdbench.experiments.runner import _identity_diff, run
-from gcdbench.experiments.worker import make_sequences
+from gcdbench.experiments.worker_batch import make_sequences
 from gcdbench.parsers.base import GrammarSpec, allocate_mask
 from gcdbench.parsers.registry import ENGINES, engine_class
 
@@ -247,7 +247,7 @@ def test_batch_run_records_steps_and_matches_single_mode(tmp_path):
     data = ["dataset=custom", f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}",
             f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}", "engine=xgrammar", "audit.per_sample=3"]
     single = run(make_cfg(tmp_path, *data))
-    batch = run(make_cfg(tmp_path, *data, "batch.size=2"))
+    batch = run(make_cfg(tmp_path, *data, "batch.size=2", "batch.steps=all"))
     assert batch.name == "xgrammar__batch-2" and single.name == "xgrammar"
     assert set(outcomes(batch).values()) == {"ok"}
     meta = json.loads((batch / "run.json").read_text())
@@ -264,9 +264,11 @@ def test_batch_run_records_steps_and_matches_single_mode(tmp_path):
     assert (s["n_allowed"] == b["n_allowed"]).all() and b["oracle_allowed"].all()
     # batch steps: every sequence row belongs to one, whose live count it is part of
     bs = pd.read_parquet(batch / "batch_steps.parquet")
-    assert list(bs.columns) == ["session", "run", "batch_step", "size", "live", "step_us", "commit_us", "fallback"]
+    assert list(bs.columns) == ["session", "run", "batch_step", "size", "live", "step_us", "commit_us", "fallback",
+                                "masks"]
     assert (bs["size"] == 2).all() and bs["live"].between(1, 2).all() and (bs["step_us"] > 0).all()
-    assert bs["live"].sum() == len(b) and meta["batch"]["steps"] == len(bs)
+    assert bs["live"].sum() == len(b) and meta["batch"]["steps"] == len(bs) and (bs["masks"] == bs["live"]).all()
+    assert meta["batch"]["steps_kept"] == "all" and meta["schema_version"] == 1
     per_step = b.reset_index().groupby("batch_step").size()
     assert (per_step.values == bs.set_index("batch_step").loc[per_step.index, "live"].values).all()
     # a sequence row's mask_us is its share of the step
@@ -276,8 +278,23 @@ def test_batch_run_records_steps_and_matches_single_mode(tmp_path):
     audit = pd.read_parquet(batch / "audit.parquet")
     assert len(audit) and audit["agree"].all() and audit["agree_single_mode"].all()
     # a re-run resumes: nothing left to do, the rows stay
-    again = run(make_cfg(tmp_path, *data, "batch.size=2"))
+    again = run(make_cfg(tmp_path, *data, "batch.size=2", "batch.steps=all"))
     assert again == batch and len(pd.read_parquet(batch / "batch_steps.parquet")) == len(bs)
+    # the default, batch.steps=summary: the per-step summary only, from which every mask's time is rebuilt
+    summary = run(make_cfg(tmp_path / "summary", *data, "batch.size=2"))
+    assert not (summary / "steps.parquet").exists()
+    meta = json.loads((summary / "run.json").read_text())
+    assert meta["batch"]["steps_kept"] == "summary" and meta["sessions"][-1]["batch"]["steps"] == "summary"
+    bs = pd.read_parquet(summary / "batch_steps.parquet")
+    samples = pd.read_parquet(summary / "samples.parquet")
+    assert bs["masks"].sum() == samples["n_steps"].sum() == len(b)   # every mask counted, none stored
+    from gcdbench.experiments.schema import summary_mask_us
+
+    per_mask = summary_mask_us(bs)
+    assert len(per_mask) == len(b) and (per_mask > 0).all()
+    # the same rebuild on the cell that kept every row gives exactly its steps' mask times
+    kept = pd.read_parquet(batch / "batch_steps.parquet")
+    assert np.array_equal(np.sort(summary_mask_us(kept)), np.sort(b["mask_us"].to_numpy()))
 
 
 @pytest.mark.parametrize("cls,expected,message", [
@@ -287,7 +304,7 @@ def test_batch_run_records_steps_and_matches_single_mode(tmp_path):
 ])
 def test_one_failing_sequence_is_recorded_and_the_others_finish(tmp_path, letters, cls, expected, message):
     cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters,
-                   "batch.size=2", "audit.per_sample=0")
+                   "batch.size=2", "audit.per_sample=0", "batch.steps=all")
     out = run(cfg)
     got = outcomes(out)
     assert got.pop("letters-0001") == expected and set(got.values()) == {"ok"}
@@ -298,6 +315,9 @@ def test_one_failing_sequence_is_recorded_and_the_others_finish(tmp_path, letter
     bs = pd.read_parquet(out / "batch_steps.parquet")
     assert (bs["run"] == 1).all()   # one worker: nothing restarted
     assert list(bs["fallback"][bs["fallback"] > 0]) == ([1] if cls == "MaskRaiseEngine" else [])
+    # each step's masks are the rows it gave: one fewer on the step whose fill failed for one sequence
+    assert (bs["masks"] == bs["live"] - (bs["fallback"] == 1)).all()
+    assert bs["masks"].sum() == len(steps)
 
 
 @pytest.mark.parametrize("cls,expected,timeout,message", [
@@ -310,7 +330,7 @@ def test_a_dying_worker_ends_the_sequences_in_flight_and_the_rest_run(tmp_path, 
     """The batch fails together: the sequences in flight (0 and 1) keep their steps and get the outcome; the
     worker is compiled again for the samples not yet started."""
     cfg = make_cfg(tmp_path, "engine=reference", f"engine.name=tests.faulty_engines:{cls}", *letters,
-                   "batch.size=2", "audit.per_sample=0", f"limits.sample_timeout_s={timeout}")
+                   "batch.size=2", "audit.per_sample=0", f"limits.sample_timeout_s={timeout}", "batch.steps=all")
     out = run(cfg)
     got = outcomes(out)
     assert got == {"letters-0000": expected, "letters-0001": expected, "letters-0002": "ok", "letters-0003": "ok",
@@ -443,8 +463,13 @@ def test_warm_up_stays_within_its_budget(tmp_path, letters):
     out = run(cfg)
     init = json.loads((out / "run.json").read_text())["inits"]
     assert len(init) == 1 and "warmup_failed" not in init[0]
-    assert init[0]["warmup_truncated_at_step"] is not None and init[0]["warmup_s"] < 1.2
+    assert init[0]["warmup_truncated_at_step"] is not None
     assert init[0]["first_mask_us"] >= 50_000   # one sequence's mask (SlowEngine sleeps 50 ms per mask)
+    # the rule, whatever the machine's speed: a step of 4 sequences sleeps at least 4 x 50 ms, so a warm-up that
+    # kept within its budget of 0.6 s (half the sample limit) after the first mask took at most 2 steps (a slower
+    # machine takes fewer), and it stopped where the next step would not have fitted
+    assert init[0]["warmup_steps"] * 4 * 0.05 + init[0]["first_mask_us"] / 1e6 <= 0.6
+    assert init[0]["warmup_truncated_at_step"] == init[0]["warmup_steps"]
 
 
 def test_a_batch_call_that_fails_where_single_masks_work_is_reported(tmp_path, letters):

@@ -187,13 +187,19 @@ def test_second_run_on_a_busy_cell_refuses_with_one_line(tmp_path, words, marker
             f"engine.name={FAULTY}:SlowEngine", *words]
     first = cli(*args, env={"GCDBENCH_TEST_MARKER": str(marker)})
     wait_for(lambda: marked_pid(marker, "compile"), what="the first run to compile")
-    second = cli(*args)
-    _, err2 = second.communicate(timeout=120)
-    assert second.returncode == 2
-    lines = err2.strip().splitlines()
-    assert len(lines) == 1 and "is in use by another run (pid" in lines[0] and "out_dir=" in lines[0], err2
-    with pytest.raises(CellBusy, match=f"pid {first.pid} on"):
-        run(make_cfg(out, "engine=reference", f"engine.name={FAULTY}:SlowEngine", *words))
+    # the first run holds the lock: paused (SIGSTOP) while the others try, so that it cannot end before they do,
+    # however slow the machine (its worker finishes the sample in hand and waits; far within the sample limit)
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        second = cli(*args)
+        _, err2 = second.communicate(timeout=120)
+        assert second.returncode == 2
+        lines = err2.strip().splitlines()
+        assert len(lines) == 1 and "is in use by another run (pid" in lines[0] and "out_dir=" in lines[0], err2
+        with pytest.raises(CellBusy, match=f"pid {first.pid} on"):
+            run(make_cfg(out, "engine=reference", f"engine.name={FAULTY}:SlowEngine", *words))
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
     out1, err1 = first.communicate(timeout=300)
     assert first.returncode == 0, err1[-2000:]
     cell = cell_dir(out, "SlowEngine")
@@ -298,7 +304,9 @@ def test_compile_time_out_is_retried_on_resume(tmp_path, words, marker, engine, 
     meta = meta_of(cell)
     assert meta["compile_error_kind"] == kind and message in meta["compile_error"]
     assert meta["outcomes"] == {"compile_error": 2}
-    run(cfg)   # the engine compiles the second time
+    # the engine compiles the second time (under the default compile limit: a worker's start alone can take more
+    # than 1.5 s on a loaded machine, and limits are no part of the cell's identity)
+    run(make_cfg(tmp_path, "engine=reference", f"engine.name={FAULTY}:{engine}", *words, "samples=2"))
     meta = meta_of(cell)
     assert meta["outcomes"] == {"ok": 2} and "compile_error" not in meta and len(meta["sessions"]) == 2
     assert marker.read_text().count("compile") == 2

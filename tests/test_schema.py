@@ -66,7 +66,20 @@ def test_row_layouts_round_trip_by_name():
                     "oracle_allowed": [True]}
     assert type(cols["step"][0]) is int and type(cols["oracle_allowed"][0]) is bool
     with pytest.raises(ValueError, match="not columns of steps"):
-        schema.RowLayout("steps", ("step", "nope"))
+        schema.check_layout(schema.RowLayout("steps", {"step": int, "nope": int}))
+    with pytest.raises(ValueError, match=r"types of \['mask_us'\] differ"):
+        schema.check_layout(schema.RowLayout("steps", {"step": int, "mask_us": int}))
+
+
+def test_the_worker_does_not_load_pyarrow():
+    """The worker child imports its modules inside the compile's time limit: pyarrow and pandas stay out."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gcdbench.experiments.worker, gcdbench.experiments.worker_batch; "
+            "print(sorted(m for m in ('pyarrow', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_problems_names_a_wrong_type():
@@ -100,3 +113,117 @@ def test_result_files_markdown_lists_every_column():
     for key in schema.RUN_KEYS:
         assert f"| `{key}` | " in md
     assert "| `schema_version` | this module's SCHEMA_VERSION" in md
+
+
+# -- every writer's output against the declared schema --------------------------------------------------------
+def _cfg(out, *overrides):
+    from hydra import compose, initialize_config_dir
+
+    from gcdbench.experiments.config import register
+
+    register()
+    with initialize_config_dir(config_dir=str(RESULTS.parent / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=[f"out_dir={out}", "progress=false", "tokenizer=bytes",
+                                                        *overrides])
+
+
+def _check_cell(cell: Path, tables: set[str]) -> dict:
+    """Every parquet file of ``cell`` conforms and is stamped with the version; run.json holds declared keys."""
+    have = {p.stem for p in cell.glob("*.parquet")}
+    assert have == tables, have
+    for t in have:
+        got = pq.read_schema(cell / f"{t}.parquet")
+        assert schema.problems(t, got) == [], (t, schema.problems(t, got))
+        assert schema.file_version(got) == schema.SCHEMA_VERSION
+        assert [f.name for f in got] == schema.columns(t, extra=any(c.name in got.names for c in schema.EXTRAS[t]))
+        assert got.field(0).metadata[b"doc"]   # each column carries its meaning
+    raw = json.loads((cell / "run.json").read_text())
+    assert raw["schema_version"] == schema.SCHEMA_VERSION
+    assert set(raw) <= set(schema.RUN_KEYS), set(raw) - set(schema.RUN_KEYS)
+    assert set(raw["identity"]) <= set(schema.Identity.__annotations__)
+    for s in raw["sessions"]:
+        assert set(s) <= set(schema.Session.__annotations__), set(s) - set(schema.Session.__annotations__)
+    for i in raw["inits"]:
+        assert set(i) <= set(schema.Init.__annotations__), set(i) - set(schema.Init.__annotations__)
+    return schema.read_run(cell)
+
+
+def test_every_writer_conforms_single_mode(tmp_path):
+    """Single mode with an audit: steps, samples, audit and run.json as declared; prefix_tokens is the step."""
+    words = tmp_path / "w.lark"
+    words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    texts = tmp_path / "w.txt"
+    texts.write_text("abc de\nxy\n")
+    from gcdbench.experiments.runner import run
+
+    cell = run(_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={words}",
+                    f"dataset.samples={texts}", "samples=all", "audit.per_sample=2"))
+    meta = _check_cell(cell, {"steps", "samples", "audit"})
+    steps = schema.read_rows(cell / "steps.parquet")
+    assert (steps["prefix_tokens"] == steps["step"]).all() and len(steps) == 7 + 3   # bytes and EOS
+    assert meta["outcomes"] == {"ok": 2}
+
+
+@pytest.mark.parametrize("steps", ["summary", "all"])
+def test_every_writer_conforms_batch_mode(tmp_path, steps):
+    words = tmp_path / "w.lark"
+    words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    texts = tmp_path / "w.txt"
+    texts.write_text("abc de\nxy\nq\n")
+    from gcdbench.experiments.runner import run
+
+    cell = run(_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={words}",
+                    f"dataset.samples={texts}", "samples=all", "audit.per_sample=1", "batch.size=2",
+                    f"batch.steps={steps}"))
+    tables = {"samples", "audit", "batch_steps"} | ({"steps"} if steps == "all" else set())
+    meta = _check_cell(cell, tables)
+    assert meta["batch"]["steps_kept"] == steps
+    bs = schema.read_rows(cell / "batch_steps.parquet")
+    assert bs["masks"].sum() == schema.read_rows(cell / "samples.parquet")["n_steps"].sum() == 7 + 3 + 2
+
+
+def test_a_bad_batch_steps_value_is_one_clear_error(tmp_path):
+    from gcdbench.experiments.config import ConfigError
+    from gcdbench.experiments.runner import run
+
+    with pytest.raises(ConfigError, match="batch.steps='every': must be one of summary, all"):
+        run(_cfg(tmp_path, "engine=reference", "dataset=sample", "batch.size=2", "batch.steps=every"))
+
+
+def test_a_cell_of_an_unknown_version_is_refused_on_resume(tmp_path):
+    """The runner reads a stored cell through the schema: another version stops the run with the one line."""
+    from gcdbench.experiments.runner import CellDamaged, run
+
+    words = tmp_path / "w.lark"
+    words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
+    texts = tmp_path / "w.txt"
+    texts.write_text("abc\n")
+    args = ("engine=reference", "dataset=custom", f"dataset.grammar={words}", f"dataset.samples={texts}",
+            "audit.per_sample=0")
+    cell = run(_cfg(tmp_path, *args))
+    meta = json.loads((cell / "run.json").read_text())
+    (cell / "run.json").write_text(json.dumps({**meta, "schema_version": 2}))
+    with pytest.raises(CellDamaged, match=r"schema_version 2 is not one this gcdbench reads \(supported: 0, 1\)"):
+        run(_cfg(tmp_path, *args))
+
+
+def test_row_builds_declared_columns_only():
+    cols = {n: 0 for n in schema.columns("audit") if n not in schema.KEY_COLUMNS}
+    assert list(schema.row("audit", **cols)) == list(cols)
+    assert list(schema.row("audit", **cols, agree_single_mode=True))[-1] == "agree_single_mode"
+    with pytest.raises(ValueError, match=r"missing \['prefix'\], undeclared \['speed'\]"):
+        schema.row("audit", **{k: v for k, v in cols.items() if k != "prefix"}, speed=1)
+
+
+def test_version_0_batch_steps_get_masks_where_they_are_known(tmp_path):
+    """A batch_steps file stored before ``masks``: every live sequence got its mask, except on a step where a fill
+    failed (fallback 1), where how many did is not stored: null, never a guess."""
+    old = pd.DataFrame({"session": [1, 1], "run": [1, 1], "batch_step": [0, 1], "size": [2, 2], "live": [2, 2],
+                        "step_us": [4.0, 6.0], "commit_us": [1.0, 1.0], "fallback": [0, 1]})
+    old.to_parquet(tmp_path / "batch_steps.parquet", index=False)
+    got = schema.read_rows(tmp_path / "batch_steps.parquet")
+    assert got["masks"].iloc[0] == 2 and pd.isna(got["masks"].iloc[1])
+    back = schema.to_table("batch_steps", got)
+    assert back.column("masks").to_pylist() == [2, None] and back.schema.field("masks").type == "int64"
+    assert schema.summary_mask_us(got) is None   # not rebuilt where a count is unknown
+    assert list(schema.summary_mask_us(got.iloc[:1])) == [2.0, 2.0]
