@@ -7,9 +7,11 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
 
+from gcdbench.experiments import schema
 from gcdbench.experiments.config import register
 from gcdbench.experiments.report import batch_stats, collect_batch, write_report
 from gcdbench.experiments.report.collect import find_runs, mask_summary, read_run, sample_step_summary
@@ -60,6 +62,9 @@ def test_report_from_restored_cells_is_unchanged(stored, tmp_path):
     left = [p for p in copy.rglob("*") if p.name == "run.json" or p.suffix == ".parquet" and PACK_DIR not in p.parts]
     assert not left   # every cell went into the pack
     assert (copy / PACK_DIR / "cells.parquet").exists()
+    for table in ("samples", "audit", "batch_steps"):   # a pack's rows: the declared columns and the cell's name
+        f = copy / PACK_DIR / f"cells_{table}.parquet"
+        assert schema.problems(table, pq.read_schema(f).remove(0)) == [] and pq.read_schema(f).names[0] == "cell"
     after = _report(copy, tmp_path / "after")
     assert set(before) == set(after) and {"README.md", "cells.csv", "batch.csv", "table1.csv"} <= set(after)
     for name in before:   # the same text, up to the folder the cells are read from
@@ -143,7 +148,7 @@ def test_a_damaged_pack_skips_its_cells_with_a_warning(stored, tmp_path, capsys)
     copy = tmp_path / "runs"
     shutil.copytree(stored, copy)
     restore(copy)
-    (copy / PACK_DIR / "samples.parquet").write_bytes(b"not parquet")
+    (copy / PACK_DIR / "cells_samples.parquet").write_bytes(b"not parquet")
     assert collect(copy).empty
     err = capsys.readouterr().err
     assert err.count("cannot read samples.parquet of the re-stored cell") == 4 and "restore _restored/ from git" in err

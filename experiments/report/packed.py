@@ -2,8 +2,9 @@
 
 ``python -m gcdbench.experiments.report.restore <folder>`` (:mod:`.restore`) moves the cells under a folder into
 ``<folder>/_restored/``: ``cells.parquet`` (one row per cell: its path relative to the folder, its ``run.json``
-with a ``restored`` record, the files it had) and one parquet file per kind of row (``samples``, ``audit``,
-``sample_steps``, and ``batch_steps`` where kept), each with a ``cell`` column naming its cell. Per-mask rows are
+with a ``restored`` record, the files it had) and one parquet file per kind of row (``cells_samples``,
+``cells_audit``, ``cells_sample_steps``, and ``cells_batch_steps``): a cell's rows as declared in
+``experiments/schema.py``, each with a ``cell`` column naming its cell first. Per-mask rows are
 not kept: ``run.json``'s ``restored.mask_summary`` holds what the report computes from them, ``sample_steps``
 the per-sample counts, means and maxima, and ``restored.batch_step_summary`` a batch cell's step statistics.
 
@@ -43,7 +44,7 @@ class Pack:
 
     def rows(self, name: str) -> dict[str, pd.DataFrame]:
         if name not in self._rows:
-            path = self.root / PACK_DIR / name
+            path = self.root / PACK_DIR / pack_file(name)
             by_cell = {}
             if path.exists():
                 df = schema.read_rows(path, name.removesuffix(".parquet"))
@@ -61,7 +62,7 @@ class Pack:
             return None
         got = self.rows(name).get(cell)
         if got is None:   # the cell's file held no rows: the columns of the others
-            path = self.root / PACK_DIR / name
+            path = self.root / PACK_DIR / pack_file(name)
             cols = [c for c in pd.read_parquet(path).columns if c != "cell"] if path.exists() else []
             got = pd.DataFrame(columns=cols)
         return got.copy()
@@ -70,6 +71,12 @@ class Pack:
 @functools.lru_cache(maxsize=32)
 def _pack(root: str, mtime_ns: int) -> Pack:
     return Pack(Path(root))
+
+
+def pack_file(name: str) -> str:
+    """The pack's file holding every cell's rows of a cell file ``name`` (``samples.parquet`` ->
+    ``cells_samples.parquet``; named apart from a cell's own files)."""
+    return f"cells_{name}"
 
 
 def pack_at(root: Path) -> Pack | None:

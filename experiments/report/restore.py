@@ -161,7 +161,7 @@ def restore(root: Path, dry_run: bool = False, stamp: dict | None = None) -> dic
     for name, frames in rows.items():
         if frames:
             df = pd.concat(frames, ignore_index=True)
-            _write(df[["cell", *[c for c in df.columns if c != "cell"]]], tmp / name)
+            _write(df[["cell", *[c for c in df.columns if c != "cell"]]], tmp / packed.pack_file(name))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     for d in cells:
