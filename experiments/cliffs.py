@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.beyond import loglog_slope
+from gcdbench.experiments.fit import loglog_slope
 
 #: sentence lengths (terminals) of the bench: the issue's five lengths from 10 to 200 tokens
 BENCH_LENGTHS = (10, 25, 50, 100, 200)
@@ -416,7 +415,8 @@ def shrink_worst(runs: Path, per_engine: int = 1, budget_s: float = 30.0, total_
                  log=print) -> list[dict]:
     """:func:`shrink` for each engine's worst cliffs among the runner cells under ``runs``."""
     from gcdbench.datasets.registry import load_dataset
-    from gcdbench.experiments.cliffs_report import _cliff, cell_growth, fit_cells
+    from gcdbench.experiments.report.cliffs import _cliff, cell_growth, fit_cells
+    from gcdbench.experiments.report.collect import read_run
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     g = cell_growth([runs])
@@ -426,7 +426,7 @@ def shrink_worst(runs: Path, per_engine: int = 1, budget_s: float = 30.0, total_
     out = []
     for r in worst.groupby("engine").head(per_engine).to_dict("records"):
         cell = g[(g["config"] == r["engine"]) & (g["grammar_seed"] == r["grammar_seed"])]
-        meta = json.loads((Path(cell["path"].iloc[0]) / "run.json").read_text())
+        meta = read_run(Path(cell["path"].iloc[0]))   # a folder cell or a re-stored one
         ds = load_dataset({"name": "fuzz", "grammar_seed": r["grammar_seed"],
                            **{k: v for k, v in meta["identity"]["dataset_options"].items()
                               if k not in ("name", "ambiguous", "grammar_seed") and v is not None}}, data_root=None)
@@ -478,7 +478,7 @@ def main(argv=None):
         print(fit.groupby("engine")[["exponent", "worst_us"]].describe().T.to_string())
         print(f"wrote {path}")
     elif args.cmd == "collect":
-        from gcdbench.experiments.cliffs_report import cell_growth
+        from gcdbench.experiments.report.cliffs import cell_growth
 
         g = cell_growth([Path(args.runs)])
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -491,7 +491,7 @@ def main(argv=None):
                             log=lambda m: print(m, flush=True))
         print(f"wrote {write_bench(args.out, recs)}")
     else:
-        from gcdbench.experiments.cliffs_report import cliffs_section
+        from gcdbench.experiments.report.cliffs import cliffs_section
 
         print("\n".join(cliffs_section(Path(args.bench), Path(args.runs), Path(args.out),
                                        Path(args.reproducers) if args.reproducers else None)))

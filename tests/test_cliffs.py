@@ -143,7 +143,7 @@ def test_bench_fit_and_section(tmp_path):
     import json
 
     from gcdbench.experiments.cliffs import bench, fit_bench
-    from gcdbench.experiments.cliffs_report import cliffs_section
+    from gcdbench.experiments.report.cliffs import cliffs_section
 
     recs = bench([-1, 3], {"valiant": {"cache": False}}, lengths=(5, 10, 20), tokenizer="bytes", audit=2,
                  budget_s=30, log=lambda m: None)

@@ -11,7 +11,9 @@ import pandas as pd
 import pytest
 
 from gcdbench.experiments import figures
+from gcdbench.experiments.report import figures as report_figures
 from gcdbench.experiments.report import write_report
+from gcdbench.experiments.report.plot import series_label
 from gcdbench.experiments.runner import STEP_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,14 +108,58 @@ def test_draw_all_writes_every_figure(results, tmp_path):
     out = tmp_path / "figs"
     paths = figures.draw_all(results, out)
     stems = {p.stem for p in paths}
-    for stem in ("mask_vs_prefix_qwen3", "latency_cdf_qwen3", "init_time_qwen3", "memory_qwen3", "mask_vs_workers",
-                 "mask_vs_vocab", "mask_vs_prefix_llama3"):
-        assert stem in stems, stem
-        for ext in ("png", "pdf"):
-            f = out / f"{stem}.{ext}"
-            assert f.exists() and f.stat().st_size > 1000, f
+    assert stems == {"mask_vs_prefix_qwen3", "latency_cdf_qwen3", "init_time_qwen3", "memory_qwen3",
+                     "mask_vs_prefix_llama3", "latency_cdf_llama3", "init_time_llama3", "memory_llama3",
+                     "mask_vs_prefix_qwen3_6", "latency_cdf_qwen3_6", "init_time_qwen3_6", "memory_qwen3_6",
+                     "mask_vs_workers", "mask_vs_vocab"}
+    assert {p.name for p in paths} == {f"{s}.{e}" for s in stems for e in ("png", "pdf")}
     assert (out / "mask_vs_prefix_qwen3.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "mask_vs_vocab.pdf").read_bytes()[:4] == b"%PDF"
+
+
+def _panel(fig, title):
+    return next(ax for ax in fig.axes if ax.get_visible() and ax.get_title() == title)
+
+
+def test_every_series_is_drawn(results):
+    """Each figure draws one series per cell that has masks (mean solid, p99 dashed), named in the legend, and
+    its points where the data put them."""
+    steps, cells = figures.load_steps(results), figures.load_cells(results)
+    figs = figures.figures(steps, cells)
+    spider = _panel(figs["mask_vs_prefix_qwen3"], "spider (qwen3)")
+    configs = ["llguidance", "valiant__workers-1", "valiant__workers-16", "valiant__workers-4", "xgrammar"]
+    assert _legend_labels(spider) == configs   # valiant__workers-64 failed: in the note, not the legend
+    assert len(spider.get_lines()) == 2 * len(configs)
+    assert sorted(ln.get_linestyle() for ln in spider.get_lines()) == ["-"] * 5 + ["--"] * 5
+    treebank = _panel(figs["mask_vs_prefix_qwen3"], "treebank (qwen3)")
+    assert _legend_labels(treebank) == ["llguidance (partial: timeout 1/3, skipped 1/3)"]
+    # the CDF: one step line per cell with masks, ending at its slowest mask (the ■ marker)
+    cdf = _panel(figs["latency_cdf_qwen3"], "spider (qwen3); ● p50 ▲ p99 ■ max")
+    assert _legend_labels(cdf) == configs
+    slowest = steps[(steps["dataset"] == "spider") & (steps["tokenizer"] == "qwen3")].groupby("config")["mask_us"].max()
+    maxima = sorted(float(ln.get_xdata()[0]) for ln in cdf.get_lines() if ln.get_marker() == "s")
+    assert maxima == pytest.approx(sorted(slowest[configs]))
+    # the sweep over workers: one series, its points at 1, 4, 16 with each cell's mean; 64 (failed) an × on the axis
+    ax = figs["mask_vs_workers"].axes[0]
+    assert _legend_labels(ax) == ["valiant on spider (qwen3)"]
+    mean = next(ln for ln in ax.get_lines() if ln.get_label() == "valiant on spider (qwen3)")
+    assert list(mean.get_xdata()) == [1, 4, 16]
+    want = cells.set_index("config").loc[["valiant__workers-1", "valiant__workers-4", "valiant__workers-16"]]
+    assert list(mean.get_ydata()) == pytest.approx(list(want["mask_mean_us"]))
+    crosses = [c for c in ax.collections if len(c.get_offsets())]
+    assert len(crosses) == 1 and list(crosses[0].get_offsets()[:, 0]) == [64]
+    # the vocabulary sweep: llguidance on spider at the three vocabulary sizes, named by tokenizer
+    ax = figs["mask_vs_vocab"].axes[0]
+    assert _legend_labels(ax) == ["llguidance on spider"]
+    assert list(ax.get_lines()[0].get_xdata()) == [128256, 151936, 248320]
+    assert sorted(t.get_text() for t in ax.texts if t.get_text() in {"llama3", "qwen3", "qwen3_6"}) == [
+        "llama3", "qwen3", "qwen3_6"]
+    # init time: one bar per qwen3 cell; the two that failed to compile are hatched placeholders marked ×
+    ax = figs["init_time_qwen3"].axes[0]
+    bars = [p for p in ax.patches if p.get_width() > 0]
+    assert len(bars) == int((cells["tokenizer"] == "qwen3").sum())
+    assert sum(p.get_hatch() == "//" for p in bars) == 2
+    assert sum(t.get_text().startswith(" × compile") for t in ax.texts) == 2
 
 
 def _texts(fig):
@@ -149,7 +195,9 @@ def test_failed_cells_are_visible_and_axes_have_units(results):
 
 def test_no_sweep_no_sweep_figure(results):
     cells = figures.load_cells(results)
-    assert figures.fig_mask_vs_workers(cells[cells["engine"] != "valiant"]) is None
+    assert figures.swept_options(cells) == ["workers"]
+    assert figures.swept_options(cells[cells["engine"] != "valiant"]) == []
+    assert figures.fig_mask_vs_option(cells[cells["engine"] != "valiant"], "workers") is None
     assert figures.fig_mask_vs_vocab(cells[cells["tokenizer"] == "qwen3"]) is None
 
 
@@ -157,7 +205,27 @@ def test_one_worker_count_is_no_workers_figure(tmp_path):
     """CPU cells carry the unused ``workers`` option: one value per line must not draw seed 000's figure 5."""
     write_cell(tmp_path, "valiant", "valiant", "spider", opts={"workers": 32, "backend": "cpu"}, base_us=200, seed=1)
     write_cell(tmp_path, "valiant", "valiant", "treebank", opts={"workers": 32, "backend": "cpu"}, base_us=300, seed=2)
-    assert figures.fig_mask_vs_workers(figures.load_cells(tmp_path)) is None
+    cells = figures.load_cells(tmp_path)
+    assert figures.swept_options(cells) == [] and figures.fig_mask_vs_option(cells, "workers") is None
+
+
+def test_any_engine_option_sweep_is_drawn(tmp_path):
+    """The sweep figure reads the swept option from run.json's engine options, for any engine: a sweep over
+    LLGuidance's ``threads`` (other options equal) draws ``mask_vs_threads``; a cell whose other options differ
+    is a line of its own, named by the option that differs."""
+    for t, us in ((1, 400), (2, 250)):
+        for opt in (True, False):
+            write_cell(tmp_path, "llguidance", f"llguidance__threads-{t}_forcing-{opt}", "spider",
+                       opts={"threads": t, "forcing": opt}, base_us=us, seed=t + 3 * opt)
+    cells = figures.load_cells(tmp_path)
+    assert figures.swept_options(cells) == ["threads"]
+    figs = figures.figures(figures.load_steps(tmp_path), cells)
+    assert "mask_vs_threads" in figs and "mask_vs_workers" not in figs
+    ax = figs["mask_vs_threads"].axes[0]
+    assert _legend_labels(ax) == ["llguidance on spider (qwen3) [forcing=False]",
+                                  "llguidance on spider (qwen3) [forcing=True]"]
+    assert ax.get_xlabel() == "threads (engine option)"
+    assert all(list(ln.get_xdata()) == [1, 2] for ln in ax.get_lines())
 
 
 @pytest.fixture
@@ -244,7 +312,7 @@ def assert_no_incomplete_cell_drawn_as_complete(figs: dict, cells: pd.DataFrame)
                 for label in _legend_labels(ax):
                     config = label.split(" (")[0]
                     st = status[(config, ds, tok)]
-                    assert label == figures._label(config, st), (stem, ds, label, st)
+                    assert label == series_label(config, st), (stem, ds, label, st)
                     assert st is None or label.endswith(f"({st})"), (stem, label)
                     checked += 1
         if stem == "mask_vs_vocab":
@@ -281,7 +349,7 @@ def test_checker_catches_a_failed_cell_drawn_as_complete(results, monkeypatch):
     """The check above can fail: with the status left out of the legend it does."""
     write_cell(results, "llguidance", "llguidance_raised", "treebank", outcomes=["engine_error"] * 3, seed=7)
     steps, cells = figures.load_steps(results), figures.load_cells(results)
-    monkeypatch.setattr(figures, "_label", lambda config, status: config)
+    monkeypatch.setattr(report_figures, "series_label", lambda config, status: config)
     with pytest.raises(AssertionError):
         assert_no_incomplete_cell_drawn_as_complete(figures.figures(steps, cells), cells)
 
@@ -298,16 +366,21 @@ def test_growth_figure_per_prefix_length(tmp_path):
     assert row["masks"] == len(x) and row["p50_us"] == pytest.approx(np.median(x))
     assert row["p99_us"] == pytest.approx(np.percentile(x, 99))
     paths = figures.draw_growth(before, after, tmp_path / "figs", limit_us=1000)
-    assert {p.name for p in paths} == {"growth.png", "growth.pdf"} and all(p.stat().st_size > 1000 for p in paths)
+    assert {p.name for p in paths} == {"growth.png", "growth.pdf"}
     fig = figures.fig_growth({"before": t, "after": figures.prefix_percentiles(figures.load_steps(after))}, 1000)
-    text = _texts(fig)
-    assert "before p99" in text and "after p50" in text and "target 1 ms" in text and "treebank" in text
+    ax = _panel(fig, "treebank")
+    assert _legend_labels(ax) == ["before p50", "before p99", "after p50", "after p99", "target 1 ms"]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    assert list(lines["before p99"].get_xdata()) == list(t["prefix_tokens"])
+    assert list(lines["before p99"].get_ydata()) == pytest.approx(list(t["p99_us"]))
+    assert list(lines["target 1 ms"].get_ydata()) == [1000, 1000]
 
 
 def test_report_growth_figure_against_an_earlier_commit(small_results, tmp_path):
     """``--before CSV``: an earlier run's per-prefix tails (a prefix_tails CSV kept under ``..._<commit>.csv``) are
     drawn beside the --also run's tails, with a line of before/after numbers; a CSV that is not one is refused."""
-    from gcdbench.experiments.report import _fmt_us, prefix_tails
+    from gcdbench.experiments.report import prefix_tails
+    from gcdbench.experiments.report.text import fmt_us as _fmt_us
 
     extra = tmp_path / "tb300"
     cell = write_cell(extra, "valiant", "valiant", "treebank", n_samples=4, base_us=900, seed=5)
@@ -320,7 +393,7 @@ def test_report_growth_figure_against_an_earlier_commit(small_results, tmp_path)
     readme = (out / "README.md").read_text()
     assert "**Growth, valiant on treebank (qwen3)**, before (abc1234) → this run (" in readme
     assert f"highest per-length p99 {_fmt_us(old['p99_us'].max())} → " in readme
-    assert (out / "figures" / "growth_tb300_valiant_qwen3.png").stat().st_size > 1000
+    assert (out / "figures" / "growth_tb300_valiant_qwen3.png").read_bytes()[:4] == b"\x89PNG"
     bad = tmp_path / "not_tails.csv"
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(SystemExit, match="columns .* missing"):

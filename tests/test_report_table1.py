@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.report import _markdown, details, table1
+from gcdbench.experiments.report import details, table1
+from gcdbench.experiments.report.text import markdown as _markdown
 
 NAN = np.nan
 BASE = dict(tokenizer="qwen3", requested=30, init_s=NAN, compile_error=None, aborted=None, samples=NAN, passed=NAN,

@@ -1,0 +1,480 @@
+"""The report's only reader of stored results: finds the cells under a results folder and turns each into one row
+of numbers (``cell_stats``), and every mask into tidy frames (``load_steps``, ``load_cells``). Every section works
+from these frames; none opens a cell's files itself.
+
+A cell is a folder with a ``run.json`` (and ``samples``/``steps``/``audit``/``batch_steps`` parquet files), or a
+cell kept in a re-stored pack (:mod:`.packed`: per-mask rows replaced by the summaries the report reads). A damaged
+file is one skipped cell with a warning naming it, never a failed report.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcdbench.experiments import schema
+from gcdbench.experiments.report import packed
+from gcdbench.parsers.base import Outcome
+
+DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
+SUITE_ORDER = ["json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
+               "ambiguous_right"]
+SAMPLED_SUFFIX = "_sampled"
+#: what every cell's run.json holds (the schema module checks them; the report reads them without checking again)
+RUN_JSON_KEYS = schema.REQUIRED_RUN_KEYS
+PROFILE_AUDIT_COLUMNS = ("profile", "agree_language", "agree_profile", "n_false_allow_profile",
+                         "n_false_block_profile", "false_allow_examples_profile", "false_block_examples_profile")
+STEP_FRAME_COLUMNS = ["engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
+                      "mask_us", "commit_us", "n_allowed", "oracle_allowed", "outcome", "vocab_size", "run_dir"]
+
+_WARNED: set[str] = set()
+
+
+def is_beyond(dataset: str) -> bool:
+    """Whether a dataset belongs to the "Beyond Table 1" section: the grammar suite and every sampled variant."""
+    return dataset in SUITE_ORDER or dataset.endswith(SAMPLED_SUFFIX)
+
+
+def warn(message: str) -> None:
+    """One ``warning:`` line on stderr per distinct message (the report and the figures read the same cells)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
+class Unreadable(Exception):
+    """A stored file of a cell that cannot be read; ``str()`` names the file and the reason."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# finding and reading cells
+# --------------------------------------------------------------------------------------------------------------
+def find_runs(root: Path) -> list[Path]:
+    """Cells under ``root``: folders with a ``run.json``, and the cells of re-stored packs not superseded by a folder
+    of the same path. Folders holding result files without a ``run.json`` are named in a warning (a run killed
+    before it wrote its first file, or files copied without it)."""
+    root = Path(root)
+    runs = sorted(p.parent for p in root.rglob("run.json") if ".hydra" not in p.parts)
+    have = set(runs)
+    orphans = sorted({p.parent for pat in ("*.parquet", "parts") for p in root.rglob(pat)
+                      if ".hydra" not in p.parts and packed.PACK_DIR not in p.parts and p.parent not in have})
+    for d in orphans:
+        warn(f"{d} holds result files but no run.json: not reported (re-run the cell, or remove the folder)")
+    return sorted(have | {p for p in packed.cells_under(root) if p not in have})
+
+
+def run_dirs(roots) -> list[Path]:
+    """Cells under the given roots (missing roots skipped, each cell once)."""
+    seen, out = set(), []
+    for root in roots:
+        if root is None or not Path(root).exists():
+            continue
+        for d in find_runs(Path(root)):
+            key = d.resolve()
+            if key not in seen:
+                seen.add(key)
+                out.append(d)
+    return out
+
+
+def read_cell_file(run_dir: Path, name: str):
+    """A cell's ``run.json`` (its :class:`~gcdbench.experiments.schema.RunRecord`, read and migrated by the schema
+    module) or ``<name>.parquet`` (a DataFrame, its version checked there); None when absent; Unreadable when
+    damaged, foreign or of a version this code does not read (one line naming the file)."""
+    path = Path(run_dir) / name
+    if not (Path(run_dir) / "run.json").exists() and packed.holds(run_dir):
+        try:
+            return packed.read(run_dir, name)
+        except schema.SchemaVersionError as err:
+            raise Unreadable(str(err)) from None
+        except Exception as err:   # noqa: BLE001 - a damaged pack file: this cell skipped, named
+            raise Unreadable(f"cannot read {name} of the re-stored cell {run_dir} ({type(err).__name__}: "
+                             f"{str(err)[:160]}); restore {packed.PACK_DIR}/ from git") from None
+    if not path.exists():
+        return None
+    try:
+        return schema.read_run(path) if name == "run.json" else schema.read_rows(path)
+    except schema.SchemaVersionError as err:
+        raise Unreadable(str(err)) from None
+    except Exception as err:   # noqa: BLE001 - json, OS and pyarrow errors all mean "cannot use this file"
+        if "is not a gcdbench run.json" in str(err):   # a foreign file: one skipped cell (issue 27)
+            raise Unreadable(str(err)) from None
+        raise Unreadable(f"cannot read {path} ({type(err).__name__}: {str(err)[:160]})") from None
+
+
+def read_run(run_dir: Path) -> dict:
+    """A cell's run record (``run.json``); Unreadable when it is missing or damaged."""
+    meta = read_cell_file(run_dir, "run.json")
+    if meta is None:
+        raise Unreadable(f"{run_dir} has no run.json")
+    return meta
+
+
+def mask_summary(run_dir: Path, steps: pd.DataFrame | None = None, meta: dict | None = None) -> dict:
+    """Count, mean and p50/p99/p99.9/max of a cell's per-mask times ({} when it has none): from ``steps.parquet``;
+    else, for a re-stored cell, the summary it keeps in place of those rows; else, for a batch cell that kept
+    only its per-step summaries, from ``batch_steps`` (each step gave ``masks`` masks of ``step_us / live``)."""
+    if steps is None:
+        steps = read_cell_file(run_dir, "steps.parquet")
+    if steps is None:
+        meta = meta if meta is not None else read_run(run_dir)
+        kept = (meta.get("restored") or {}).get("mask_summary")
+        if kept is not None:
+            return dict(kept)
+        bs = read_cell_file(run_dir, "batch_steps.parquet")
+        if bs is None or "masks" not in bs:
+            return {}
+        us = np.repeat((bs["step_us"] / bs["live"]).to_numpy(), bs["masks"].to_numpy())
+    else:
+        us = steps["mask_us"].to_numpy()
+    if not us.size:
+        return {}
+    return dict(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
+                mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
+                mask_max_us=float(us.max()))
+
+
+def sample_step_summary(run_dir: Path) -> pd.DataFrame | None:
+    """Per sample of a cell: ``masks``, ``mean_us``, ``max_us`` of its mask times and its ``last_step``; from
+    ``steps.parquet``, else the per-sample table a re-stored cell keeps (None when the cell has neither)."""
+    steps = read_cell_file(run_dir, "steps.parquet")
+    if steps is None:
+        return read_cell_file(run_dir, packed.SAMPLE_STEPS)
+    return summarize_sample_steps(steps)
+
+
+def summarize_sample_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """:func:`sample_step_summary` of per-mask rows (the re-store tool keeps exactly this)."""
+    return steps.groupby("sample_id").agg(masks=("mask_us", "size"), mean_us=("mask_us", "mean"),
+                                          max_us=("mask_us", "max"), last_step=("step", "max")).reset_index()
+
+
+@functools.lru_cache(maxsize=None)
+def engine_class(name: str):
+    """The engine class stored as ``name`` in run.json (a registry name or ``package.module:Class``), or
+    None when it does not import here (its table entries then say ``?``)."""
+    from gcdbench.parsers.registry import engine_class as lookup
+
+    try:
+        return lookup(name)
+    except (ValueError, ImportError, AttributeError):
+        return None
+
+
+def run_info(run_dir: Path) -> dict:
+    """What the sections need of a cell's run record, read once here (the sections read no run.json key
+    themselves): its key (engine, config, dataset, tokenizer), ``git_commit``, ``compile_error``, ``machine``
+    (as text), the engine's ``info()`` at its first compile (``engine_info``), ``dataset_meta`` and the sampled
+    sequences' ``pieces`` (for the disagreements' context). Raises Unreadable."""
+    meta = read_run(run_dir)
+    dataset_meta = meta.get("dataset_meta") or {}
+    return {"path": str(run_dir), "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"],
+            "tokenizer": meta["tokenizer"], "git_commit": meta.get("git_commit"),
+            "compile_error": meta.get("compile_error") or "", "machine": machine_text(meta),
+            "engine_info": first_engine_info(meta), "dataset_meta": dataset_meta,
+            "pieces": dataset_meta.get("pieces") or {}}
+
+
+def run_infos(run_dirs) -> list[dict]:
+    """:func:`run_info` of every readable cell of ``run_dirs`` (damaged ones skipped: ``collect`` warns)."""
+    out = []
+    for d in run_dirs:
+        try:
+            out.append(run_info(d))
+        except Unreadable:
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one row per cell
+# --------------------------------------------------------------------------------------------------------------
+def cell_commits(meta: dict, samples: pd.DataFrame | None) -> tuple[str, ...]:
+    """The commits (7 characters) a cell's rows were measured at, from the per-row provenance (else the cell's)."""
+    if samples is not None and "git_commit" in samples:
+        return tuple(sorted({str(c)[:7] for c in samples["git_commit"].dropna()}))
+    c = meta.get("git_commit")
+    return (c.removesuffix("-dirty")[:7],) if c else ()
+
+
+def provenance(meta: dict, samples: pd.DataFrame | None) -> str:
+    """"" for a cell whose rows all come from one clean commit, else what is wrong ("dirty tree", "mixed
+    commits (a1b2c3d, e4f5a6b)", "commit unknown")."""
+    if samples is not None and "git_commit" in samples:
+        commits = sorted({c for c in samples["git_commit"].dropna()})
+        dirty = bool(samples["git_dirty"].fillna(False).astype(bool).any())
+        unknown = bool(samples["git_commit"].isna().any())
+    else:   # rows written before per-row provenance: the cell-level commit
+        c = meta.get("git_commit")
+        commits = [c.removesuffix("-dirty")] if c else []
+        dirty, unknown = bool(c and c.endswith("-dirty")), not c
+    notes = []
+    if len(commits) > 1:
+        notes.append(f"mixed commits ({', '.join(x[:7] for x in commits)})")
+    if dirty:
+        notes.append("dirty tree")
+    if unknown:
+        notes.append("commit unknown")
+    return "; ".join(notes)
+
+
+def machine_text(meta: dict) -> str:
+    """"<cpu> (<n> cores, <m> GB)" of the machine a cell ran on (``?`` for what is unknown)."""
+    return "{cpu} ({cpu_count} cores, {memory_gb} GB)".format(
+        **{"cpu": "?", "cpu_count": "?", "memory_gb": "?", **(meta.get("machine") or {})})
+
+
+def first_engine_info(meta: dict) -> dict:
+    """The engine's ``info()`` at the cell's first compile (``run.json``'s ``inits[0]``), or ``{}``."""
+    return (meta.get("inits") or [{}])[0].get("engine_info") or {}
+
+
+def audit_depth(meta: dict):
+    """``audit.per_sample`` of the cell's sessions (None when unknown; the largest if they differ)."""
+    depths = [s.get("audit_per_sample") for s in meta.get("sessions", []) if s.get("audit_per_sample") is not None]
+    if depths:
+        return max(depths)
+    hc = meta.get("hydra_config") or {}
+    return (hc.get("audit") or {}).get("per_sample")
+
+
+def has_profile_columns(audit: pd.DataFrame) -> bool:
+    """Whether an ``audit.parquet`` carries the declared-profile comparison (cells audited before it do not)."""
+    return all(c in audit.columns for c in PROFILE_AUDIT_COLUMNS)
+
+
+def audit_counts(audit: pd.DataFrame) -> dict:
+    """Counts of a cell's audited steps: ``audit_agree`` (exact agreement as the audit stored it, every format);
+    and, for audits that carry the engine's declared profile, ``audit_profile``, agreement with the harness's
+    language and with that profile, the steps that differ from the language but agree with the profile
+    (explained by it), and the steps with false allows / false blocks against the language and the profile."""
+    row = {"audit_steps": int(len(audit)), "audit_agree": int(audit["agree"].astype(bool).sum()),
+           "audit_false_allow": int((audit["n_false_allow"] > 0).sum()),
+           "audit_false_block": int((audit["n_false_block"] > 0).sum())}
+    if "agree_single_mode" in audit:   # batch mode: the batch row equals the sequence's own fill_mask
+        row["audit_agree_single_mode"] = int(audit["agree_single_mode"].astype(bool).sum())
+    if not has_profile_columns(audit):
+        return row   # stored before declared profiles: re-run the cell for the profile columns
+    lang, prof = audit["agree_language"].astype(bool), audit["agree_profile"].astype(bool)
+    row.update(audit_profile="; ".join(sorted(set(audit["profile"].astype(str)))),
+               audit_agree_language=int(lang.sum()), audit_agree_profile=int(prof.sum()),
+               audit_explained_by_profile=int((~lang & prof).sum()),
+               audit_false_allow_profile=int((audit["n_false_allow_profile"] > 0).sum()),
+               audit_false_block_profile=int((audit["n_false_block_profile"] > 0).sum()))
+    return row
+
+
+def cell_stats(run_dir: Path) -> dict:
+    """One cell's numbers, computed from its stored files (raises Unreadable for a damaged file)."""
+    meta = read_run(run_dir)
+    samples = read_cell_file(run_dir, "samples.parquet")
+    audit = read_cell_file(run_dir, "audit.parquet")
+    if samples is None:   # the identity is written before any row: a run stopped (or still running) before its first
+        raise Unreadable(f"{run_dir} holds no rows yet (a run stopped before it stored its first samples; run the "
+                         "same command again to resume it)")
+    if meta.get("n_rows") is not None and meta["n_rows"] != len(samples):
+        warn(f"{run_dir}: run.json describes {meta['n_rows']} samples, samples.parquet holds {len(samples)} "
+             "(a run stopped while merging; re-run the cell to repair it)")
+    machine = meta.get("machine") or {}
+    row = {
+        "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"], "tokenizer": meta["tokenizer"],
+        "requested": meta.get("n_samples"), "init_s": meta.get("init_s"), "compile_error": meta.get("compile_error"),
+        "aborted": meta.get("aborted"), "machine": machine_text(meta),
+        "gpu": machine.get("gpu"), "peak_rss_compile_mb": meta.get("peak_rss_compile_mb"),
+        "peak_rss_samples_mb": meta.get("peak_rss_samples_mb"), "path": str(run_dir),
+        "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")), "ttfm_s": meta.get("ttfm_s"),
+        "compile_error_kind": meta.get("compile_error_kind"), "audit_per_sample": audit_depth(meta),
+        "audit_error": meta.get("audit_error"), "provenance": provenance(meta, samples),
+        "commit": "+".join(cell_commits(meta, samples)),
+        "outcome_counts": meta.get("outcomes") or {},
+        "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
+        "batch_size": ((meta.get("identity") or {}).get("batch") or {}).get("size"),
+    }
+    counts = samples["outcome"].value_counts()
+    attempted = samples[samples["outcome"].map(lambda o: Outcome(o).attempted)]
+    row["samples"] = int(len(attempted))
+    row["passed"] = int(counts.get(Outcome.OK.value, 0))
+    row["pass_rate"] = row["passed"] / len(attempted) if len(attempted) else np.nan
+    row["outcomes"] = ", ".join(f"{k}: {v}" for k, v in counts.items())
+    row["outcome_counts"] = {str(k): int(v) for k, v in counts.items()}
+    row.update(mask_summary(run_dir, meta=meta))
+    if audit is not None and len(audit):
+        row.update(audit_counts(audit))
+    return row
+
+
+def collect(root: Path) -> pd.DataFrame:
+    """One row per readable cell under ``root`` (``cell_stats``); damaged cells are skipped with a warning and
+    listed in ``attrs["skipped"]``."""
+    rows, skipped = [], []
+    for r in find_runs(root):
+        try:
+            rows.append(cell_stats(r))
+        except Unreadable as err:
+            msg = f"{err}: cell {r} skipped"
+            warn(msg)
+            skipped.append(msg)
+    df = pd.DataFrame(rows)
+    df.attrs["skipped"] = skipped
+    return df
+
+
+def is_batch(cells: pd.DataFrame) -> pd.Series:
+    """True for batch-mode cells (their identity has a batch size)."""
+    if cells.empty or "batch_size" not in cells:
+        return pd.Series(False, index=cells.index)
+    return cells["batch_size"].notna()
+
+
+def single_mode(cells: pd.DataFrame) -> pd.DataFrame:
+    """The single-mode cells of ``collect``'s frame (Table 1 and the other single-mode tables and figures)."""
+    out = cells[~is_batch(cells)]
+    out.attrs.update(cells.attrs)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# batch mode
+# --------------------------------------------------------------------------------------------------------------
+def batch_step_stats(bs: pd.DataFrame) -> dict:
+    """Step latency (one ``fill_masks`` call) and per-sequence cost (step time / live sequences) of a batch cell's
+    ``batch_steps`` rows, over its *full* steps (all B slots live); a cell without a full step (fewer samples than
+    B, or cut short by a limit) uses every step and says so (``step_basis``)."""
+    if bs is None or bs.empty:
+        return dict(batch_steps=0, full_steps=0, step_basis=None)
+    full = bs[bs["live"] == bs["size"]]
+    use = full if len(full) else bs
+    us = use["step_us"].to_numpy()
+    return dict(batch_steps=int(len(bs)), full_steps=int(len(full)), step_basis="full" if len(full) else "all",
+                live_mean=float(bs["live"].mean()), fallback_steps=int((bs["fallback"] > 0).sum()),
+                batch_path_errors=int((bs["fallback"] == 2).sum()),
+                step_mean_us=float(us.mean()), step_p50_us=float(np.percentile(us, 50)),
+                step_p99_us=float(np.percentile(us, 99)), step_max_us=float(us.max()),
+                per_seq_us=float((use["step_us"] / use["live"]).mean()),
+                commit_per_seq_us=float((use["commit_us"] / use["live"]).mean()))
+
+
+def batch_stats(run_dir: Path) -> dict:
+    """A batch-mode cell's numbers: ``cell_stats`` plus the batch size B, the threads its engine used, and
+    :func:`batch_step_stats` of its ``batch_steps`` rows (kept by re-stored cells too)."""
+    row = cell_stats(run_dir)
+    meta = read_run(run_dir)
+    b = meta.get("batch") or {}
+    row.update(B=int(row["batch_size"]), threads=b.get("threads"), threads_option=b.get("threads_option"))
+    row.update(batch_step_stats(read_cell_file(run_dir, "batch_steps.parquet")))
+    return row
+
+
+def collect_batch(roots) -> pd.DataFrame:
+    """One row per readable batch-mode cell under ``roots`` (``batch_stats``); damaged cells are skipped with a
+    warning (as in ``collect``)."""
+    rows = []
+    for root in roots:
+        for r in find_runs(Path(root)):
+            try:
+                meta = read_run(r)
+                if not (meta.get("identity") or {}).get("batch"):
+                    continue
+                rows.append(batch_stats(r))
+            except Unreadable as err:
+                warn(f"{err}: cell {r} skipped")
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.drop_duplicates("path").sort_values(["dataset", "tokenizer", "config", "B"]).reset_index(drop=True)
+    return df
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tidy frames for figures and notebooks
+# --------------------------------------------------------------------------------------------------------------
+def option_columns(frame: pd.DataFrame, options: list[dict]) -> pd.DataFrame:
+    """``frame`` with one column per engine option found in ``options`` (one dict per row), named as the option,
+    except where the frame already has a column of that name; a cell without the option gets None."""
+    names = sorted({k for o in options for k in o} - set(frame.columns))
+    if not names:
+        return frame
+    extra = pd.DataFrame([{k: o.get(k) for k in names} for o in options], index=frame.index, dtype=object)
+    return pd.concat([frame, extra], axis=1)
+
+
+def load_steps(root: Path | str) -> pd.DataFrame:
+    """Every mask of every cell under ``root`` as one tidy frame.
+
+    Columns: those of ``steps.parquet`` (engine, config, dataset, tokenizer, sample_id, step, prefix_tokens,
+    prefix_bytes, mask_us, ...) plus ``vocab_size``, ``run_dir`` and one column per engine option of the cells
+    (e.g. ``workers``, ``threads``). Re-stored cells keep no per-mask rows and add none.
+    """
+    frames = []
+    for run_dir in find_runs(Path(root)):
+        try:
+            meta = read_run(run_dir)
+            df = read_cell_file(run_dir, "steps.parquet")
+        except Unreadable:
+            continue   # collect() warns about it and skips the cell
+        if df is None:
+            continue
+        df["vocab_size"] = meta.get("vocab_size")
+        df["run_dir"] = str(run_dir)
+        for k, v in sorted((meta.get("engine_options") or {}).items()):
+            if k not in df.columns:
+                df[k] = [v] * len(df)
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=STEP_FRAME_COLUMNS)
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_cells(root: Path | str) -> pd.DataFrame:
+    """One row per cell (``collect``) plus ``vocab_size``, ``engine_options`` (JSON), one column per engine option
+    (named as the option: ``workers``, ``threads``, ...) and ``status`` (None for a complete cell, else a short
+    reason: :func:`cell_status`)."""
+    cells = collect(Path(root))
+    if cells.empty:
+        return cells
+    extra, options = [], []
+    for path in cells["path"]:
+        meta = read_run(Path(path))
+        opts = meta.get("engine_options") or {}
+        options.append(opts)
+        extra.append({"vocab_size": meta.get("vocab_size"), "engine_options": json.dumps(opts, sort_keys=True)})
+    attrs = dict(cells.attrs)
+    cells = pd.concat([cells.reset_index(drop=True), pd.DataFrame(extra)], axis=1)
+    cells = option_columns(cells, options)
+    cells.attrs.update(attrs)
+    cells["status"] = pd.Series([cell_status(r) for _, r in cells.iterrows()], dtype=object, index=cells.index)
+    return cells
+
+
+def _value(x):
+    return None if x is None or (isinstance(x, float) and np.isnan(x)) else x
+
+
+def cell_status(cell) -> str | None:
+    """None for a complete cell: every requested sample ended ``ok``. Otherwise a short reason:
+    ``compile error`` / ``compile timeout`` / ``compile OOM`` (no masks at all), ``failed: <outcome> n/N, ...``
+    (no sample passed) or ``partial: <outcome> n/N, ...`` (some did); outcomes as in :class:`Outcome`."""
+    err = cell.get("compile_error")
+    counts = cell.get("outcome_counts")
+    counts = counts if isinstance(counts, dict) else {}
+    n_ok = int(counts.get(Outcome.OK.value, 0))
+    if isinstance(err, str) and err and not n_ok and not _value(cell.get("mask_n")):
+        kind = cell.get("compile_error_kind")
+        if kind == "timeout" or "compile_timeout_s" in err:
+            return "compile timeout"
+        if kind == "oom" or "memory limit" in err:
+            return "compile OOM"
+        return "compile error"
+    total = sum(int(v) for v in counts.values())
+    requested = int(_value(cell.get("requested")) or total)
+    bad = [f"{o.value} {counts[o.value]}/{requested}" for o in Outcome if o is not Outcome.OK and counts.get(o.value)]
+    if requested > total:
+        bad.append(f"not run {requested - total}/{requested}")
+    if isinstance(cell.get("aborted"), str) and cell["aborted"] and not counts.get(Outcome.SKIPPED.value):
+        bad.insert(0, "run time limit")
+    if not bad:
+        return None
+    return ("failed: " if n_ok == 0 else "partial: ") + ", ".join(bad)

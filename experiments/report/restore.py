@@ -1,0 +1,199 @@
+"""Re-store result folders in the slim form the repository keeps (at most 10 MB under ``results/``).
+
+    python -m gcdbench.experiments.report.restore results/batch results/suite results/cliffs/runs \
+        results/cliffs/bench.json
+    python -m gcdbench.experiments.report.restore --keep-cells results/runs   # only Hydra's copies go
+
+Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`), read by the report as before:
+
+- per-mask rows (``steps.parquet``) are replaced by what the report computes from them: the cell's mask-time
+  summary (``restored.mask_summary`` in its run record: count, mean, p50/p99/p99.9/max, computed exactly as
+  :func:`.collect.mask_summary` does) and, for single-mode cells, the per-sample counts, means and maxima
+  (``sample_steps``: what the suite's growth and the cliffs sections read);
+- batch cells keep their per-step summaries (``batch_steps``: one row per ``fill_masks`` call), not every mask;
+- ``samples`` and ``audit`` rows are kept whole; ``run.json`` is kept less ``identity.sample_ids`` (its digest
+  ``identity.samples_digest`` stays), with a ``restored`` record: when, by which commit of this tool, what was
+  dropped. Sessions, commits and machines (the cell's provenance) are not changed;
+- Hydra's copies of the configs (``.hydra/``, multirun.yaml, jobs.json) are removed: every cell's run.json
+  already records its command and options.
+
+A JSON file given (a bench file) is rewritten without indentation (its content unchanged). ``--keep-cells``
+removes only Hydra's copies, for folders whose every mask is still read (``results/runs``: the figures and the
+notebook draw from it). A folder cell run again after re-storing takes the packed cell's place (the report reads the folder). Re-storing a
+folder that already holds a pack adds its folder cells to the pack. Do not re-store the folder the figures are
+drawn from (``--results``): figures need every mask.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from gcdbench.experiments.report import packed
+from gcdbench.experiments.report.collect import (Unreadable, batch_step_stats, mask_summary, read_cell_file,
+                                                 read_run, summarize_sample_steps)
+
+ROW_NAMES = {"samples.parquet": "samples.parquet", "audit.parquet": "audit.parquet",
+             "batch_steps.parquet": "batch_steps.parquet"}
+
+
+def tool_commit() -> str:
+    """The commit of this code (``-dirty`` when tracked files differ from it), or ``unknown``."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
+def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps: pd.DataFrame | None,
+             stamp: dict) -> dict:
+    """The run record a packed cell keeps: ``meta`` less the sample id list, plus the ``restored`` record."""
+    meta = json.loads(json.dumps(meta))   # a deep copy
+    dropped = []
+    if "sample_ids" in (meta.get("identity") or {}):
+        del meta["identity"]["sample_ids"]
+        dropped.append("identity.sample_ids")
+    restored = {**stamp, "from": str(run_dir)}
+    if steps is not None:
+        dropped.append("steps.parquet")
+        restored["mask_summary"] = mask_summary(run_dir, steps=steps)
+    if batch_steps is not None:   # kept whole; its statistics at re-store time, to check a later reading against
+        restored["batch_step_summary"] = batch_step_stats(batch_steps)
+    restored["dropped"] = dropped
+    meta["restored"] = restored
+    return meta
+
+
+def _write(df: pd.DataFrame, path: Path) -> None:
+    """A pack file: zstd, no statistics, dictionary encoding for text columns only (timings compress better
+    plain)."""
+    text = [c for c in df.columns if df[c].dtype == object or pd.api.types.is_string_dtype(df[c])]
+    df.to_parquet(path, index=False, compression="zstd", compression_level=19, write_statistics=False,
+                  use_dictionary=text or False)
+
+
+def compact_json(path: Path) -> dict:
+    """Rewrite a JSON file without indentation; its content (as parsed) is unchanged."""
+    before = path.read_text()
+    doc = json.loads(before)
+    after = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(after) == doc
+    path.write_text(after + "\n")
+    return {"file": str(path), "bytes_before": len(before.encode()), "bytes_after": len(after.encode()) + 1}
+
+
+def remove_hydra(root: Path, dry_run: bool = False) -> dict:
+    """Remove Hydra's copies of the configs (``.hydra`` folders) under ``root``; every cell keeps its run.json."""
+    hydra = sorted(p for p in Path(root).rglob(".hydra") if p.is_dir())
+    if not dry_run:
+        for p in hydra:
+            shutil.rmtree(p)
+    return {"root": str(root), "hydra_removed": [str(p) for p in hydra]}
+
+
+def _folder_cells(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("run.json")
+                  if ".hydra" not in p.parts and packed.PACK_DIR not in p.parts)
+
+
+def new_stamp() -> dict:
+    """What each re-stored cell records of its re-storing: when (UTC), by what, at which commit of this code."""
+    return {"when": time.strftime("%Y-%m-%d %H:%M:%S +0000", time.gmtime()),
+            "by": "gcdbench.experiments.report.restore", "commit": tool_commit()}
+
+
+def restore(root: Path, dry_run: bool = False, stamp: dict | None = None) -> dict:
+    """Pack every folder cell under ``root`` (see the module's docstring); returns what was done."""
+    root = Path(root)
+    stamp = stamp or new_stamp()
+    index, rows = [], {name: [] for name in (*ROW_NAMES, packed.SAMPLE_STEPS)}
+    old = packed.pack_at(root)
+    if old is not None:   # cells packed before: kept as they are, unless a folder cell replaces them
+        for cell, run in old.runs.items():
+            index.append({"cell": cell, "run_json": run, "files": json.dumps(sorted(old.files[cell]))})
+            for name in rows:
+                got = old.read(cell, name) if name in old.files[cell] else None
+                if got is not None:
+                    rows[name].append(got.assign(cell=cell))
+    cells = _folder_cells(root)
+    for d in cells:
+        rel = d.relative_to(root).as_posix()
+        try:
+            meta = read_run(d)
+            frames = {name: read_cell_file(d, name) for name in ROW_NAMES}
+            steps = read_cell_file(d, "steps.parquet")
+        except Unreadable as err:
+            raise SystemExit(f"restore: {err}; repair or remove the cell, then re-store {root}") from None
+        is_batch = bool((meta.get("identity") or {}).get("batch"))
+        files = [name for name, df in frames.items() if df is not None]
+        if steps is not None and not is_batch:
+            frames[packed.SAMPLE_STEPS] = summarize_sample_steps(steps)
+            files.append(packed.SAMPLE_STEPS)
+        index = [r for r in index if r["cell"] != rel]
+        for name in rows:
+            rows[name] = [f for f in rows[name] if f["cell"].iloc[0] != rel] if rows[name] else []
+        index.append({"cell": rel, "files": json.dumps(sorted(files)),
+                      "run_json": json.dumps(slim_run(meta, d, steps, frames["batch_steps.parquet"], stamp),
+                                             ensure_ascii=False, separators=(",", ":"))})
+        for name in rows:
+            df = frames.get(name)
+            if df is not None and len(df):
+                rows[name].append(df.assign(cell=rel))
+    hydra = sorted(p for p in root.rglob(".hydra") if p.is_dir())
+    done = {"root": str(root), "cells": len(cells), "packed": len(index), "hydra_removed": [str(p) for p in hydra]}
+    if dry_run or not cells:
+        return done
+    out = root / packed.PACK_DIR
+    tmp = root / (packed.PACK_DIR + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    _write(pd.DataFrame(index).sort_values("cell"), tmp / packed.CELLS)
+    for name, frames in rows.items():
+        if frames:
+            df = pd.concat(frames, ignore_index=True)
+            _write(df[["cell", *[c for c in df.columns if c != "cell"]]], tmp / packed.pack_file(name))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    for d in cells:
+        shutil.rmtree(d)
+    for p in hydra:
+        shutil.rmtree(p)
+    for p in sorted(root.rglob("*"), reverse=True):   # folders the cells left empty
+        if p.is_dir() and not any(p.iterdir()):
+            p.rmdir()
+    packed._pack.cache_clear()
+    return done
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="+", help="result folders whose cells are re-stored (e.g. results/batch), or "
+                                             "JSON files rewritten without indentation (results/cliffs/bench.json)")
+    ap.add_argument("--keep-cells", action="store_true", help="only remove Hydra's copies from the folders")
+    ap.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+    args = ap.parse_args(argv)
+    for f in map(Path, args.paths):
+        if not (f.is_dir() or (f.is_file() and f.suffix == ".json")):
+            ap.exit(2, f"error: {f}: neither a folder of result cells nor a JSON file\n")
+    stamp = new_stamp()   # before any change: the commit is clean or not by the code alone
+    for f in map(Path, args.paths):
+        if f.is_file():
+            print(json.dumps(compact_json(f) if not args.dry_run else {"file": str(f)}))
+        elif args.keep_cells:
+            print(json.dumps(remove_hydra(f, args.dry_run)))
+        else:
+            print(json.dumps(restore(f, args.dry_run, stamp)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Table 1 in seed 000's layout: per engine config and dataset, complexity, init, per-mask mean and p50/p99/max,
+pass; written as ``table1.md``, ``.csv`` and ``.tex``."""
+from __future__ import annotations
+
+import pandas as pd
+
+from gcdbench.experiments.report.collect import DATASET_ORDER, engine_class
+from gcdbench.experiments.report.section import Context, Section
+from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
+
+
+def complexity(engine: str, ambiguous: bool) -> str:
+    """Table 1's "Cmplx." entry: what the engine class declares for a grammar that is (not) highly ambiguous."""
+    cls = engine_class(engine)
+    return cls.complexity(bool(ambiguous)) if cls is not None else "?"
+
+
+def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame, list[str]]:
+    """Rows = engine configs, per dataset: complexity, init, per-mask mean (µs), p50/p99/max, pass rate."""
+    cells = cells[cells["tokenizer"] == tokenizer]
+    notes: list[str] = []
+    datasets = [d for d in DATASET_ORDER if d in set(cells["dataset"])] + sorted(
+        set(cells["dataset"]) - set(DATASET_ORDER))
+    out = []
+    for config, grp in cells.groupby("config", sort=False):
+        row = {"Method": config}
+        for ds in datasets:
+            c = grp[grp["dataset"] == ds]
+            if c.empty:
+                for col in ("Cmplx.", "Init", "Per-mask µs", "p50/p99/max µs", "Pass"):
+                    row[f"{ds} {col}"] = ""
+                continue
+            c = c.iloc[0]
+            row[f"{ds} Cmplx."] = complexity(c["engine"], bool(get(c, "ambiguous")))
+            if isinstance(c.get("compile_error"), str) and c["compile_error"]:
+                notes.append(f"{config} × {ds}: not run: {c['compile_error'].splitlines()[0][:200]}")
+                row[f"{ds} Init"] = "×"
+                row[f"{ds} Per-mask µs"] = f"× [{len(notes)}]"
+                row[f"{ds} p50/p99/max µs"] = "×"
+                row[f"{ds} Pass"] = "×"
+                continue
+            mark = ""
+            n_ok_cells = int(get(c, "samples") or 0)
+            passed, requested, aborted = int(get(c, "passed") or 0), get(c, "requested"), get(c, "aborted")
+            if aborted or (requested and passed < requested):
+                notes.append(
+                    f"{config} × {ds}: estimated from {int(get(c, 'mask_n') or 0)} masks of {n_ok_cells} samples "
+                    f"({get(c, 'outcomes') or ''})" + (f"; {aborted}" if aborted else ""))
+                mark = f" [{len(notes)}]"
+            if get(c, "provenance"):
+                notes.append(f"{config} × {ds}: not from one clean commit: {c['provenance']}")
+                mark += f" [{len(notes)}]"
+            row[f"{ds} Init"] = fmt_s(c.get("init_s"))
+            if get(c, "init_cache_hit"):
+                notes.append(f"{config} × {ds}: init read from the engine's on-disk cache, not a cold compile")
+                row[f"{ds} Init"] += f" [{len(notes)}]"
+            row[f"{ds} Per-mask µs"] = fmt_us(c.get("mask_mean_us")) + mark
+            row[f"{ds} p50/p99/max µs"] = "/".join(fmt_us(c.get(k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us"))
+            pr = c.get("pass_rate")
+            row[f"{ds} Pass"] = "–" if pr is None or pd.isna(pr) else f"{passed}/{n_ok_cells}"
+        out.append(row)
+    return pd.DataFrame(out), notes
+
+
+def table1_markdown(t1: pd.DataFrame, notes: list[str]) -> str:
+    """Table 1 as Markdown, its numbered notes listed below it."""
+    note_lines = [f"[{i}] {n}" for i, n in enumerate(notes, 1)]
+    return markdown(t1, parse_numbers=False) + ("\n\n" + "\n".join(f"- {n}" for n in note_lines) if notes else "")
+
+
+def lines(ctx: Context) -> list[str]:
+    """The "Table 1" section; writes ``table1.csv``, ``table1.tex`` and ``table1.md``."""
+    t1, notes = table1(ctx.cells, ctx.tokenizer)
+    t1.to_csv(ctx.out / "table1.csv", index=False)
+    (ctx.out / "table1.tex").write_text(t1.to_latex(index=False, escape=True))
+    ctx.table1_md = table1_markdown(t1, notes)
+    (ctx.out / "table1.md").write_text(ctx.table1_md + "\n")
+    return [
+        f"## Table 1 ({ctx.tokenizer} vocabulary)", "",
+        "Init = engine compile time for the grammar and vocabulary. Per-mask = mean time of one next-token mask "
+        "(µs), p50/p99/max over every mask of the cell. Pass = samples whose every oracle token and final EOS "
+        "were allowed. × = the engine could not run the cell (reason in the notes).", "",
+        ctx.table1_md, "",
+        measured_at(ctx.cells[ctx.cells["tokenizer"] == ctx.tokenizer]), ""]
+
+
+SECTION = Section("table1", lines, "Table 1 (seed 000's layout) of the --results cells")

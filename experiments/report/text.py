@@ -1,0 +1,79 @@
+"""Formatting shared by every report section: Markdown tables, µs and s entries, inline code, and the one sentence
+that says which commits and machines a table's cells were measured at."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def get(c, key):
+    """A cell value, with pandas' NaN for a missing value read as None."""
+    v = c.get(key)
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+
+
+def fmt_us(x) -> str:
+    """A time in µs for a table: ``1,234`` from 100 µs up, ``12.3`` below, ``–`` when missing."""
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def fmt_s(x) -> str:
+    """A time in seconds for a table: ``1.23s`` below 100 s, ``123s`` from there, ``–`` when missing."""
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    return f"{x:.2f}s" if x < 100 else f"{x:.0f}s"
+
+
+def markdown(df: pd.DataFrame, parse_numbers: bool = True) -> str:
+    """``df`` as a Markdown table (pandas' ``to_markdown``): missing values empty, floats as ``1,234.5``;
+    ``parse_numbers=False`` prints string cells exactly as they are (Table 1's formatted entries)."""
+    cells = df.astype(object).where(df.notna(), None)
+    return cells.to_markdown(index=False, floatfmt=",.1f", missingval="", disable_numparse=not parse_numbers)
+
+
+def md_code(s) -> str:
+    """``s`` made safe inside Markdown inline code in a table or list (no backticks, pipes or raw newlines)."""
+    return str(s).replace("`", "ˋ").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t").replace("|", "\\|")
+
+
+def figure_link(stem: str) -> str:
+    """The README line that shows ``figures/<stem>.png`` and links its PDF."""
+    return f"![{stem}](figures/{stem}.png) ([PDF](figures/{stem}.pdf))"
+
+
+def measured_at(cells: pd.DataFrame) -> str:
+    """One sentence naming the commit(s) and machine(s) the cells of one table were measured at; when they come
+    from several commits or machines, how many cells each group has (and which, for every group but the largest
+    unless it is small), so a table never mixes commits or machines silently."""
+    if cells.empty:
+        return ""
+    groups: dict[tuple, list[str]] = {}
+    for _, c in cells.iterrows():
+        commit, machine = c.get("commit"), c.get("machine")
+        key = (tuple(commit.split("+")) if isinstance(commit, str) and commit else (),
+               machine if isinstance(machine, str) else "")
+        groups.setdefault(key, []).append(
+            f"{c['config']} × {c['dataset']}" + (f" B={int(c['B'])}" if "B" in c and pd.notna(c.get("B")) else ""))
+
+    def label(commits: tuple, machine: str) -> str:
+        return ("+".join(f"`{x}`" for x in commits) or "an unknown commit") + (f" on {machine}" if machine else "")
+
+    if len(groups) == 1:
+        ((commits, machine), names), = groups.items()
+        what = (f"commit `{commits[0]}`" if len(commits) == 1 else
+                "commits " + ", ".join(f"`{x}`" for x in commits) + " (cells of mixed commits)" if commits
+                else "an unknown commit")
+        on = f" on {machine}" if machine else ""
+        return f"Measured at {what}{on}: " + ("the one cell." if len(names) == 1 else f"all {len(names)} cells.")
+    n_commits = len({commits for commits, _ in groups})
+    n_machines = len({machine for _, machine in groups})
+    head = (f"**Cells of {n_commits} commits in this table**" if n_commits > 1 else
+            f"**Cells of {n_machines} machines in this table** (compare timings only within one machine)")
+    parts = []
+    for i, ((commits, machine), names) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1]))):
+        named = len(names) <= 12 or i > 0   # every group but the largest names its cells
+        parts.append(f"{label(commits, machine)}: {len(names)} cell{'s' if len(names) > 1 else ''}"
+                     + (f" ({', '.join(names)})" if named else ""))
+    return head + ": " + "; ".join(parts) + "."

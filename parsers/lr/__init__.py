@@ -1,0 +1,1 @@
+"""gcdbench.parsers.lr: what PSC and Pre³ share (byte lexer, vocabulary trie, token jobs)."""
