@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.cliffs import CLIFF_EXPONENT, fit_bench
+from gcdbench.experiments.fit import CLIFF_EXPONENT, fit_bench
 from gcdbench.experiments.fit import loglog_slope
 from gcdbench.experiments.report.collect import (cell_commits, read_cell_file, run_dirs, run_info,
                                                  sample_step_summary, warn)
