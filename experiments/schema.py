@@ -472,3 +472,34 @@ def result_files_markdown() -> str:
 
 def _type_name(t: pa.DataType) -> str:
     return "string" if pa.types.is_large_string(t) else str(t)
+
+
+README_BEGIN, README_END = "<!-- result-schema:begin -->\n", "<!-- result-schema:end -->"
+
+
+def write_readme(path) -> None:
+    """Replace the text between the result-schema marker comments of the README at ``path`` with
+    :func:`result_files_markdown` (``python -m gcdbench.experiments.schema --readme``; a test checks they agree)."""
+    from pathlib import Path
+
+    text = Path(path).read_text()
+    head, sep, rest = text.partition(README_BEGIN)
+    _, sep2, tail = rest.partition(README_END)
+    if not (sep and sep2):
+        raise SystemExit(f"{path} has no {README_BEGIN.strip()} ... {README_END} section")
+    Path(path).write_text(head + README_BEGIN + result_files_markdown() + README_END + tail)
+
+
+if __name__ == "__main__":
+    import argparse
+    from pathlib import Path
+
+    _p = argparse.ArgumentParser(prog="python -m gcdbench.experiments.schema",
+                                 description="print every result file's declared columns as markdown")
+    _p.add_argument("--readme", nargs="?", const=str(Path(__file__).resolve().parents[1] / "README.md"),
+                    help="write them into this README's result-schema section (default: the project's README.md)")
+    _a = _p.parse_args()
+    if _a.readme:
+        write_readme(_a.readme)
+    else:
+        print(result_files_markdown(), end="")

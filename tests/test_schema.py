@@ -227,3 +227,17 @@ def test_version_0_batch_steps_get_masks_where_they_are_known(tmp_path):
     assert back.column("masks").to_pylist() == [2, None] and back.schema.field("masks").type == "int64"
     assert schema.summary_mask_us(got) is None   # not rebuilt where a count is unknown
     assert list(schema.summary_mask_us(got.iloc[:1])) == [2.0, 2.0]
+
+
+def test_readme_result_files_section_is_generated_from_the_schema():
+    """The README's result-file columns are the schema module's (regenerate: python -m gcdbench.experiments.schema
+    --readme)."""
+    import re
+    from pathlib import Path
+
+    from gcdbench.experiments import schema
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"<!-- result-schema:begin -->\n(.*?)<!-- result-schema:end -->", text, re.S)
+    assert m, "README.md has no result-schema section"
+    assert m.group(1) == schema.result_files_markdown(), "README's result files differ from experiments/schema.py"
