@@ -64,9 +64,14 @@ Grammar = namedtuple("Grammar", [
     "za",          # uint64 [n_left, WN]  parents Z of rules Z -> A X, per left child A
     "az_id",       # int32 [n_left, NT]  (A, Z) -> pair id, or -1
     "azx",         # uint64 [pairs, WN]  right children X per (A, Z) pair
-    "term_z",      # uint64 [T, WN]   parents Z of rules Z -> A X with A -> t (the items a terminal can close)
+    "term_z",      # uint64 [T, WN]   parents Z of the items terminal t closes (close_z as a bitset)
     "cover",       # uint64 [NT, WN]  X != V having every rule V has (so X derives whatever V derives)
     "has_cover",   # uint64 [1, WN]   the V with a non-empty cover
+    # the items each terminal t closes, (Z, X) for Z -> A X, A -> t (chart.closing_items): CSR over t
+    "close_start",  # int32 [T+1]
+    "close_z",      # int32 [K]       Z
+    "close_x",      # uint64 [K, WN]  the X of (t, Z), over every A -> t
+    "close_pairs",  # int32 [K]       how many A -> t give (t, Z)
 ])
 Trie = namedtuple("Trie", [
     "child_start", "child_ids", "node_term",   # CSR of children; a node's terminal (-1: root, merged boundary)
@@ -429,17 +434,9 @@ def _has_self_item(mem, pb, a, x, G):
     xb = one << np.uint64(x & 63)
     if not (mem[pb + xw] & G.term_z[a, xw] & xb):
         return False
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            pid = G.az_id[A, x]
-            if pid >= 0 and G.azx[pid, xw] & xb:
-                return True
+    for k in range(G.close_start[a], G.close_start[a + 1]):
+        if G.close_z[k] == x:
+            return (G.close_x[k, xw] & xb) != 0
     return False
 
 
@@ -449,27 +446,17 @@ def _in_first_of_rights(mem, pb, a, z, G):
     one = np.uint64(1)
     zw = z >> 6
     zb = one << np.uint64(z & 63)
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            for j in range(G.WN):
-                cz = G.za[A, j] & mem[pb + j]
-                while cz:
-                    zl = cz & (~cz + one)
-                    cz ^= zl
-                    pid = G.az_id[A, j * 64 + _ctz(zl)]
-                    for jj in range(G.WN):
-                        xs = G.azx[pid, jj]
-                        while xs:
-                            xl = xs & (~xs + one)
-                            xs ^= xl
-                            if G.first[jj * 64 + _ctz(xl), zw] & zb:
-                                return True
+    for k in range(G.close_start[a], G.close_start[a + 1]):
+        y = G.close_z[k]
+        if not (mem[pb + (y >> 6)] >> np.uint64(y & 63)) & one:
+            continue
+        for jj in range(G.WN):
+            xs = G.close_x[k, jj]
+            while xs:
+                xl = xs & (~xs + one)
+                xs ^= xl
+                if G.first[jj * 64 + _ctz(xl), zw] & zb:
+                    return True
     return False
 
 
@@ -498,40 +485,30 @@ def certify(mem, p_offs, m, a, prev_info, info, prev_term, G):
     for j in range(G.WN):
         if (mem[pa + j] ^ mem[pb + j]) & G.term_z[a, j]:
             return info
-    # the items closed by a at position m: (Z, X), Z in ANC[m], Z -> A X, A -> a
+    # the items closed by a at position m: (Z, X), Z in ANC[m], Z -> A X, A -> a (the (A, Z) pairs are counted)
     one = np.uint64(1)
     pairs = 0
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            for j in range(G.WN):
-                cz = G.za[A, j] & mem[pb + j]
-                while cz:
-                    zl = cz & (~cz + one)
-                    cz ^= zl
-                    z = j * 64 + _ctz(zl)
-                    pairs += 1
-                    if pairs > MAX_IDEM_PAIRS:
-                        return info
-                    pid = G.az_id[A, z]
-                    zw = z >> 6
-                    for jj in range(G.WN):
-                        xs = G.azx[pid, jj]
-                        # (b): if z is in FIRST of some right child, its only right child is z itself
-                        if xs & ~(zl if jj == zw else np.uint64(0)):
-                            if _in_first_of_rights(mem, pb, a, z, G):
-                                return info
-                        while xs:
-                            xl = xs & (~xs + one)
-                            xs ^= xl
-                            # (a): (X, X) is an item too
-                            if not _has_self_item(mem, pb, a, jj * 64 + _ctz(xl), G):
-                                return info
+    for k in range(G.close_start[a], G.close_start[a + 1]):
+        z = G.close_z[k]
+        zw = z >> 6
+        zl = one << np.uint64(z & 63)
+        if not mem[pb + zw] & zl:
+            continue
+        pairs += G.close_pairs[k]
+        if pairs > MAX_IDEM_PAIRS:
+            return info
+        for jj in range(G.WN):
+            xs = G.close_x[k, jj]
+            # (b): if z is in FIRST of some right child, its only right child is z itself
+            if xs & ~(zl if jj == zw else np.uint64(0)):
+                if _in_first_of_rights(mem, pb, a, z, G):
+                    return info
+            while xs:
+                xl = xs & (~xs + one)
+                xs ^= xl
+                # (a): (X, X) is an item too
+                if not _has_self_item(mem, pb, a, jj * 64 + _ctz(xl), G):
+                    return info
     if pairs == 0:
         return info
     return info | mark
@@ -557,22 +534,11 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
     WN, WT = G.WN, G.WT
     for j in range(tid, WN, nth):       # each thread owns its words of seeds and of the bound
         seeds[j] = 0
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw] & mem[pm + aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            for j in range(WN):
-                cz = G.za[A, j] & mem[pm + j]
-                while cz:
-                    zl = cz & (~cz + one)
-                    cz ^= zl
-                    pid = G.az_id[A, j * 64 + _ctz(zl)]
-                    for jj in range(tid, WN, nth):
-                        seeds[jj] |= G.azx[pid, jj]
+    for k in range(G.close_start[a], G.close_start[a + 1]):    # (Z in ANC puts A -> a in ANC too: FIRST)
+        z = G.close_z[k]
+        if (mem[pm + (z >> 6)] >> np.uint64(z & 63)) & one:
+            for jj in range(tid, WN, nth):
+                seeds[jj] |= G.close_x[k, jj]
     _sync()
     for tw in range(tid, WT, nth):
         lb = np.uint64(0)
@@ -741,8 +707,10 @@ def for_cuda(primitives: dict) -> dict:
 
 # -- the grammar packed into three arrays (CPU entry points: each array argument costs about 1,000 instructions
 #    of numba dispatch, so the 16 tables travel as three flat arrays and are viewed again inside) -------------
-_U_TABLES = ("term_nts", "first", "first_term", "lb", "za", "azx", "term_z", "cover", "has_cover")  # uint64, 2-D
-_I_TABLES = ("ab_id", "ab_start", "ab_parent", "az_id")                          # int32, 2-D / 1-D / 1-D / 2-D
+_U_TABLES = ("term_nts", "first", "first_term", "lb", "za", "azx", "term_z", "cover", "has_cover",  # uint64, 2-D
+             "close_x")
+_I_TABLES = ("ab_id", "ab_start", "ab_parent", "az_id",                          # int32, 2-D / 1-D / 1-D / 2-D
+             "close_start", "close_z", "close_pairs")                            # int32, 1-D
 _GM_HEAD = 5     # n_nt, n_left, WN, WT, start
 GM_LEN = _GM_HEAD + 3 * (len(_U_TABLES) + len(_I_TABLES))   # pack_grammar's header length
 
@@ -784,11 +752,12 @@ def _tab1(flat, gm, k):
 @_cpu_inline
 def unpack_grammar(gu, gi, gm):
     """The :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy)."""
-    nu = 9
+    nu = 10
     return Grammar(gm[0], gm[1], gm[2], gm[3], gm[4], _tab2(gu, gm, 0), _tab2(gu, gm, 1), _tab2(gu, gm, 2),
                    _tab2(gu, gm, 3), _tab2(gi, gm, nu + 0), _tab1(gi, gm, nu + 1), _tab1(gi, gm, nu + 2),
                    _tab2(gu, gm, 4), _tab2(gi, gm, nu + 3), _tab2(gu, gm, 5), _tab2(gu, gm, 6), _tab2(gu, gm, 7),
-                   _tab2(gu, gm, 8))
+                   _tab2(gu, gm, 8), _tab1(gi, gm, nu + 4), _tab1(gi, gm, nu + 5), _tab2(gu, gm, 9),
+                   _tab1(gi, gm, nu + 6))
 
 
 # -- CPU entry point of one chart step (the tree search's are in search.py) -----------------------------------
