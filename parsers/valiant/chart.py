@@ -190,11 +190,9 @@ class PackedGrammar:
         self.term_z = tz
 
     def record(self) -> Grammar:
-        """The arrays the chart step reads, as one record (``kernels_common.Grammar``)."""
-        return Grammar(self.n_nt, self.n_left, self.WN, self.WT, self.start, self.term_nts, self.first,
-                       self.first_term, self.lb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
-                       self.azx, self.term_z, self.cover, self.has_cover, self.close_start, self.close_z,
-                       self.close_x, self.close_pairs)
+        """The arrays the chart step reads, as one record (``kernels_common.Grammar``: its fields are attributes
+        of the same names here)."""
+        return Grammar(**{f: getattr(self, f) for f in Grammar._fields})
 
     def closing_arrays(self) -> dict:
         """The items each terminal closes, as the compiled artifact stores them (``engine.build``)."""

@@ -21,9 +21,12 @@ which the compiler folds away): loops over independent words run ``range(tid, N,
 work items (rule pairs, chart entries) hand the items out round-robin with a ``skip`` countdown, which on the
 CPU is the plain loop. Kernels only compute indices and call these functions.
 
-The grammar travels as one record, :data:`Grammar` (a namedtuple of scalars and arrays); jitted entry points
-take it as a plain tuple (``grammar.dev``) and rebuild the record with ``Grammar(*gt)``: numba types a plain
-tuple argument on its fast dispatch path, a namedtuple argument on a slower one.
+The grammar travels as one record, :data:`Grammar` (a namedtuple of scalars and arrays whose fields
+:data:`GRAMMAR_FIELDS` declares by name). Device logic reads ``G.<field>``. Jitted entry points take it in the form
+numba dispatches fastest and rebuild the record first thing: CPU entry points as three flat arrays
+(:func:`pack_grammar`, viewed again by :func:`unpack_grammar`), CUDA kernels as a plain tuple of device arrays
+(``PackedGrammar.dev``, ``Grammar(*gt)``): numba types a plain tuple or an array on its fast dispatch path, a
+namedtuple argument on a slower one (about 4 us a call).
 
 What a step computes and why it is cheap (issue 14; chart.py states the invariant):
 
@@ -52,27 +55,36 @@ from llvmlite import ir as llvm_ir
 from numba.core import types as nbtypes
 from numba.core.extending import intrinsic
 
-Grammar = namedtuple("Grammar", [
-    "n_nt", "n_left", "WN", "WT", "start",
-    "term_nts",    # uint64 [T, WN]   V -> t
-    "first",       # uint64 [NT, WN]  FIRST closure
-    "first_term",  # uint64 [NT, WT]  terminals starting V
-    "lb",          # uint64 [NT, WL]  left children A of rules V -> A B, per right child B
-    "ab_id",       # int32 [n_left, NT]  (A, B) -> pair id, or -1
-    "ab_start",    # int32 [pairs+1]     CSR of the direct parents V per (A, B) pair (the others: ``cover``)
-    "ab_parent",   # int32 [R']
-    "za",          # uint64 [n_left, WN]  parents Z of rules Z -> A X, per left child A
-    "az_id",       # int32 [n_left, NT]  (A, Z) -> pair id, or -1
-    "azx",         # uint64 [pairs, WN]  right children X per (A, Z) pair
-    "term_z",      # uint64 [T, WN]   parents Z of the items terminal t closes (close_z as a bitset)
-    "cover",       # uint64 [NT, WN]  X != V having every rule V has (so X derives whatever V derives)
-    "has_cover",   # uint64 [1, WN]   the V with a non-empty cover
+#: The grammar record's fields in order, each (name, kind, what it holds), the one place they are declared:
+#: :data:`Grammar` is built from it, and so are the CPU packing (:func:`pack_grammar`, :func:`unpack_grammar`) and
+#: the CUDA arguments (``PackedGrammar.dev``). Kind ``int``: a scalar; ``u64[2]``: uint64 [rows, cols];
+#: ``i32[2]`` / ``i32[1]``: int32 [rows, cols] / [n]. A new table is one line here (and its array in PackedGrammar).
+GRAMMAR_FIELDS = (
+    ("n_nt", "int", "nonterminals"),
+    ("n_left", "int", "left-capable nonterminals (0 .. n_left-1: the only ones a tier stores)"),
+    ("WN", "int", "words of a set of nonterminals"),
+    ("WT", "int", "words of a set of terminals"),
+    ("start", "int", "start symbol, or -1"),
+    ("term_nts", "u64[2]", "[T, WN] V -> t"),
+    ("first", "u64[2]", "[NT, WN] FIRST closure"),
+    ("first_term", "u64[2]", "[NT, WT] terminals starting V"),
+    ("lb", "u64[2]", "[NT, WL] left children A of rules V -> A B, per right child B"),
+    ("ab_id", "i32[2]", "[n_left, NT] (A, B) -> pair id, or -1"),
+    ("ab_start", "i32[1]", "[pairs+1] CSR of the direct parents V per (A, B) pair (the others: cover)"),
+    ("ab_parent", "i32[1]", "[R'] the direct parents"),
+    ("za", "u64[2]", "[n_left, WN] parents Z of rules Z -> A X, per left child A"),
+    ("az_id", "i32[2]", "[n_left, NT] (A, Z) -> pair id, or -1"),
+    ("azx", "u64[2]", "[pairs, WN] right children X per (A, Z) pair"),
+    ("term_z", "u64[2]", "[T, WN] parents Z of the items terminal t closes (close_z as a bitset)"),
+    ("cover", "u64[2]", "[NT, WN] X != V having every rule V has (so X derives whatever V derives)"),
+    ("has_cover", "u64[2]", "[1, WN] the V with a non-empty cover"),
     # the items each terminal t closes, (Z, X) for Z -> A X, A -> t (chart.closing_items): CSR over t
-    "close_start",  # int32 [T+1]
-    "close_z",      # int32 [K]       Z
-    "close_x",      # uint64 [K, WN]  the X of (t, Z), over every A -> t
-    "close_pairs",  # int32 [K]       how many A -> t give (t, Z)
-])
+    ("close_start", "i32[1]", "[T+1] CSR over terminals"),
+    ("close_z", "i32[1]", "[K] Z"),
+    ("close_x", "u64[2]", "[K, WN] the X of (t, Z), over every A -> t"),
+    ("close_pairs", "i32[1]", "[K] how many A -> t give (t, Z) (certify counts (A, Z) pairs)"),
+)
+Grammar = namedtuple("Grammar", [f for f, _, _ in GRAMMAR_FIELDS])
 Trie = namedtuple("Trie", [
     "child_start", "child_ids", "node_term",   # CSR of children; a node's terminal (-1: root, merged boundary)
     "merge_start", "merge_row", "merge_term",  # a merged boundary's edges (align.py, "merged boundaries")
@@ -706,34 +718,32 @@ def for_cuda(primitives: dict) -> dict:
 
 
 # -- the grammar packed into three arrays (CPU entry points: each array argument costs about 1,000 instructions
-#    of numba dispatch, so the 16 tables travel as three flat arrays and are viewed again inside) -------------
-_U_TABLES = ("term_nts", "first", "first_term", "lb", "za", "azx", "term_z", "cover", "has_cover",  # uint64, 2-D
-             "close_x")
-_I_TABLES = ("ab_id", "ab_start", "ab_parent", "az_id",                          # int32, 2-D / 1-D / 1-D / 2-D
-             "close_start", "close_z", "close_pairs")                            # int32, 1-D
-_GM_HEAD = 5     # n_nt, n_left, WN, WT, start
-GM_LEN = _GM_HEAD + 3 * (len(_U_TABLES) + len(_I_TABLES))   # pack_grammar's header length
+#    of numba dispatch and a namedtuple argument about 4 us, so the tables travel as three flat arrays and are
+#    viewed as the record again inside; the layout comes from GRAMMAR_FIELDS, by name) ----------------------------
+_SCALARS = tuple(f for f, k, _ in GRAMMAR_FIELDS if k == "int")
+_ARRAYS = tuple((f, k) for f, k, _ in GRAMMAR_FIELDS if k != "int")
+_GM_HEAD = len(_SCALARS)
+GM_LEN = _GM_HEAD + 3 * len(_ARRAYS)   # pack_grammar's header length
 
 
 def pack_grammar(G) -> tuple:
-    """``(gu, gi, gm)``: the uint64 tables of the record ``G`` end to end, the int32 ones, and an int64 header
-    (scalars, then offset, rows and columns of each table). :func:`unpack_grammar` views them as ``G`` again."""
-    meta = [G.n_nt, G.n_left, G.WN, G.WT, G.start]
-    parts_u, parts_i, off_u, off_i = [], [], 0, 0
-    for name in _U_TABLES:
-        a = np.ascontiguousarray(getattr(G, name), dtype=np.uint64)
-        r, c = a.shape
-        meta += [off_u, r, c]
-        parts_u.append(a.ravel())
-        off_u += a.size
-    for name in _I_TABLES:
-        a = np.ascontiguousarray(getattr(G, name), dtype=np.int32)
-        r, c = (a.shape if a.ndim == 2 else (a.size, 1))
-        meta += [off_i, r, c]
-        parts_i.append(a.ravel())
-        off_i += a.size
-    gu = np.concatenate(parts_u) if parts_u else np.zeros(0, np.uint64)
-    gi = np.concatenate(parts_i) if parts_i else np.zeros(0, np.int32)
+    """``(gu, gi, gm)``: the uint64 tables of the record ``G`` end to end, the int32 ones, and an int64 header (the
+    scalars, then offset, rows and columns of each table, in :data:`GRAMMAR_FIELDS` order). :func:`unpack_grammar`
+    views them as ``G`` again."""
+    meta = [int(getattr(G, f)) for f in _SCALARS]
+    parts = {"u64": [], "i32": []}
+    off = {"u64": 0, "i32": 0}
+    for name, kind in _ARRAYS:
+        flat = kind[:3]
+        a = np.ascontiguousarray(getattr(G, name), dtype=np.uint64 if flat == "u64" else np.int32)
+        if a.ndim != int(kind[4]):
+            raise ValueError(f"Grammar.{name}: expected {kind[4]} dimensions ({kind}), got shape {a.shape}")
+        r, c = a.shape if a.ndim == 2 else (a.size, 1)
+        meta += [off[flat], r, c]
+        parts[flat].append(a.ravel())
+        off[flat] += a.size
+    gu = np.concatenate(parts["u64"]) if parts["u64"] else np.zeros(0, np.uint64)
+    gi = np.concatenate(parts["i32"]) if parts["i32"] else np.zeros(0, np.int32)
     return gu, gi, np.array(meta, dtype=np.int64)
 
 
@@ -749,15 +759,23 @@ def _tab1(flat, gm, k):
     return flat[o:o + r]
 
 
-@_cpu_inline
-def unpack_grammar(gu, gi, gm):
-    """The :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy)."""
-    nu = 10
-    return Grammar(gm[0], gm[1], gm[2], gm[3], gm[4], _tab2(gu, gm, 0), _tab2(gu, gm, 1), _tab2(gu, gm, 2),
-                   _tab2(gu, gm, 3), _tab2(gi, gm, nu + 0), _tab1(gi, gm, nu + 1), _tab1(gi, gm, nu + 2),
-                   _tab2(gu, gm, 4), _tab2(gi, gm, nu + 3), _tab2(gu, gm, 5), _tab2(gu, gm, 6), _tab2(gu, gm, 7),
-                   _tab2(gu, gm, 8), _tab1(gi, gm, nu + 4), _tab1(gi, gm, nu + 5), _tab2(gu, gm, 9),
-                   _tab1(gi, gm, nu + 6))
+def _unpack_source() -> str:
+    """Source of :func:`unpack_grammar`, one argument of ``Grammar(...)`` per field of :data:`GRAMMAR_FIELDS`."""
+    args = []
+    for name, kind, _ in GRAMMAR_FIELDS:
+        if kind == "int":
+            args.append(f"gm[{_SCALARS.index(name)}]")
+        else:
+            k = [f for f, _ in _ARRAYS].index(name)
+            args.append(f"_tab{kind[4]}({'gu' if kind.startswith('u64') else 'gi'}, gm, {k})")
+    return "def unpack_grammar(gu, gi, gm):\n    return Grammar(" + ", ".join(args) + ")\n"
+
+
+_ns = {"Grammar": Grammar, "_tab1": _tab1, "_tab2": _tab2}
+exec(_unpack_source(), _ns)
+#: ``unpack_grammar(gu, gi, gm)``: the :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy);
+#: generated from GRAMMAR_FIELDS (numba's disk cache needs a source file: this one is inlined into its callers)
+unpack_grammar = numba.njit(nogil=True, inline="always")(_ns["unpack_grammar"])
 
 
 # -- CPU entry point of one chart step (the tree search's are in search.py) -----------------------------------
@@ -825,8 +843,8 @@ Tables = namedtuple("Tables", [
     "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
     "merge_start", "ct_start", "ct_gstart",
 ])
-_I_FIELDS = Tables._fields[:25]
-_L_FIELDS = Tables._fields[25:]
+_I_FIELDS = Tables._fields[:Tables._fields.index("bnd_start")]    # int32 (search.pack_statics: ``si``)
+_L_FIELDS = Tables._fields[len(_I_FIELDS):]                           # int64 (``sl``)
 
 
 @_cpu_inline
@@ -952,15 +970,25 @@ def _v(flat, sl, k):
 
 
 @_cpu_inline
-def unpack_tables(si, sl):
-    """The :data:`Tables` record viewed from :func:`pack_statics`'s arrays (no copy)."""
-    bs = _v(sl, sl, 25)
-    return Tables(_v(si, sl, 0), _v(si, sl, 1), _v(si, sl, 2), _v(si, sl, 3), _v(si, sl, 4), _v(si, sl, 5),
-                  _v(si, sl, 6), _v(si, sl, 7), _v(si, sl, 8), _v(si, sl, 9), _v(si, sl, 10), _v(si, sl, 11),
-                  _v(si, sl, 12), _v(si, sl, 13), _v(si, sl, 14), _v(si, sl, 15), _v(si, sl, 16), _v(si, sl, 17),
-                  _v(si, sl, 18), _v(si, sl, 19), _v(si, sl, 20), _v(si, sl, 21), _v(si, sl, 22), _v(si, sl, 23),
-                  _v(si, sl, 24), bs.reshape((2, bs.size // 2)), _v(sl, sl, 26), _v(sl, sl, 27), _v(sl, sl, 28),
-                  _v(sl, sl, 29), _v(sl, sl, 30), _v(sl, sl, 31))
+def _v2(flat, sl, k):
+    a = _v(flat, sl, k)
+    return a.reshape((2, a.size // 2))
+
+
+def _tables_source() -> str:
+    """Source of :func:`unpack_tables`: one view per :data:`Tables` field, by name (``bnd_start`` is [2, N+1])."""
+    args = []
+    for k, f in enumerate(Tables._fields):
+        flat = "si" if f in _I_FIELDS else "sl"
+        args.append(f"{'_v2' if f == 'bnd_start' else '_v'}({flat}, sl, {k})")
+    return "def unpack_tables(si, sl):\n    return Tables(" + ", ".join(args) + ")\n"
+
+
+_ns = {"Tables": Tables, "_v": _v, "_v2": _v2}
+exec(_tables_source(), _ns)
+#: ``unpack_tables(si, sl)``: the :data:`Tables` record viewed from ``search.pack_statics``'s arrays (no copy);
+#: generated from the field names like :func:`unpack_grammar`
+unpack_tables = numba.njit(nogil=True, inline="always")(_ns["unpack_tables"])
 
 
 @_cpu_inline
