@@ -29,7 +29,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .kernels_common import INFO_OLD, N_STATS, Grammar, Trie, for_cuda
+from .kernels_common import INFO_OLD, N_STATS, DfsOut, DfsScratch, DfsStart, DfsState, Grammar, Trie, for_cuda
 
 MAXD = 256      # deepest trie path a worker can walk (per-thread stack size)
 THREADS = 128   # threads per block on a GPU
@@ -233,9 +233,10 @@ def dfs_kernel(mem, lo, hi, job, scr, tree, gt):
         m, t_off, e_off = _node_chart(u, J, T, G)
         ci = T.level_ci[i]
         u_term = J.base_term if u == 0 else np.int64(T.node_term[u])
-        dfs_gpu(mem, tiers, ps, m + 1, u, e_off, u_term, ci, T.child_start[u + 1] - ci, scratch, J.stride, T,
-                J.needed, J.flags, 0, stack_node, stack_ci, e_offs, lv_n, S.cur_all[w], S.seeds_all[w], S.stats_all[w],
-                -1, S.stats_all[w], G)
+        dfs_gpu(mem, DfsStart(m + 1, u, e_off, u_term, ci, T.child_start[u + 1] - ci),
+                DfsState(tiers, ps, stack_node, stack_ci, e_offs, lv_n),
+                DfsScratch(scratch, J.stride, -1, S.stats_all[w], S.cur_all[w], S.seeds_all[w]), J.needed,
+                DfsOut(J.flags, S.stats_all[w]), 0, T, G)
 
 
 @cuda.jit

@@ -586,15 +586,28 @@ def edges_viable(mem, p_offs, m, v, T, WN):
     return False
 
 
+#: where a depth-first walk (:func:`dfs`) starts: trie node ``u`` whose chart has ``n`` tiers, EXPECT at ``e_off`` and
+#: last terminal ``u_term``; of ``u``'s own children only the child indices ``first, first + step, ...``
+DfsStart = namedtuple("DfsStart", ["n", "u", "e_off", "u_term", "first", "step"])
+#: the walk's state: the chart's tier and ANC offsets by tier index (written as it goes down), and per level of
+#: its stack the node, its next child index, its chart's EXPECT offset and tier count
+DfsState = namedtuple("DfsState", ["tier_offs", "p_offs", "stack_node", "stack_ci", "e_offs", "lv_n"])
+#: where its charts go (tier slot ``scratch_off + depth * stride``; the kept root-child charts ``keep_off``,
+#: ``keep_map``) and the step's scratch (``cur``, ``seeds``)
+DfsScratch = namedtuple("DfsScratch", ["scratch_off", "stride", "keep_off", "keep_map", "cur", "seeds"])
+#: what it reports: the viable nodes (``_emit(viable, cnt, v)``) and the work counters
+DfsOut = namedtuple("DfsOut", ["viable", "stats"])
+
+
 @_cpu
-def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, stride, T, needed, viable, cnt,
-        stack_node, stack_ci, e_offs, lv_n, cur, seeds, stats, keep_off, keep_map, G):
-    """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
-    ANC in ``p_offs``), EXPECT at ``e_off`` (its INFO word follows) and last terminal ``u_term``; of ``u``'s own
-    children only ``first, first + step, ...`` (child indices) are taken. A child is viable iff its terminal is
-    in its parent's EXPECT; only nodes flagged in ``needed`` are visited. Each viable node goes to
-    ``_emit(viable, cnt, v)``; a viable node with children gets its chart: its parent's own chart when the parent's
-    is idem for its terminal (no step), else one more tier in the per-depth slot ``scratch_off + depth * stride``,
+def dfs(mem, start, state, scr, needed, out, cnt, T, G):
+    """Walk the terminal trie depth-first below node ``u`` (``start``: :data:`DfsStart`), whose chart has ``n``
+    tiers (offsets in ``tier_offs``, ANC in ``p_offs`` of ``state``: :data:`DfsState`), EXPECT at ``e_off`` (its
+    INFO word follows) and last terminal ``u_term``; of ``u``'s own children only ``first, first + step, ...``
+    (child indices) are taken. A child is viable iff its terminal is in its parent's EXPECT; only nodes flagged in
+    ``needed`` are visited. Each viable node goes to ``_emit(viable, cnt, v)`` (``out``: :data:`DfsOut`); a viable
+    node with children gets its chart: its parent's own chart when the parent's is idem for its terminal (no
+    step), else one more tier in the per-depth slot ``scratch_off + depth * stride`` (``scr``: :data:`DfsScratch`),
     its offsets written into ``tier_offs[m]`` / ``p_offs[m + 1]`` (``m`` its tier index; shared by the threads:
     thread 0 writes). Work is counted in ``stats`` (thread 0). Returns ``cnt`` plus the number of viable nodes.
 
@@ -602,6 +615,10 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
     instead of in slot 0, and ``keep_map[k]`` gets the tier offset of child index ``first + k`` of ``u`` (its
     last entry counts the charts kept), so the caller can adopt them as chart nodes (the next mask's base charts
     are often among them)."""
+    n, u, e_off, u_term, first, step = start
+    tier_offs, p_offs, stack_node, stack_ci, e_offs, lv_n = state
+    scratch_off, stride, keep_off, keep_map, cur, seeds = scr
+    viable, stats = out
     one = np.uint64(1)
     n_left, WN, WT = G.n_left, G.WN, G.WT
     tid = _tid()
@@ -1019,9 +1036,10 @@ def _search_one(mem, nodes, base, e_off, term, first, step, needed, viable, cnt,
     tiers = work[st + N_STATS:]
     ps = tiers[L + n:]
     _fill_path(nodes, base, tiers, ps)
-    return dfs(mem, tiers, ps, n, 0, e_off, term, first, step, scratch_off, stride, T, needed, viable, cnt, work[:L],
-               work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L], scr[WN:], scr[:WN], work[st:st + N_STATS], keep_off,
-               keep_map, G)
+    return dfs(mem, DfsStart(n, 0, e_off, term, first, step),
+               DfsState(tiers, ps, work[:L], work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L]),
+               DfsScratch(scratch_off, stride, keep_off, keep_map, scr[WN:], scr[:WN]), needed,
+               DfsOut(viable, work[st:st + N_STATS]), cnt, T, G)
 
 
 @_cpu_inline
