@@ -21,8 +21,6 @@ import re
 import sys
 import time
 
-import numba
-
 
 @contextlib.contextmanager
 def compute_capability(cc: tuple[int, int]):

@@ -8,48 +8,26 @@ polling loop, 10-50x faster). Tests marked ``gpu`` run the same cases on a real 
 without one they skip, saying so."""
 from __future__ import annotations
 
-import functools
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cuda_check import cuda_env, require_gpu
 
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "valiant_cuda_cases.py"
 
 
-def _env(simulator: bool) -> dict:
-    """This process's environment with numba's CUDA simulator switched on or off."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    if simulator:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    return env
-
-
-@functools.lru_cache(maxsize=1)
-def _gpu_present() -> bool:
-    """A real CUDA device (not the simulator): checked in a child so this process's numba.cuda stays unset."""
-    r = subprocess.run([sys.executable, "-c", "from numba import cuda; print(cuda.is_available())"], env=_env(False),
-                       capture_output=True, text=True, timeout=120)
-    return r.stdout.strip().endswith("True")
-
-
 def _case(*args, simulator: bool = True, timeout: int = 600) -> str:
     """Run one case; returns what it printed after '<case> ok'."""
-    r = subprocess.run([sys.executable, str(CASES), *map(str, args)], env=_env(simulator), capture_output=True,
+    r = subprocess.run([sys.executable, str(CASES), *map(str, args)], env=cuda_env(simulator), capture_output=True,
                        text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = [ln for ln in r.stdout.splitlines() if ln.startswith(f"{args[0]} ok")]
     assert line, r.stdout[-3000:]
     return line[-1].split(" ok ", 1)[1]
-
-
-def _need_gpu():
-    if not _gpu_present():
-        pytest.skip("no CUDA GPU visible to numba (cuda.is_available() is False)")
 
 
 # -- small grammars, stock simulator ----------------------------------------------------------------------------
@@ -134,7 +112,7 @@ def _root(dataset: str, request) -> str:
 @pytest.mark.parametrize("grammar,workers,bfs_depth", KERNEL_CASES + [("tiny_sql", 132, 2)])
 def test_cuda_device_equals_cpu(grammar, workers, bfs_depth):
     """Searches and masks along samples on a real GPU (128 threads a block) equal the CPU backend's."""
-    _need_gpu()
+    require_gpu()
     _case("search", "--grammar", grammar, "--workers", workers, "--bfs-depth", bfs_depth, "--threads", 128,
           simulator=False)
 
@@ -142,13 +120,13 @@ def test_cuda_device_equals_cpu(grammar, workers, bfs_depth):
 @pytest.mark.gpu
 @pytest.mark.parametrize("grammar", ["ambiguous", "tiny_sql"])
 def test_cuda_device_step_equals_cpu(grammar):
-    _need_gpu()
+    require_gpu()
     _case("step", "--grammar", grammar, "--steps", 70, "--trials", 3, "--threads", 128, simulator=False)
 
 
 @pytest.mark.gpu
 def test_cuda_device_defect_and_counts():
-    _need_gpu()
+    require_gpu()
     assert json.loads(_case("grow", "--workers", 32, "--threads", 128, simulator=False))["bfs_nodes_max"] > 64
     _case("counts", "--bfs-depth", 2, "--workers", 32, "--threads", 128, simulator=False)
 
@@ -157,6 +135,6 @@ def test_cuda_device_defect_and_counts():
 @pytest.mark.parametrize("dataset,skip,steps", [("spider", 0, 30), ("spider_spop", 0, 30), ("treebank", 0, 40)])
 def test_cuda_device_qwen3_masks_equal_cpu(dataset, skip, steps, request):
     """Real grammars, Qwen3 vocabulary, on a real GPU: every mask of a prefix equals the CPU backend's."""
-    _need_gpu()
+    require_gpu()
     _case("qwen3", "--dataset", dataset, "--skip", skip, "--steps", steps, "--workers", 64, "--bfs-depth", 2,
           "--threads", 128, "--text", SPIDER_Q, "--data-root", _root(dataset, request), simulator=False, timeout=900)

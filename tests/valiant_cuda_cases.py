@@ -54,7 +54,7 @@ def case_step(args) -> str:
     from gcdbench.parsers.grammar import load_ir
     from gcdbench.parsers.valiant.chart import PackedGrammar
     from gcdbench.parsers.valiant.cnf import to_cnf
-    from gcdbench.parsers.valiant.cuda_kernels import step_kernel
+    from gcdbench.parsers.valiant.cuda_kernels import Step, step_kernel
     from gcdbench.parsers.valiant.engine import ChartStore
 
     g = PackedGrammar.from_cnf(to_cnf(load_ir(spec(args.grammar))))
@@ -75,10 +75,10 @@ def case_step(args) -> str:
             dmem = cuda.to_device(np.concatenate([st.mem[:st.used], np.zeros(nw, np.uint64)]))
             off = st.used
             info = cuda.to_device(np.zeros(1, np.int64))
-            step_kernel[1, args.threads](dmem, cuda.to_device(tiers), cuda.to_device(ps), n, t, off, off + g.tier_words(n),
-                                         off + g.tier_words(n) + g.WN,
-                                         cuda.to_device(np.zeros(g.scratch_words(n), np.uint64)),
-                                         cuda.to_device(np.zeros(g.WN, np.uint64)), gt, st.term[node], info)
+            step = Step(cuda.to_device(tiers), cuda.to_device(ps), n, t, st.term[node], off, off + g.tier_words(n),
+                        off + g.tier_words(n) + g.WN, cuda.to_device(np.zeros(g.scratch_words(n), np.uint64)),
+                        cuda.to_device(np.zeros(g.WN, np.uint64)), info)
+            step_kernel[1, args.threads](dmem, tuple(step), gt)
             dev = dmem.copy_to_host()[off:off + nw]
             node = st.child(node, t)
             host = st.mem[st.tier_off[node]:st.tier_off[node] + nw]   # tier, ANC, EXPECT and INFO words

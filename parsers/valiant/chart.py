@@ -60,6 +60,31 @@ def pack_rows(bools: np.ndarray) -> np.ndarray:
     return np.packbits(padded, axis=1, bitorder="little").view(np.uint64).reshape(k, w).copy()
 
 
+def closing_items(term_nts: np.ndarray, az_id: np.ndarray, azx: np.ndarray, n_left: int, WN: int) -> tuple:
+    """The items each terminal ``t`` closes: the pairs (Z, X) of rules ``Z -> A X`` with ``A -> t`` (``A`` a left
+    child), one entry per (t, Z) with the union of its right children over every such ``A`` and how many ``A`` there
+    are. Returns the CSR ``(start [T+1], z [K], x [K, WN], pairs [K])``; the step's shortcuts (``certify`` and its
+    helpers, ``_row0_certifies``) read it instead of walking ``A -> t``, ``Z -> A X`` each time."""
+    T = term_nts.shape[0]
+    tn = np.unpackbits(term_nts.view(np.uint8), axis=1, bitorder="little")[:, :n_left].astype(bool) \
+        if T else np.zeros((0, n_left), bool)
+    pa, pz = np.nonzero(az_id >= 0)             # every (A, Z) pair with a rule Z -> A X
+    start, zs, xs, cnt = [0], [], [], []
+    for t in range(T):
+        sel = tn[t, pa]
+        z = pz[sel]
+        uz, inv, c = np.unique(z, return_inverse=True, return_counts=True)
+        x = np.zeros((uz.size, WN), dtype=U64)
+        np.bitwise_or.at(x, inv.ravel(), azx[az_id[pa[sel], z]])
+        zs.append(uz)
+        xs.append(x)
+        cnt.append(c)
+        start.append(start[-1] + uz.size)
+    return (np.array(start, dtype=np.int32), np.concatenate(zs).astype(np.int32) if T else np.zeros(0, np.int32),
+            np.concatenate(xs) if T else np.zeros((0, WN), U64),
+            np.concatenate(cnt).astype(np.int32) if T else np.zeros(0, np.int32))
+
+
 @dataclass
 class PackedGrammar:
     n_nt: int
@@ -74,7 +99,11 @@ class PackedGrammar:
     term_nts: np.ndarray      # uint64 [T, WN]   V -> t
     first: np.ndarray         # uint64 [NT, WN]  FIRST closure
     first_term: np.ndarray    # uint64 [NT, WT]  terminals starting V
-    term_z: np.ndarray | None = None   # uint64 [T, WN]  parents Z of Z -> A X with A -> t (derived when None)
+    # the items each terminal closes (:func:`closing_items`; computed when None, stored with the compiled artifact)
+    close_start: np.ndarray | None = None   # int32 [T+1]   CSR over terminals t
+    close_z: np.ndarray | None = None       # int32 [K]     parent Z of the item (ascending per t)
+    close_x: np.ndarray | None = None       # uint64 [K, WN] right children X of Z -> A X over every A -> t
+    close_pairs: np.ndarray | None = None   # int32 [K]     how many such A (certify counts (A, Z) pairs)
 
     @classmethod
     def from_cnf(cls, cnf: CNF) -> "PackedGrammar":
@@ -150,20 +179,25 @@ class PackedGrammar:
         if R:
             azx[inv.ravel(), right] = True
         self.azx = pack_rows(azx) if ukey.size else np.zeros((0, WN), U64)
-        # terminal t -> parents Z of rules Z -> A X with A -> t (A left-capable): the items t can close
-        if self.term_z is None:
-            tz = np.zeros((self.n_term, WN), dtype=U64)
-            for t in range(self.n_term):
-                for a in range(nl):
-                    if (int(self.term_nts[t, a >> 6]) >> (a & 63)) & 1:
-                        tz[t] |= self.za[a]
-            self.term_z = tz
+        if self.close_start is None:
+            self.close_start, self.close_z, self.close_x, self.close_pairs = closing_items(
+                self.term_nts, self.az_id, self.azx, nl, WN)
+        # terminal t -> parents Z of its items, as a bitset (the table's Z, for word-wise tests)
+        tz = np.zeros((self.n_term, WN), dtype=U64)
+        for t in range(self.n_term):
+            zs = self.close_z[self.close_start[t]:self.close_start[t + 1]].astype(np.int64)
+            np.bitwise_or.at(tz[t], zs >> 6, U64(1) << (zs & 63).astype(U64))
+        self.term_z = tz
 
     def record(self) -> Grammar:
-        """The arrays the chart step reads, as one record (``kernels_common.Grammar``)."""
-        return Grammar(self.n_nt, self.n_left, self.WN, self.WT, self.start, self.term_nts, self.first,
-                       self.first_term, self.lb, self.ab_id, self.ab_start, self.ab_parent, self.za, self.az_id,
-                       self.azx, self.term_z, self.cover, self.has_cover)
+        """The arrays the chart step reads, as one record (``kernels_common.Grammar``: its fields are attributes
+        of the same names here)."""
+        return Grammar(**{f: getattr(self, f) for f in Grammar._fields})
+
+    def closing_arrays(self) -> dict:
+        """The items each terminal closes, as the compiled artifact stores them (``engine.build``)."""
+        return {"close_start": self.close_start, "close_z": self.close_z, "close_x": self.close_x,
+                "close_pairs": self.close_pairs}
 
     @property
     def dev(self) -> tuple:

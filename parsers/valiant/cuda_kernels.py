@@ -2,7 +2,9 @@
 
 Device logic comes from ``kernels_common.py`` (the chart step and the DFS, the same Python code the CPU backend
 runs), compiled here as device functions with the CUDA primitives bound (atomic ORs, ``syncthreads``);
-the kernels below only pick work items and compute offsets.
+the kernels below only pick work items and compute offsets. Each kernel takes the arena and a few records
+(:data:`Job`, :data:`Scratch`, :data:`Tree`, ``kernels_common.Grammar``; :data:`Step` for the test kernel), each
+passed as a plain tuple (numba's fast dispatch path) and rebuilt as its namedtuple on the kernel's first line.
 
 * One thread block per worker; the threads of a block share each chart step (rule pairs and chart entries
   handed out round-robin, ``atomic.or_`` on packed words, ``syncthreads`` between the phases of a step).
@@ -21,11 +23,13 @@ Results are bit-for-bit those of the CPU backend (same tiers, same viable nodes)
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numba
 import numpy as np
 from numba import cuda
 
-from .kernels_common import INFO_OLD, N_STATS, Grammar, Trie, for_cuda
+from .kernels_common import INFO_OLD, N_STATS, DfsOut, DfsScratch, DfsStart, DfsState, Grammar, Trie, for_cuda
 
 MAXD = 256      # deepest trie path a worker can walk (per-thread stack size)
 THREADS = 128   # threads per block on a GPU
@@ -76,61 +80,78 @@ certify_gpu = DEVICE["certify"]
 dfs_gpu = DEVICE["dfs"]
 
 
+# -- the kernels' records: each travels as a plain tuple (numba's fast dispatch path) and is rebuilt first thing
+#: the trie as the device search reads it: ``kernels_common.Trie``'s fields (what ``dfs`` reads), then the child
+#: positions by level, the BFS slot of each node (or -1), parents and depths (int32, static)
+Tree = namedtuple("Tree", Trie._fields + ("level_ci", "bfs_slot", "node_parent", "node_depth"))
+#: one search: the base path (tier and ANC offsets), the needed and viable flags (views of the job buffer), the base
+#: chart (tiers ``n``, EXPECT offset ``base_e``, last terminal ``base_term``), the arena regions of the BFS slots and
+#: of the DFS stacks (``stride`` words a tier, ``depth`` tiers a block)
+Job = namedtuple("Job", ["base_t", "base_p", "needed", "flags", "n", "base_e", "base_term", "bfs_base", "stride",
+                         "dfs_base", "depth"])
+#: per-block scratch (row ``blockIdx.x`` of each): tier and ANC tables of the path (``Lt`` and ``Lt + 1`` words of a
+#: row of ``paths``), the step's working tier and seeds, the work counters
+Scratch = namedtuple("Scratch", ["paths", "Lt", "cur_all", "seeds_all", "stats_all"])
+#: one chart step by one block (:func:`step_kernel`): after the chart of tiers ``tiers`` and ANC ``ps`` (room for
+#: ANC[n+1]), terminal ``t`` (the parent's last ``prev_term``), into ``out_*``; scratch ``cur``, ``seeds``; the INFO
+#: word into ``accept[0]``
+Step = namedtuple("Step", ["tiers", "ps", "n", "t", "prev_term", "out_tier", "out_p", "out_e", "cur", "seeds",
+                           "accept"])
+
+
 @cuda.jit(device=True)
-def _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN):
+def _node_chart(u, J, T, G):
     """(tier index m, tier offset, EXPECT offset) of trie node ``u``'s chart: the base's for the root, else
     its BFS slot's (``u`` at depth 1..bfs_depth, viable, with children)."""
     if u == 0:
-        return n - 1, -1, base_e
-    m = n + node_depth[u] - 1
-    t_off = bfs_base + bfs_slot[u] * stride
-    return m, t_off, t_off + n_left * ((m + 1 + 63) // 64) + (n_left + 63) // 64 + WN
+        return J.n - 1, -1, J.base_e
+    m = J.n + T.node_depth[u] - 1
+    t_off = J.bfs_base + T.bfs_slot[u] * J.stride
+    return m, t_off, t_off + G.n_left * ((m + 1 + 63) // 64) + (G.n_left + 63) // 64 + G.WN
 
 
 @cuda.jit(device=True)
-def _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth, n_left, WN,
-               tid, nth):
+def _load_path(tiers, ps, u, J, T, G, tid, nth):
     """This block's tier and ANC tables for the chart of node ``u``: the base path plus ``u``'s BFS ancestors."""
-    for i in range(tid, base_t.size, nth):
-        tiers[i] = base_t[i]
-    for i in range(tid, base_p.size, nth):
-        ps[i] = base_p[i]
+    for i in range(tid, J.base_t.size, nth):
+        tiers[i] = J.base_t[i]
+    for i in range(tid, J.base_p.size, nth):
+        ps[i] = J.base_p[i]
     cuda.syncthreads()
     if tid == 0:
         x = u
         while x != 0:
-            m, t_off, e_off = _node_chart(x, n, 0, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+            m, t_off, e_off = _node_chart(x, J, T, G)
             tiers[m] = t_off
-            ps[m + 1] = e_off - WN
-            x = node_parent[x]
+            ps[m + 1] = e_off - G.WN
+            x = T.node_parent[x]
     cuda.syncthreads()
 
 
 @cuda.jit(device=True)
-def _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth, n_left,
-          WN, T):
+def _item(i, mem, J, T, G):
     """Work item ``i`` of a level list (a child position): returns (child v, its parent u) if u's chart exists
     (u is the root or a viable BFS node), v is needed and v is viable: its terminal is in u's EXPECT, or for a
     merged boundary some edge's terminal in EXPECT of the ancestor it starts at (``kernels_common.edges_viable``;
     every ancestor of u is the root or a viable BFS node too); else (-1, -1)."""
-    ci = level_ci[i]
+    ci = T.level_ci[i]
     v = T.child_ids[ci]
-    u = node_parent[v]
-    if u != 0 and flags[u] == 0:
+    u = T.node_parent[v]
+    if u != 0 and J.flags[u] == 0:
         return -1, -1
-    if not needed[v]:
+    if not J.needed[v]:
         return -1, -1
     a = T.node_term[v]
     if a >= 0:
-        m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+        m, t_off, e_off = _node_chart(u, J, T, G)
         if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
             return v, u
         return -1, -1
     for k in range(T.merge_start[v], T.merge_start[v + 1]):
         s = u
         for _ in range(T.merge_row[k]):
-            s = node_parent[s]
-        m, t_off, e_off = _node_chart(s, n, base_e, bfs_base, stride, bfs_slot, node_depth, n_left, WN)
+            s = T.node_parent[s]
+        m, t_off, e_off = _node_chart(s, J, T, G)
         a = T.merge_term[k]
         if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
             return v, u
@@ -138,24 +159,22 @@ def _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot
 
 
 @cuda.jit
-def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all, level_ci, lo, hi, n, base_e,
-                     bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt, base_term):
+def bfs_level_kernel(mem, lo, hi, job, scr, tree, gt):
     """One BFS level: the children at positions ``level_ci[lo:hi]`` (one trie depth) whose parent is viable are
     checked against the parent's EXPECT; viable ones are flagged, and those with children get their chart
     (one more tier) in their BFS slot, its INFO word certified against the parent's (``certify``: the DFS below
     takes idem charts without a step; a merged boundary's lattice step is never certified from). Viable items go
-    round-robin to the blocks."""
-    G = Grammar(*gt)
-    T = Trie(*tt)
+    round-robin to the blocks. ``job``, ``scr``, ``tree``, ``gt``: :data:`Job`, :data:`Scratch`, :data:`Tree`,
+    ``kernels_common.Grammar`` as plain tuples."""
+    G, J, T, S = Grammar(*gt), Job(*job), Tree(*tree), Scratch(*scr)
     w = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nth = cuda.blockDim.x
-    tiers = paths[w, 0:Lt]
-    ps = paths[w, Lt:2 * Lt + 1]
+    tiers = S.paths[w, 0:S.Lt]
+    ps = S.paths[w, S.Lt:2 * S.Lt + 1]
     skip = w
     for i in range(lo, hi):
-        v, u = _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth,
-                     G.n_left, G.WN, T)
+        v, u = _item(i, mem, J, T, G)
         if v < 0:
             continue
         if skip > 0:
@@ -163,21 +182,21 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
             continue
         skip = cuda.gridDim.x - 1
         if tid == 0:
-            flags[v] = 1
+            J.flags[v] = 1
         if T.child_start[v + 1] > T.child_start[v]:
-            _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth,
-                       G.n_left, G.WN, tid, nth)
-            m, t_off, e_off = _node_chart(v, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
+            _load_path(tiers, ps, u, J, T, G, tid, nth)
+            m, t_off, e_off = _node_chart(v, J, T, G)
             a = np.int64(T.node_term[v])
             if a >= 0:
-                info = chart_step_gpu(mem, tiers, ps, m, a, t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
-                mu, tu, eu = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
-                u_term = base_term if u == 0 else np.int64(T.node_term[u])
+                info = chart_step_gpu(mem, tiers, ps, m, a, t_off, e_off - G.WN, e_off, S.cur_all[w], S.seeds_all[w],
+                                      G)
+                mu, tu, eu = _node_chart(u, J, T, G)
+                u_term = J.base_term if u == 0 else np.int64(T.node_term[u])
                 info2 = certify_gpu(mem, ps, m, a, np.int64(mem[eu + G.WT]), info, u_term, G)
             else:
                 lo_e, hi_e = T.merge_start[v], T.merge_start[v + 1]
                 info = chart_step_edges_gpu(mem, tiers, ps, m, -1, T.merge_row[lo_e:hi_e], T.merge_term[lo_e:hi_e],
-                                            hi_e - lo_e, t_off, e_off - G.WN, e_off, cur_all[w], seeds_all[w], G)
+                                            hi_e - lo_e, t_off, e_off - G.WN, e_off, S.cur_all[w], S.seeds_all[w], G)
                 info2 = info | INFO_OLD     # nothing is certified from a merged boundary
             if info2 != info and tid == 0:
                 mem[e_off + G.WT] = np.uint64(info2)
@@ -185,61 +204,59 @@ def bfs_level_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, see
 
 
 @cuda.jit
-def dfs_kernel(mem, base_t, base_p, needed, flags, paths, Lt, cur_all, seeds_all, level_ci, lo, hi, n, base_e,
-               bfs_base, stride, bfs_slot, node_parent, node_depth, tt, gt, base_term, dfs_base, depth, stats_all):
+def dfs_kernel(mem, lo, hi, job, scr, tree, gt):
     """Below the last BFS level: the children at positions ``level_ci[lo:hi]`` whose parent is viable go
     round-robin to the blocks, and each block walks each of its children's subtrees depth-first
-    (``kernels_common.dfs``) with a stack of ``depth`` tiers at ``dfs_base + block * depth * stride``."""
-    G = Grammar(*gt)
-    T = Trie(*tt)
+    (``kernels_common.dfs``) with a stack of ``depth`` tiers at ``dfs_base + block * depth * stride``. Arguments
+    as :func:`bfs_level_kernel`'s."""
+    G, J, T, S = Grammar(*gt), Job(*job), Tree(*tree), Scratch(*scr)
     w = cuda.blockIdx.x
     tid = cuda.threadIdx.x
     nth = cuda.blockDim.x
-    tiers = paths[w, 0:Lt]
-    ps = paths[w, Lt:2 * Lt + 1]
+    tiers = S.paths[w, 0:S.Lt]
+    ps = S.paths[w, S.Lt:2 * S.Lt + 1]
     stack_node = cuda.local.array(MAXD, dtype=numba.int32)
     stack_ci = cuda.local.array(MAXD, dtype=numba.int32)
     e_offs = cuda.local.array(MAXD, dtype=numba.int64)
     lv_n = cuda.local.array(MAXD, dtype=numba.int64)
-    scratch = dfs_base + w * depth * stride
+    scratch = J.dfs_base + w * J.depth * J.stride
     skip = w
     for i in range(lo, hi):
-        v, u = _item(i, level_ci, flags, needed, mem, n, base_e, bfs_base, stride, bfs_slot, node_parent, node_depth,
-                     G.n_left, G.WN, T)
+        v, u = _item(i, mem, J, T, G)
         if v < 0:
             continue
         if skip > 0:
             skip -= 1
             continue
         skip = cuda.gridDim.x - 1
-        _load_path(tiers, ps, base_t, base_p, u, n, bfs_base, stride, bfs_slot, node_parent, node_depth, G.n_left,
-                   G.WN, tid, nth)
-        m, t_off, e_off = _node_chart(u, n, base_e, bfs_base, stride, bfs_slot, node_depth, G.n_left, G.WN)
-        ci = level_ci[i]
-        u_term = base_term if u == 0 else np.int64(T.node_term[u])
-        dfs_gpu(mem, tiers, ps, m + 1, u, e_off, u_term, ci, T.child_start[u + 1] - ci, scratch, stride, T, needed,
-                flags, 0, stack_node, stack_ci, e_offs, lv_n, cur_all[w], seeds_all[w], stats_all[w], -1, stats_all[w], G)
+        _load_path(tiers, ps, u, J, T, G, tid, nth)
+        m, t_off, e_off = _node_chart(u, J, T, G)
+        ci = T.level_ci[i]
+        u_term = J.base_term if u == 0 else np.int64(T.node_term[u])
+        dfs_gpu(mem, DfsStart(m + 1, u, e_off, u_term, ci, T.child_start[u + 1] - ci),
+                DfsState(tiers, ps, stack_node, stack_ci, e_offs, lv_n),
+                DfsScratch(scratch, J.stride, -1, S.stats_all[w], S.cur_all[w], S.seeds_all[w]), J.needed,
+                DfsOut(J.flags, S.stats_all[w]), 0, T, G)
 
 
 @cuda.jit
-def step_kernel(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, gt, prev_term, accept):
+def step_kernel(mem, step, gt):
     """One chart step by one block (``kernels_common.chart_step``, then ``certify`` as the CPU's ``extend`` does):
-    for tests that compare it with the CPU's word for word. ``ps`` has room for ANC[n+1]."""
-    G = Grammar(*gt)
-    info = chart_step_gpu(mem, tiers, ps, n, t, out_tier, out_p, out_e, cur, seeds, G)
-    prev_info = np.int64(mem[ps[n] + G.WN + G.WT])
+    for tests that compare it with the CPU's word for word. ``step``: :data:`Step` as a plain tuple."""
+    G, P = Grammar(*gt), Step(*step)
+    info = chart_step_gpu(mem, P.tiers, P.ps, P.n, P.t, P.out_tier, P.out_p, P.out_e, P.cur, P.seeds, G)
+    prev_info = np.int64(mem[P.ps[P.n] + G.WN + G.WT])
     if cuda.threadIdx.x == 0:
-        ps[n + 1] = out_p
+        P.ps[P.n + 1] = P.out_p
     cuda.syncthreads()
-    info2 = certify_gpu(mem, ps, n, t, prev_info, info, prev_term, G)
+    info2 = certify_gpu(mem, P.ps, P.n, P.t, prev_info, info, P.prev_term, G)
     if cuda.threadIdx.x == 0:
         if info2 != info:
-            mem[out_e + G.WT] = np.uint64(info2)
-        accept[0] = info2
+            mem[P.out_e + G.WT] = np.uint64(info2)
+        P.accept[0] = info2
 
 
 KERNELS = {"bfs_level_kernel": bfs_level_kernel, "dfs_kernel": dfs_kernel, "step_kernel": step_kernel}
-
 
 class CudaSearch:
     """Host side of the CUDA tree search (see the module docstring). ``stats`` counts kernel launches and
@@ -284,12 +301,9 @@ class CudaSearch:
         self.gt = tuple(to(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in g.dev)
         from .align import alias_blocked
 
-        self.tt = (to(al.child_start), to(al.child_ids), to(al.node_term), to(al.merge_start), to(al.merge_row),
-                   to(al.merge_term), to(alias_blocked(al)))
-        self.level_ci = to(order)
-        self.bfs_slot = to(bfs_slot)
-        self.node_parent = to(al.node_parent.astype(np.int32))
-        self.node_depth = to(al.node_depth.astype(np.int32))
+        self.tree = tuple(Tree(to(al.child_start), to(al.child_ids), to(al.node_term), to(al.merge_start),
+                               to(al.merge_row), to(al.merge_term), to(alias_blocked(al)), to(order), to(bfs_slot),
+                               to(al.node_parent.astype(np.int32)), to(al.node_depth.astype(np.int32))))
         self.work_stats = to(np.zeros((self.workers, N_STATS), dtype=np.int64))   # per-block work counters (dfs)
         self.dmem = None          # device arena
         self.synced = 0           # host arena words [0, synced) are on the device
@@ -382,20 +396,20 @@ class CudaSearch:
         job[o_need:o_flag] = needed
         job[o_flag:total] = 0
         self._h2d(djob[:total], job[:total])
-        base_t, base_p, dneed, dflags = djob[:Lt], djob[o_p:o_need], djob[o_need:o_flag], djob[o_flag:total]
-        common = (self.dmem, base_t, base_p, dneed, dflags, paths, Lt, cur_all, seeds_all, self.level_ci)
-        tail = (n, store.e_off[base], bfs_base, stride, self.bfs_slot, self.node_parent, self.node_depth, self.tt, self.gt,
-                store.term[base])
+        dflags = djob[o_flag:total]
+        job = tuple(Job(djob[:Lt], djob[o_p:o_need], djob[o_need:o_flag], dflags, n, store.e_off[base],
+                        store.term[base], bfs_base, stride, dfs_base, D + 1))
+        scr = tuple(Scratch(paths, Lt, cur_all, seeds_all, self.work_stats))
         ls = self.level_start
         for L in range(1, self.bfs_depth + 1):
             lo, hi = int(ls[L]), int(ls[L + 1])
             if hi > lo:
-                self._launch(bfs_level_kernel, min(self.workers, hi - lo), *common, lo, hi, *tail)
+                self._launch(bfs_level_kernel, min(self.workers, hi - lo), self.dmem, lo, hi, job, scr, self.tree,
+                             self.gt)
         L = self.bfs_depth + 1
         lo, hi = (int(ls[L]), int(ls[L + 1])) if L < ls.size - 1 else (0, 0)
         if hi > lo:
-            self._launch(dfs_kernel, min(self.workers, hi - lo), *common, lo, hi, *tail, dfs_base, D + 1,
-                         self.work_stats)
+            self._launch(dfs_kernel, min(self.workers, hi - lo), self.dmem, lo, hi, job, scr, self.tree, self.gt)
         flags = self._d2h(dflags)
         flags[0] = 1
         self.stats["bfs_nodes_max"] = max(self.stats["bfs_nodes_max"], int(np.count_nonzero(flags[self._slotted])))

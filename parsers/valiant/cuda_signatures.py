@@ -1,36 +1,43 @@
 """The argument types of every Valiant CUDA kernel's real launches, for compiling them without a GPU
-(``ValiantEngine.cuda_kernels``, read by ``experiments/ptx_report.py``): read from dry runs of ``CudaSearch``,
-which record launches instead of running them, on the Spider grammar (types depend on dtypes and ranks only)."""
+(``ValiantEngine.cuda_signatures`` names :func:`launch_signatures`; ``experiments/ptx_report.py`` reads it)."""
 from __future__ import annotations
+
+import numba
+import numpy as np
+
+_PTX_GRAMMAR = r"""
+start: item+
+item: NAME | "(" start ")"
+NAME: /[a-z]+/
+%ignore " "
+"""
 
 
 def launch_signatures() -> dict:
-    """kernel name -> (dispatcher, argument types) of a real launch."""
-    import numba
-    import numpy as np
-
-    from gcdbench.parsers.grammar import shipped_grammar as load_grammar
+    """kernel name -> (dispatcher, argument types) of every kernel in ``KERNELS``, typed as its real launches are: the
+    search kernels from dry runs of :class:`CudaSearch` (launches recorded, not run), :func:`step_kernel` as the
+    tests launch it. A small grammar is enough: the types depend on dtypes and ranks only. For
+    ``experiments/ptx_report.py``, which compiles each to PTX with no GPU."""
+    from gcdbench.parsers.base import GrammarSpec
     from gcdbench.parsers.tokenizers import byte_level
-    from gcdbench.parsers.valiant import cuda_kernels as ck
+    from gcdbench.parsers.valiant.cuda_kernels import KERNELS, THREADS, CudaSearch, Step, step_kernel
     from gcdbench.parsers.valiant.engine import ChartStore, build
 
-    comp = build(load_grammar("spider"), byte_level())
+    comp = build(GrammarSpec(name="ptx_example", lark=_PTX_GRAMMAR), byte_level())
     out = {}
-    for bfs_depth in (1, 0):
-        cs = ck.CudaSearch(comp, workers=2, bfs_depth=bfs_depth, threads=ck.THREADS, dry=True)
-        store = ChartStore(comp.grammar)
-        cs.search(store, 0)
+    for bfs_depth in (1, 0):     # a BFS level, then the DFS at level 1
+        cs = CudaSearch(comp, workers=2, bfs_depth=bfs_depth, threads=THREADS, dry=True)
+        cs.search(ChartStore(comp.grammar), 0)
         for kernel, args in cs.launched:
-            name = next(k for k, v in ck.KERNELS.items() if v is kernel)
-            out.setdefault(name, (kernel, tuple(numba.typeof(a) for a in args)))
-    # step_kernel: one chart step, as the tests launch it
+            name = next(k for k, v in KERNELS.items() if v is kernel)
+            out.setdefault(name, (kernel, args))
     g = comp.grammar
     store = ChartStore(g)
     tiers, ps = store.path(0, extra=1)
     w = np.zeros(4, np.uint64)
-    step_args = (store.mem, tiers, ps, 0, 0, 0, 0, 0, w, w, g.dev, -1, np.zeros(1, np.int64))
-    out["step_kernel"] = (ck.step_kernel, tuple(numba.typeof(a) for a in step_args))
-    missing = set(ck.KERNELS) - set(out)
+    out["step_kernel"] = (step_kernel, (store.mem, tuple(Step(tiers, ps, 0, 0, -1, 0, 0, 0, w, w,
+                                                              np.zeros(1, np.int64))), g.dev))
+    missing = set(KERNELS) - set(out)
     if missing:
         raise RuntimeError(f"no dry launch reached kernels {sorted(missing)}")
-    return out
+    return {name: (kernel, tuple(numba.typeof(a) for a in args)) for name, (kernel, args) in out.items()}

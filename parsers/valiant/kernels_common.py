@@ -21,9 +21,12 @@ which the compiler folds away): loops over independent words run ``range(tid, N,
 work items (rule pairs, chart entries) hand the items out round-robin with a ``skip`` countdown, which on the
 CPU is the plain loop. Kernels only compute indices and call these functions.
 
-The grammar travels as one record, :data:`Grammar` (a namedtuple of scalars and arrays); jitted entry points
-take it as a plain tuple (``grammar.dev``) and rebuild the record with ``Grammar(*gt)``: numba types a plain
-tuple argument on its fast dispatch path, a namedtuple argument on a slower one.
+The grammar travels as one record, :data:`Grammar` (a namedtuple of scalars and arrays whose fields
+:data:`GRAMMAR_FIELDS` declares by name). Device logic reads ``G.<field>``. Jitted entry points take it in the form
+numba dispatches fastest and rebuild the record first thing: CPU entry points as three flat arrays
+(:func:`pack_grammar`, viewed again by :func:`unpack_grammar`), CUDA kernels as a plain tuple of device arrays
+(``PackedGrammar.dev``, ``Grammar(*gt)``): numba types a plain tuple or an array on its fast dispatch path, a
+namedtuple argument on a slower one (about 4 us a call).
 
 What a step computes and why it is cheap (issue 14; chart.py states the invariant):
 
@@ -52,22 +55,36 @@ from llvmlite import ir as llvm_ir
 from numba.core import types as nbtypes
 from numba.core.extending import intrinsic
 
-Grammar = namedtuple("Grammar", [
-    "n_nt", "n_left", "WN", "WT", "start",
-    "term_nts",    # uint64 [T, WN]   V -> t
-    "first",       # uint64 [NT, WN]  FIRST closure
-    "first_term",  # uint64 [NT, WT]  terminals starting V
-    "lb",          # uint64 [NT, WL]  left children A of rules V -> A B, per right child B
-    "ab_id",       # int32 [n_left, NT]  (A, B) -> pair id, or -1
-    "ab_start",    # int32 [pairs+1]     CSR of the direct parents V per (A, B) pair (the others: ``cover``)
-    "ab_parent",   # int32 [R']
-    "za",          # uint64 [n_left, WN]  parents Z of rules Z -> A X, per left child A
-    "az_id",       # int32 [n_left, NT]  (A, Z) -> pair id, or -1
-    "azx",         # uint64 [pairs, WN]  right children X per (A, Z) pair
-    "term_z",      # uint64 [T, WN]   parents Z of rules Z -> A X with A -> t (the items a terminal can close)
-    "cover",       # uint64 [NT, WN]  X != V having every rule V has (so X derives whatever V derives)
-    "has_cover",   # uint64 [1, WN]   the V with a non-empty cover
-])
+#: The grammar record's fields in order, each (name, kind, what it holds), the one place they are declared:
+#: :data:`Grammar` is built from it, and so are the CPU packing (:func:`pack_grammar`, :func:`unpack_grammar`) and
+#: the CUDA arguments (``PackedGrammar.dev``). Kind ``int``: a scalar; ``u64[2]``: uint64 [rows, cols];
+#: ``i32[2]`` / ``i32[1]``: int32 [rows, cols] / [n]. A new table is one line here (and its array in PackedGrammar).
+GRAMMAR_FIELDS = (
+    ("n_nt", "int", "nonterminals"),
+    ("n_left", "int", "left-capable nonterminals (0 .. n_left-1: the only ones a tier stores)"),
+    ("WN", "int", "words of a set of nonterminals"),
+    ("WT", "int", "words of a set of terminals"),
+    ("start", "int", "start symbol, or -1"),
+    ("term_nts", "u64[2]", "[T, WN] V -> t"),
+    ("first", "u64[2]", "[NT, WN] FIRST closure"),
+    ("first_term", "u64[2]", "[NT, WT] terminals starting V"),
+    ("lb", "u64[2]", "[NT, WL] left children A of rules V -> A B, per right child B"),
+    ("ab_id", "i32[2]", "[n_left, NT] (A, B) -> pair id, or -1"),
+    ("ab_start", "i32[1]", "[pairs+1] CSR of the direct parents V per (A, B) pair (the others: cover)"),
+    ("ab_parent", "i32[1]", "[R'] the direct parents"),
+    ("za", "u64[2]", "[n_left, WN] parents Z of rules Z -> A X, per left child A"),
+    ("az_id", "i32[2]", "[n_left, NT] (A, Z) -> pair id, or -1"),
+    ("azx", "u64[2]", "[pairs, WN] right children X per (A, Z) pair"),
+    ("term_z", "u64[2]", "[T, WN] parents Z of the items terminal t closes (close_z as a bitset)"),
+    ("cover", "u64[2]", "[NT, WN] X != V having every rule V has (so X derives whatever V derives)"),
+    ("has_cover", "u64[2]", "[1, WN] the V with a non-empty cover"),
+    # the items each terminal t closes, (Z, X) for Z -> A X, A -> t (chart.closing_items): CSR over t
+    ("close_start", "i32[1]", "[T+1] CSR over terminals"),
+    ("close_z", "i32[1]", "[K] Z"),
+    ("close_x", "u64[2]", "[K, WN] the X of (t, Z), over every A -> t"),
+    ("close_pairs", "i32[1]", "[K] how many A -> t give (t, Z) (certify counts (A, Z) pairs)"),
+)
+Grammar = namedtuple("Grammar", [f for f, _, _ in GRAMMAR_FIELDS])
 Trie = namedtuple("Trie", [
     "child_start", "child_ids", "node_term",   # CSR of children; a node's terminal (-1: root, merged boundary)
     "merge_start", "merge_row", "merge_term",  # a merged boundary's edges (align.py, "merged boundaries")
@@ -429,17 +446,9 @@ def _has_self_item(mem, pb, a, x, G):
     xb = one << np.uint64(x & 63)
     if not (mem[pb + xw] & G.term_z[a, xw] & xb):
         return False
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            pid = G.az_id[A, x]
-            if pid >= 0 and G.azx[pid, xw] & xb:
-                return True
+    for k in range(G.close_start[a], G.close_start[a + 1]):
+        if G.close_z[k] == x:
+            return (G.close_x[k, xw] & xb) != 0
     return False
 
 
@@ -449,27 +458,17 @@ def _in_first_of_rights(mem, pb, a, z, G):
     one = np.uint64(1)
     zw = z >> 6
     zb = one << np.uint64(z & 63)
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            for j in range(G.WN):
-                cz = G.za[A, j] & mem[pb + j]
-                while cz:
-                    zl = cz & (~cz + one)
-                    cz ^= zl
-                    pid = G.az_id[A, j * 64 + _ctz(zl)]
-                    for jj in range(G.WN):
-                        xs = G.azx[pid, jj]
-                        while xs:
-                            xl = xs & (~xs + one)
-                            xs ^= xl
-                            if G.first[jj * 64 + _ctz(xl), zw] & zb:
-                                return True
+    for k in range(G.close_start[a], G.close_start[a + 1]):
+        y = G.close_z[k]
+        if not (mem[pb + (y >> 6)] >> np.uint64(y & 63)) & one:
+            continue
+        for jj in range(G.WN):
+            xs = G.close_x[k, jj]
+            while xs:
+                xl = xs & (~xs + one)
+                xs ^= xl
+                if G.first[jj * 64 + _ctz(xl), zw] & zb:
+                    return True
     return False
 
 
@@ -498,40 +497,30 @@ def certify(mem, p_offs, m, a, prev_info, info, prev_term, G):
     for j in range(G.WN):
         if (mem[pa + j] ^ mem[pb + j]) & G.term_z[a, j]:
             return info
-    # the items closed by a at position m: (Z, X), Z in ANC[m], Z -> A X, A -> a
+    # the items closed by a at position m: (Z, X), Z in ANC[m], Z -> A X, A -> a (the (A, Z) pairs are counted)
     one = np.uint64(1)
     pairs = 0
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            for j in range(G.WN):
-                cz = G.za[A, j] & mem[pb + j]
-                while cz:
-                    zl = cz & (~cz + one)
-                    cz ^= zl
-                    z = j * 64 + _ctz(zl)
-                    pairs += 1
-                    if pairs > MAX_IDEM_PAIRS:
-                        return info
-                    pid = G.az_id[A, z]
-                    zw = z >> 6
-                    for jj in range(G.WN):
-                        xs = G.azx[pid, jj]
-                        # (b): if z is in FIRST of some right child, its only right child is z itself
-                        if xs & ~(zl if jj == zw else np.uint64(0)):
-                            if _in_first_of_rights(mem, pb, a, z, G):
-                                return info
-                        while xs:
-                            xl = xs & (~xs + one)
-                            xs ^= xl
-                            # (a): (X, X) is an item too
-                            if not _has_self_item(mem, pb, a, jj * 64 + _ctz(xl), G):
-                                return info
+    for k in range(G.close_start[a], G.close_start[a + 1]):
+        z = G.close_z[k]
+        zw = z >> 6
+        zl = one << np.uint64(z & 63)
+        if not mem[pb + zw] & zl:
+            continue
+        pairs += G.close_pairs[k]
+        if pairs > MAX_IDEM_PAIRS:
+            return info
+        for jj in range(G.WN):
+            xs = G.close_x[k, jj]
+            # (b): if z is in FIRST of some right child, its only right child is z itself
+            if xs & ~(zl if jj == zw else np.uint64(0)):
+                if _in_first_of_rights(mem, pb, a, z, G):
+                    return info
+            while xs:
+                xl = xs & (~xs + one)
+                xs ^= xl
+                # (a): (X, X) is an item too
+                if not _has_self_item(mem, pb, a, jj * 64 + _ctz(xl), G):
+                    return info
     if pairs == 0:
         return info
     return info | mark
@@ -557,22 +546,11 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
     WN, WT = G.WN, G.WT
     for j in range(tid, WN, nth):       # each thread owns its words of seeds and of the bound
         seeds[j] = 0
-    for aw in range((G.n_left + 63) // 64):
-        abits = G.term_nts[a, aw] & mem[pm + aw]
-        while abits:
-            alow = abits & (~abits + one)
-            abits ^= alow
-            A = aw * 64 + _ctz(alow)
-            if A >= G.n_left:
-                break
-            for j in range(WN):
-                cz = G.za[A, j] & mem[pm + j]
-                while cz:
-                    zl = cz & (~cz + one)
-                    cz ^= zl
-                    pid = G.az_id[A, j * 64 + _ctz(zl)]
-                    for jj in range(tid, WN, nth):
-                        seeds[jj] |= G.azx[pid, jj]
+    for k in range(G.close_start[a], G.close_start[a + 1]):    # (Z in ANC puts A -> a in ANC too: FIRST)
+        z = G.close_z[k]
+        if (mem[pm + (z >> 6)] >> np.uint64(z & 63)) & one:
+            for jj in range(tid, WN, nth):
+                seeds[jj] |= G.close_x[k, jj]
     _sync()
     for tw in range(tid, WT, nth):
         lb = np.uint64(0)
@@ -608,15 +586,28 @@ def edges_viable(mem, p_offs, m, v, T, WN):
     return False
 
 
+#: where a depth-first walk (:func:`dfs`) starts: trie node ``u`` whose chart has ``n`` tiers, EXPECT at ``e_off`` and
+#: last terminal ``u_term``; of ``u``'s own children only the child indices ``first, first + step, ...``
+DfsStart = namedtuple("DfsStart", ["n", "u", "e_off", "u_term", "first", "step"])
+#: the walk's state: the chart's tier and ANC offsets by tier index (written as it goes down), and per level of
+#: its stack the node, its next child index, its chart's EXPECT offset and tier count
+DfsState = namedtuple("DfsState", ["tier_offs", "p_offs", "stack_node", "stack_ci", "e_offs", "lv_n"])
+#: where its charts go (tier slot ``scratch_off + depth * stride``; the kept root-child charts ``keep_off``,
+#: ``keep_map``) and the step's scratch (``cur``, ``seeds``)
+DfsScratch = namedtuple("DfsScratch", ["scratch_off", "stride", "keep_off", "keep_map", "cur", "seeds"])
+#: what it reports: the viable nodes (``_emit(viable, cnt, v)``) and the work counters
+DfsOut = namedtuple("DfsOut", ["viable", "stats"])
+
+
 @_cpu
-def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, stride, T, needed, viable, cnt,
-        stack_node, stack_ci, e_offs, lv_n, cur, seeds, stats, keep_off, keep_map, G):
-    """Walk the terminal trie depth-first below node ``u``, whose chart has ``n`` tiers (offsets in ``tier_offs``,
-    ANC in ``p_offs``), EXPECT at ``e_off`` (its INFO word follows) and last terminal ``u_term``; of ``u``'s own
-    children only ``first, first + step, ...`` (child indices) are taken. A child is viable iff its terminal is
-    in its parent's EXPECT; only nodes flagged in ``needed`` are visited. Each viable node goes to
-    ``_emit(viable, cnt, v)``; a viable node with children gets its chart: its parent's own chart when the parent's
-    is idem for its terminal (no step), else one more tier in the per-depth slot ``scratch_off + depth * stride``,
+def dfs(mem, start, state, scr, needed, out, cnt, T, G):
+    """Walk the terminal trie depth-first below node ``u`` (``start``: :data:`DfsStart`), whose chart has ``n``
+    tiers (offsets in ``tier_offs``, ANC in ``p_offs`` of ``state``: :data:`DfsState`), EXPECT at ``e_off`` (its
+    INFO word follows) and last terminal ``u_term``; of ``u``'s own children only ``first, first + step, ...``
+    (child indices) are taken. A child is viable iff its terminal is in its parent's EXPECT; only nodes flagged in
+    ``needed`` are visited. Each viable node goes to ``_emit(viable, cnt, v)`` (``out``: :data:`DfsOut`); a viable
+    node with children gets its chart: its parent's own chart when the parent's is idem for its terminal (no
+    step), else one more tier in the per-depth slot ``scratch_off + depth * stride`` (``scr``: :data:`DfsScratch`),
     its offsets written into ``tier_offs[m]`` / ``p_offs[m + 1]`` (``m`` its tier index; shared by the threads:
     thread 0 writes). Work is counted in ``stats`` (thread 0). Returns ``cnt`` plus the number of viable nodes.
 
@@ -624,6 +615,10 @@ def dfs(mem, tier_offs, p_offs, n, u, e_off, u_term, first, step, scratch_off, s
     instead of in slot 0, and ``keep_map[k]`` gets the tier offset of child index ``first + k`` of ``u`` (its
     last entry counts the charts kept), so the caller can adopt them as chart nodes (the next mask's base charts
     are often among them)."""
+    n, u, e_off, u_term, first, step = start
+    tier_offs, p_offs, stack_node, stack_ci, e_offs, lv_n = state
+    scratch_off, stride, keep_off, keep_map, cur, seeds = scr
+    viable, stats = out
     one = np.uint64(1)
     n_left, WN, WT = G.n_left, G.WN, G.WT
     tid = _tid()
@@ -740,32 +735,32 @@ def for_cuda(primitives: dict) -> dict:
 
 
 # -- the grammar packed into three arrays (CPU entry points: each array argument costs about 1,000 instructions
-#    of numba dispatch, so the 16 tables travel as three flat arrays and are viewed again inside) -------------
-_U_TABLES = ("term_nts", "first", "first_term", "lb", "za", "azx", "term_z", "cover", "has_cover")  # uint64, 2-D
-_I_TABLES = ("ab_id", "ab_start", "ab_parent", "az_id")                          # int32, 2-D / 1-D / 1-D / 2-D
-_GM_HEAD = 5     # n_nt, n_left, WN, WT, start
-GM_LEN = _GM_HEAD + 3 * (len(_U_TABLES) + len(_I_TABLES))   # pack_grammar's header length
+#    of numba dispatch and a namedtuple argument about 4 us, so the tables travel as three flat arrays and are
+#    viewed as the record again inside; the layout comes from GRAMMAR_FIELDS, by name) ----------------------------
+_SCALARS = tuple(f for f, k, _ in GRAMMAR_FIELDS if k == "int")
+_ARRAYS = tuple((f, k) for f, k, _ in GRAMMAR_FIELDS if k != "int")
+_GM_HEAD = len(_SCALARS)
+GM_LEN = _GM_HEAD + 3 * len(_ARRAYS)   # pack_grammar's header length
 
 
 def pack_grammar(G) -> tuple:
-    """``(gu, gi, gm)``: the uint64 tables of the record ``G`` end to end, the int32 ones, and an int64 header
-    (scalars, then offset, rows and columns of each table). :func:`unpack_grammar` views them as ``G`` again."""
-    meta = [G.n_nt, G.n_left, G.WN, G.WT, G.start]
-    parts_u, parts_i, off_u, off_i = [], [], 0, 0
-    for name in _U_TABLES:
-        a = np.ascontiguousarray(getattr(G, name), dtype=np.uint64)
-        r, c = a.shape
-        meta += [off_u, r, c]
-        parts_u.append(a.ravel())
-        off_u += a.size
-    for name in _I_TABLES:
-        a = np.ascontiguousarray(getattr(G, name), dtype=np.int32)
-        r, c = (a.shape if a.ndim == 2 else (a.size, 1))
-        meta += [off_i, r, c]
-        parts_i.append(a.ravel())
-        off_i += a.size
-    gu = np.concatenate(parts_u) if parts_u else np.zeros(0, np.uint64)
-    gi = np.concatenate(parts_i) if parts_i else np.zeros(0, np.int32)
+    """``(gu, gi, gm)``: the uint64 tables of the record ``G`` end to end, the int32 ones, and an int64 header (the
+    scalars, then offset, rows and columns of each table, in :data:`GRAMMAR_FIELDS` order). :func:`unpack_grammar`
+    views them as ``G`` again."""
+    meta = [int(getattr(G, f)) for f in _SCALARS]
+    parts = {"u64": [], "i32": []}
+    off = {"u64": 0, "i32": 0}
+    for name, kind in _ARRAYS:
+        flat = kind[:3]
+        a = np.ascontiguousarray(getattr(G, name), dtype=np.uint64 if flat == "u64" else np.int32)
+        if a.ndim != int(kind[4]):
+            raise ValueError(f"Grammar.{name}: expected {kind[4]} dimensions ({kind}), got shape {a.shape}")
+        r, c = a.shape if a.ndim == 2 else (a.size, 1)
+        meta += [off[flat], r, c]
+        parts[flat].append(a.ravel())
+        off[flat] += a.size
+    gu = np.concatenate(parts["u64"]) if parts["u64"] else np.zeros(0, np.uint64)
+    gi = np.concatenate(parts["i32"]) if parts["i32"] else np.zeros(0, np.int32)
     return gu, gi, np.array(meta, dtype=np.int64)
 
 
@@ -781,14 +776,23 @@ def _tab1(flat, gm, k):
     return flat[o:o + r]
 
 
-@_cpu_inline
-def unpack_grammar(gu, gi, gm):
-    """The :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy)."""
-    nu = 9
-    return Grammar(gm[0], gm[1], gm[2], gm[3], gm[4], _tab2(gu, gm, 0), _tab2(gu, gm, 1), _tab2(gu, gm, 2),
-                   _tab2(gu, gm, 3), _tab2(gi, gm, nu + 0), _tab1(gi, gm, nu + 1), _tab1(gi, gm, nu + 2),
-                   _tab2(gu, gm, 4), _tab2(gi, gm, nu + 3), _tab2(gu, gm, 5), _tab2(gu, gm, 6), _tab2(gu, gm, 7),
-                   _tab2(gu, gm, 8))
+def _unpack_source() -> str:
+    """Source of :func:`unpack_grammar`, one argument of ``Grammar(...)`` per field of :data:`GRAMMAR_FIELDS`."""
+    args = []
+    for name, kind, _ in GRAMMAR_FIELDS:
+        if kind == "int":
+            args.append(f"gm[{_SCALARS.index(name)}]")
+        else:
+            k = [f for f, _ in _ARRAYS].index(name)
+            args.append(f"_tab{kind[4]}({'gu' if kind.startswith('u64') else 'gi'}, gm, {k})")
+    return "def unpack_grammar(gu, gi, gm):\n    return Grammar(" + ", ".join(args) + ")\n"
+
+
+_ns = {"Grammar": Grammar, "_tab1": _tab1, "_tab2": _tab2}
+exec(_unpack_source(), _ns)
+#: ``unpack_grammar(gu, gi, gm)``: the :data:`Grammar` record viewed from :func:`pack_grammar`'s arrays (no copy);
+#: generated from GRAMMAR_FIELDS (numba's disk cache needs a source file: this one is inlined into its callers)
+unpack_grammar = numba.njit(nogil=True, inline="always")(_ns["unpack_grammar"])
 
 
 # -- CPU entry point of one chart step (the tree search's are in search.py) -----------------------------------
@@ -856,8 +860,8 @@ Tables = namedtuple("Tables", [
     "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
     "merge_start", "ct_start", "ct_gstart",
 ])
-_I_FIELDS = Tables._fields[:25]
-_L_FIELDS = Tables._fields[25:]
+_I_FIELDS = Tables._fields[:Tables._fields.index("bnd_start")]    # int32 (search.pack_statics: ``si``)
+_L_FIELDS = Tables._fields[len(_I_FIELDS):]                           # int64 (``sl``)
 
 
 @_cpu_inline
@@ -983,15 +987,25 @@ def _v(flat, sl, k):
 
 
 @_cpu_inline
-def unpack_tables(si, sl):
-    """The :data:`Tables` record viewed from :func:`pack_statics`'s arrays (no copy)."""
-    bs = _v(sl, sl, 25)
-    return Tables(_v(si, sl, 0), _v(si, sl, 1), _v(si, sl, 2), _v(si, sl, 3), _v(si, sl, 4), _v(si, sl, 5),
-                  _v(si, sl, 6), _v(si, sl, 7), _v(si, sl, 8), _v(si, sl, 9), _v(si, sl, 10), _v(si, sl, 11),
-                  _v(si, sl, 12), _v(si, sl, 13), _v(si, sl, 14), _v(si, sl, 15), _v(si, sl, 16), _v(si, sl, 17),
-                  _v(si, sl, 18), _v(si, sl, 19), _v(si, sl, 20), _v(si, sl, 21), _v(si, sl, 22), _v(si, sl, 23),
-                  _v(si, sl, 24), bs.reshape((2, bs.size // 2)), _v(sl, sl, 26), _v(sl, sl, 27), _v(sl, sl, 28),
-                  _v(sl, sl, 29), _v(sl, sl, 30), _v(sl, sl, 31))
+def _v2(flat, sl, k):
+    a = _v(flat, sl, k)
+    return a.reshape((2, a.size // 2))
+
+
+def _tables_source() -> str:
+    """Source of :func:`unpack_tables`: one view per :data:`Tables` field, by name (``bnd_start`` is [2, N+1])."""
+    args = []
+    for k, f in enumerate(Tables._fields):
+        flat = "si" if f in _I_FIELDS else "sl"
+        args.append(f"{'_v2' if f == 'bnd_start' else '_v'}({flat}, sl, {k})")
+    return "def unpack_tables(si, sl):\n    return Tables(" + ", ".join(args) + ")\n"
+
+
+_ns = {"Tables": Tables, "_v": _v, "_v2": _v2}
+exec(_tables_source(), _ns)
+#: ``unpack_tables(si, sl)``: the :data:`Tables` record viewed from ``search.pack_statics``'s arrays (no copy);
+#: generated from the field names like :func:`unpack_grammar`
+unpack_tables = numba.njit(nogil=True, inline="always")(_ns["unpack_tables"])
 
 
 @_cpu_inline
@@ -1022,9 +1036,10 @@ def _search_one(mem, nodes, base, e_off, term, first, step, needed, viable, cnt,
     tiers = work[st + N_STATS:]
     ps = tiers[L + n:]
     _fill_path(nodes, base, tiers, ps)
-    return dfs(mem, tiers, ps, n, 0, e_off, term, first, step, scratch_off, stride, T, needed, viable, cnt, work[:L],
-               work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L], scr[WN:], scr[:WN], work[st:st + N_STATS], keep_off,
-               keep_map, G)
+    return dfs(mem, DfsStart(n, 0, e_off, term, first, step),
+               DfsState(tiers, ps, work[:L], work[L:2 * L], work[2 * L:3 * L], work[3 * L:4 * L]),
+               DfsScratch(scratch_off, stride, keep_off, keep_map, scr[WN:], scr[:WN]), needed,
+               DfsOut(viable, work[st:st + N_STATS]), cnt, T, G)
 
 
 @_cpu_inline
