@@ -105,7 +105,9 @@ def test_file_round_trip_and_loader(tiny_file, bytes_tokenizer):
         assert s.ids(bytes_tokenizer) == d["ids"]
         pieces = ds.meta["pieces"][s.id]   # token texts for the report (bytes of a split character escaped)
         assert len(pieces) == len(d["ids"])
-        assert "".join(pieces) == s.text or not s.text.isascii()
+        # each token's text, a byte of a split character escaped: joined they give the text back when it is ASCII
+        assert pieces == [bytes([b]).decode("utf-8", "backslashreplace") for b in d["ids"]]
+        assert ("".join(pieces) == s.text) == s.text.isascii()
 
 
 def test_loader_errors_say_what_to_do(tiny_file, tmp_path, qwen3_tokenizer):
