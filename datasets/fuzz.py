@@ -471,10 +471,9 @@ def load_fuzz_dataset(dcfg, n=None, seed=0) -> Dataset:
     ``lengths`` (terminals), shortest first, ids ``g<seed>-L<target>-<k>``. Every sample is accepted by Lark's
     ``dynamic_complete`` Earley parser; those of at most :data:`REFERENCE_CHECK_MAX` terminals are also checked
     with the reference checker (the harness's language)."""
-    get = dcfg.get if hasattr(dcfg, "get") else (lambda k, d=None: d)
-    gseed = int(get("grammar_seed", 0))
-    lengths = sorted({int(x) for x in (get("lengths", None) or DEFAULT_LENGTHS)})
-    per_length = int(get("per_length", 1))
+    gseed = int(dcfg["grammar_seed"])
+    lengths = sorted({int(x) for x in dcfg["lengths"]})
+    per_length = int(dcfg["per_length"])
     if not lengths or lengths[0] < 1 or per_length < 1:
         raise ValueError(f"dataset fuzz: lengths must be positive integers and per_length >= 1, got {lengths}, "
                          f"{per_length}")
@@ -505,7 +504,8 @@ def load_fuzz_dataset(dcfg, n=None, seed=0) -> Dataset:
 from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
 
 
-@loader(grammar_seed="which grammar (-1: SEXPR_GRAMMAR)", lengths="target sentence lengths in terminals",
-        per_length="sentences per target length")
+@loader(grammar_seed=(0, "which grammar (-1: the s-expression grammar SEXPR_GRAMMAR)"),
+        lengths=(list(DEFAULT_LENGTHS), "target sentence lengths in terminals (actual counts are within about 15%)"),
+        per_length=(1, "sentences per target length"))
 def fuzz(name, dcfg, data_root, n, seed) -> Dataset:
     return load_fuzz_dataset(dcfg, n=n, seed=seed)

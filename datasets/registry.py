@@ -1,14 +1,16 @@
 """Dataset registry: ``dataset=<name>`` on the command line maps to a loader named by an entry point of the
 ``gcdbench.datasets`` group (the project's own are listed in its pyproject.toml; a package can add its own).
 
-A loader is a function ``(name, dcfg, data_root, n, seed) -> Dataset`` declared with :func:`loader`, which names
-the options its ``conf/dataset/<name>.yaml`` may set (besides ``name`` and ``ambiguous``), each with a one-line help.
+A loader is a function ``(name, dcfg, data_root, n, seed) -> Dataset`` declared with :func:`loader`, which declares
+its options once (``option=(default, "one-line help")``) and whether the grammar is highly ambiguous; the run's
+config node ``dataset/<name>`` is built from that declaration (``experiments/config.py``), and ``conf/dataset/``
+holds presets only (a ``defaults:`` line naming the dataset plus the keys they change).
 """
 from __future__ import annotations
 
 import functools
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
@@ -21,19 +23,31 @@ GROUP = "gcdbench.datasets"
 
 @dataclass(frozen=True)
 class Loader:
-    """A dataset loader and the options it reads (option -> one-line help)."""
+    """A dataset loader, the options it reads (option -> one-line help) with their defaults, and whether its
+    grammar is highly ambiguous (Table 1's complexity column reads it)."""
 
     load: Callable[..., Dataset]
     options: dict[str, str]
+    defaults: dict = field(default_factory=dict)
+    ambiguous: bool = False
+
+    def node(self, name: str) -> dict:
+        """The config node of ``dataset=<name>``: its name, ``ambiguous`` and every option at its default."""
+        return {"name": name, "ambiguous": self.ambiguous, **self.defaults}
 
     def __call__(self, name, dcfg, data_root, n=None, seed=0) -> Dataset:
         return self.load(name, dcfg, data_root, n, seed)
 
 
-def loader(**options: str):
-    """Declare a dataset loader ``(name, dcfg, data_root, n, seed) -> Dataset`` and its options (``split="dev or
-    train"``); name it in the ``gcdbench.datasets`` entry-point group to make it a ``dataset=`` choice."""
-    return lambda fn: Loader(fn, dict(options))
+def loader(ambiguous: bool = False, **options: tuple):
+    """Declare a dataset loader ``(name, dcfg, data_root, n, seed) -> Dataset`` and its options, each once as
+    ``option=(default, "one-line help")``; name it in the ``gcdbench.datasets`` entry-point group to make it a
+    ``dataset=`` choice. The loader reads ``dcfg[option]``: :func:`load_dataset` fills in the defaults."""
+    bad = [k for k, v in options.items() if not (isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str))]
+    if bad:
+        raise TypeError(f"dataset options {bad}: declare each as option=(default, \"one-line help\")")
+    return lambda fn: Loader(fn, {k: v[1] for k, v in options.items()}, {k: v[0] for k, v in options.items()},
+                             ambiguous)
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,17 +84,18 @@ def load_dataset(dcfg, data_root, n=None, seed=0) -> Dataset:
     unknown = sorted(set(dcfg) - {"name", *valid})
     if unknown:
         raise DataError(f"dataset {name!r}: unknown option(s) {unknown}; valid: {valid}")
+    dcfg = {**load.node(name), **{k: dcfg[k] for k in dcfg}}   # the declared defaults, then the given values
     ds = load(name, dcfg, data_root, n, seed)
     if not ds.samples:
         raise DataError(f"dataset {ds.name!r} has no samples ({ds.meta.get('source', 'its source')}): nothing to run")
-    ds.meta["ambiguous"] = bool(dcfg.get("ambiguous", False))
+    ds.meta["ambiguous"] = bool(dcfg["ambiguous"]) or bool(ds.meta.get("ambiguous"))   # a loader may know better
     return ds
 
 
-@loader(grammar="path to a .lark file", samples="path to a text file, one sample per line",
-        start="the start rule (default start)")
+@loader(grammar=(None, "path to a .lark file"), samples=(None, "path to a text file, one sample per line"),
+        start=("start", "the start rule"))
 def custom(name, dcfg, data_root, n, seed) -> Dataset:
-    return load_custom(dcfg.get("grammar"), dcfg.get("samples"), dcfg.get("start", "start"), n, seed)
+    return load_custom(dcfg["grammar"], dcfg["samples"], dcfg["start"], n, seed)
 
 
 def load_custom(grammar_path, samples_path, start="start", n=None, seed=0) -> Dataset:

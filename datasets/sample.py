@@ -57,6 +57,6 @@ def sample(name, dcfg, data_root, n, seed) -> Dataset:
     return load_sample_sql(n=n, seed=seed)
 
 
-@loader()
+@loader(ambiguous=True)
 def sample_pos(name, dcfg, data_root, n, seed) -> Dataset:
     return load_sample_pos(n=n, seed=seed)

@@ -46,7 +46,6 @@ import numpy as np
 from gcdbench.datasets.base import Dataset, Sample, pick
 
 SAMPLED_DIR = Path(__file__).parent / "sampled"
-CONF_DATASET_DIR = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 FORMAT = "gcdbench-sampled-1"
 #: bytes the completion search may use: printable ASCII, tab, line feed
 COMPLETION_ALPHABET = bytes(range(0x20, 0x7F)) + b"\t\n"
@@ -461,17 +460,14 @@ def default_path(source: str, tokenizer: str) -> Path:
 
 
 def source_config(source: str) -> dict:
-    """The ``conf/dataset/<source>.yaml`` node of a source dataset."""
-    from omegaconf import OmegaConf
+    """The config node of a source dataset (its declared defaults are filled in by the registry)."""
+    from gcdbench.datasets.registry import datasets
 
-    path = CONF_DATASET_DIR / f"{source}.yaml"
-    if not path.exists():
-        valid = sorted(p.stem for p in CONF_DATASET_DIR.glob("*.yaml"))
-        raise ValueError(f"unknown source dataset {source!r} (no {path}); valid: {valid}")
-    cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    if cfg.get("name") == "sampled":
+    if source == "sampled":
         raise ValueError(f"source dataset {source!r} is itself a sampled dataset; name the dataset it samples")
-    return cfg
+    if source not in datasets():
+        raise ValueError(f"unknown source dataset {source!r}; valid: {sorted(set(datasets()) - {'sampled'})}")
+    return {"name": source}
 
 
 def load_source(source: str, data_root) -> Dataset:
@@ -537,7 +533,10 @@ def load_sampled(dcfg, data_root, n=None, seed=0) -> Dataset:
     tok = load_tokenizer(tok_name)
     pieces = {s["id"]: [tok.token_bytes[t].decode("utf-8", "backslashreplace") for t in s["ids"]]
               for s in doc["sequences"]}
-    meta = {"source": source_name, "file": str(path), "seed": doc["seed"], "params": doc["params"],
+    from gcdbench.datasets.registry import dataset_loader
+
+    meta = {"source": source_name, "ambiguous": dataset_loader(source_name).ambiguous,   # as its source
+            "file": str(path), "seed": doc["seed"], "params": doc["params"],
             "generated_by": doc["command"], "git_commit": doc.get("git_commit"),
             "lengths": [len(s["ids"]) for s in doc["sequences"]], "pieces": pieces}
     return Dataset(name=f"{source.name}_sampled", grammar=source.grammar, samples=pick(samples, n, seed), meta=meta)
@@ -584,7 +583,8 @@ if __name__ == "__main__":
 from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
 
 
-@loader(source="the dataset whose grammar the sequences were drawn from", tokenizer="whose token ids they are",
-        file="null: datasets/sampled/<source>.<tokenizer>.json")
+@loader(source=(None, "the dataset whose grammar the sequences were drawn from (conf/dataset/sampled.yaml: spider)"),
+        tokenizer=(None, "whose token ids they are (conf/dataset/sampled.yaml: the run's tokenizer); null: qwen3"),
+        file=(None, "null: datasets/sampled/<source>.<tokenizer>.json"))
 def sampled(name, dcfg, data_root, n, seed) -> Dataset:
     return load_sampled(dcfg, data_root, n=n, seed=seed)

@@ -142,11 +142,11 @@ def load_spider(data_root: str | Path, split: str = "dev", variant: str = "plain
 from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
 
 
-@loader(split="dev or train (Spider's splits)")
+@loader(split=("dev", "dev or train (Spider's splits)"))
 def spider(name, dcfg, data_root, n, seed) -> Dataset:
-    return load_spider(data_root, split=dcfg.get("split", "dev"), variant="plain", n=n, seed=seed)
+    return load_spider(data_root, split=dcfg["split"], variant="plain", n=n, seed=seed)
 
 
-@loader(split="dev or train (Spider's splits)")
+@loader(split=("dev", "dev or train (Spider's splits)"))
 def spider_spop(name, dcfg, data_root, n, seed) -> Dataset:
-    return load_spider(data_root, split=dcfg.get("split", "dev"), variant="spop", n=n, seed=seed)
+    return load_spider(data_root, split=dcfg["split"], variant="spop", n=n, seed=seed)

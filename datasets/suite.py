@@ -328,14 +328,13 @@ def _length_stats(samples: list[Sample]) -> dict:
 
 def load_suite_dataset(name: str, dcfg, n=None, seed=0) -> Dataset:
     """The registry's entry point for every suite dataset (``dcfg``: its ``conf/dataset/<name>.yaml`` node)."""
-    get = dcfg.get if hasattr(dcfg, "get") else (lambda k, d=None: d)
     if name == "json":
-        return load_json(n, seed, max_tokens=int(get("max_tokens", 300)), min_tokens=int(get("min_tokens", 20)),
-                         per_file=int(get("per_file", 12)))
+        return load_json(n, seed, max_tokens=int(dcfg["max_tokens"]), min_tokens=int(dcfg["min_tokens"]),
+                         per_file=int(dcfg["per_file"]))
     if name == "lark":
-        return load_lark(n, seed, max_tokens=int(get("max_tokens", 300)))
+        return load_lark(n, seed, max_tokens=int(dcfg["max_tokens"]))
     if name in AMBIGUOUS:
-        lengths = get("lengths", None)
+        lengths = dcfg["lengths"]
         return load_ambiguous(name, n, seed, tuple(lengths) if lengths else AMBIGUOUS_LENGTHS)
     raise ValueError(f"unknown suite dataset {name!r}; valid: {list(SUITE)}")
 
@@ -344,17 +343,26 @@ def load_suite_dataset(name: str, dcfg, n=None, seed=0) -> Dataset:
 from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
 
 
-@loader(max_tokens="documents are cut to at most this many Qwen3 tokens",
-        min_tokens="smaller pieces are dropped", per_file="at most this many pieces of one file")
+@loader(max_tokens=(300, "documents are cut to at most this many Qwen3 tokens (whatever tokenizer the run uses)"),
+        min_tokens=(20, "smaller pieces are dropped"),
+        per_file=(12, "at most this many pieces of one file (evenly spaced), so that no file dominates"))
 def json_documents(name, dcfg, data_root, n, seed) -> Dataset:
     return load_suite_dataset(name, dcfg, n=n, seed=seed)
 
 
-@loader(max_tokens="grammar files are cut to at most this many Qwen3 tokens")
+@loader(max_tokens=(300, "grammar files are cut to at most this many Qwen3 tokens (whatever tokenizer the run uses)"))
 def lark_grammars(name, dcfg, data_root, n, seed) -> Dataset:
     return load_suite_dataset(name, dcfg, n=n, seed=seed)
 
 
-@loader(lengths="sentence lengths in terminals; null: 30 lengths from 10 to 200")
-def ambiguous(name, dcfg, data_root, n, seed) -> Dataset:
+def _ambiguous(name, dcfg, data_root, n, seed) -> Dataset:
     return load_suite_dataset(name, dcfg, n=n, seed=seed)
+
+
+_LENGTHS = (None, "sentence lengths in terminals (one Qwen3 token each); null: 30 lengths from 10 to 200")
+# highly ambiguous by construction (Table 1 reads it for the complexity column), except the right-nested family
+ambiguous_binary = loader(ambiguous=True, lengths=_LENGTHS)(_ambiguous)
+ambiguous_ternary = loader(ambiguous=True, lengths=_LENGTHS)(_ambiguous)
+ambiguous_expr = loader(ambiguous=True, lengths=_LENGTHS)(_ambiguous)
+ambiguous_concat = loader(ambiguous=True, lengths=_LENGTHS)(_ambiguous)
+ambiguous_right = loader(lengths=_LENGTHS)(_ambiguous)

@@ -151,18 +151,22 @@ def register() -> None:
     ``conf/engine/`` name their base engine in a ``defaults:`` line and set only the keys they change)."""
     from gcdbench.parsers.registry import engines
 
-    from gcdbench.datasets.registry import datasets
+    from gcdbench.datasets.registry import dataset_loader, datasets
 
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for name in engines():
         node = engine_node(name)
         cs.store(group="engine", name=name, node=node if node is not None else {"name": name})
-    # a dataset registered without a conf/dataset/<name>.yaml (a plug-in's): its loader's defaults apply
-    # (options are added with +dataset.<option>=..., checked against the loader's declared ones)
+    # one node per registered dataset, from its loader's declaration (name, ambiguous, every option at its
+    # default); conf/dataset/ holds presets (a defaults: line and the keys they change) and sampled.yaml
     have = {p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "dataset").glob("*.yaml")}
     for name in sorted(set(datasets()) - have):
-        cs.store(group="dataset", name=name, node={"name": name, "ambiguous": False})
+        try:
+            node = dataset_loader(name).node(name)
+        except (ValueError, ImportError):   # its module does not import here: load_dataset says why
+            node = {"name": name, "ambiguous": False}
+        cs.store(group="dataset", name=name, node=node)
     # Hydra's own run folder is named from user values before the runner validates them (issue 27, item 6)
     OmegaConf.register_new_resolver("safe", folder_safe, replace=True)
 

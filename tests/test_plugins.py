@@ -40,7 +40,7 @@ def _python(plugin_path: str, *args, **kw):
 @pytest.mark.slow
 def test_an_installed_engine_and_dataset_run_a_cell(plugin_path, tmp_path):
     r = _python(plugin_path, "-m", "experiments.run", "engine=toy", "engine.flavour=spicy", "dataset=toy_words",
-                "+dataset.count=4", "tokenizer=bytes", "samples=2", "audit.per_sample=1", "progress=false",
+                "dataset.count=4", "tokenizer=bytes", "samples=2", "audit.per_sample=1", "progress=false",
                 f"out_dir={tmp_path}")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (run_json,) = tmp_path.glob("toy_words/bytes/*/run.json")

@@ -154,10 +154,12 @@ def test_runner_replays_the_stored_tokens(tiny_file, tmp_path):
 def test_dataset_configs_name_their_source():
     from omegaconf import OmegaConf
 
+    from gcdbench.datasets.registry import datasets
+
     for p in sorted((REPO / "conf" / "dataset").glob("*_sampled.yaml")):
-        cfg = OmegaConf.load(p)
-        assert cfg.name == "sampled" and p.stem == f"{cfg.source}_sampled"
-        assert (REPO / "conf" / "dataset" / f"{cfg.source}.yaml").exists()
+        cfg = OmegaConf.load(p)   # a preset of the sampled node: its defaults line and the source it changes
+        assert list(cfg.defaults) == ["sampled", "_self_"] and p.stem == f"{cfg.source}_sampled"
+        assert cfg.source in datasets() and cfg.source != "sampled"
 
 
 @pytest.mark.slow

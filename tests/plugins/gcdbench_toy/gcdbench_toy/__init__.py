@@ -35,9 +35,9 @@ class ToyEngine(ReferenceEngine):
         return {"flavour": self.opts["flavour"]}
 
 
-@loader(count="how many sentences (default 3)")
+@loader(count=(3, "how many sentences"))
 def toy_words(name, dcfg, data_root, n, seed) -> Dataset:
-    count = int(dcfg.get("count") or 3)
+    count = int(dcfg["count"])
     samples = [Sample(f"toy-{i}", " ".join(["ab", "cd", "efg"][: i % 3 + 1])) for i in range(count)]
     return Dataset(name="toy_words", grammar=GrammarSpec("toy_words", WORDS), samples=samples[:n] if n else samples,
                    meta={"source": "gcdbench_toy"})
