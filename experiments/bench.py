@@ -214,7 +214,9 @@ def plot(path: str, out: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    doc = json.loads(open(path).read())
+    from gcdbench.experiments.schema import read_bench
+
+    doc = read_bench(path)
     recs = [r for r in doc["records"] if "B" in r]
     if not recs:
         raise SystemExit(f"bench plot: {path} holds no batch records (bench batch writes them)")

@@ -11,14 +11,17 @@ import time
 from pathlib import Path
 
 from gcdbench.experiments.provenance import RESULT_FOLDERS, git_state, machine_info, package_versions
+from gcdbench.experiments.schema import new_bench
 
 
-def write_bench(path: str | Path, records: list[dict]) -> Path:
+def write_bench(path: str | Path, records: list[dict], **extra) -> Path:
+    """Write ``records`` with their provenance as a bench file (declared in ``experiments/schema.py`` BenchFile;
+    ``extra``: further declared keys, e.g. ``toolchain``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     git = git_state(ignore=RESULT_FOLDERS)
-    doc = {"command": " ".join(["python", *sys.orig_argv[1:]]),
-           "when": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine_info(), "git_commit": git["commit"],
-           "git_dirty": git["dirty"], "versions": package_versions(), "records": records}
+    doc = new_bench(command=" ".join(["python", *sys.orig_argv[1:]]), when=time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                    machine=machine_info(), git_commit=git["commit"], git_dirty=git["dirty"],
+                    versions=package_versions(), records=records, **extra)
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     return path

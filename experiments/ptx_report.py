@@ -172,10 +172,7 @@ def main(argv=None) -> int:
         return 1
     from gcdbench.experiments.benchfile import write_bench
 
-    path = write_bench(args.out, records)
-    doc = json.loads(path.read_text())
-    doc["toolchain"] = versions()
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    path = write_bench(args.out, records, toolchain=versions())
     print(f"wrote {path}")
     return 0
 

@@ -436,6 +436,42 @@ def new_run(**keys) -> RunRecord:
     return RunRecord(schema_version=SCHEMA_VERSION, **keys)
 
 
+class BenchFile(TypedDict, total=False):
+    """A benchmark's file (``experiments/benchfile.py``: ``bench``, ``cliffs bench``/``shrink``, ``ptx_report``):
+    what it measured, with the command, machine, versions and commit."""
+
+    schema_version: int      # SCHEMA_VERSION of the writer (files stored before it: 0)
+    command: str             # the command line that wrote the file
+    when: str                # local time the file was written
+    machine: dict            # host, CPU, core count, memory (experiments/provenance.py machine_info)
+    git_commit: str          # the code's commit (result folders excluded from the dirty check)
+    git_dirty: bool          # the work tree differed from that commit
+    versions: dict           # package versions
+    records: list            # one object per measurement (the benchmark's own keys)
+    toolchain: dict          # ptx_report: the CUDA compiler's versions
+
+
+BENCH_KEYS = tuple(BenchFile.__annotations__)
+
+
+def new_bench(**keys) -> BenchFile:
+    """A bench file's record stamped with :data:`SCHEMA_VERSION`; an undeclared key is an error."""
+    unknown = sorted(set(keys) - set(BENCH_KEYS))
+    if unknown:
+        raise ValueError(f"bench file keys {unknown} are not declared in experiments/schema.py BenchFile")
+    return BenchFile(schema_version=SCHEMA_VERSION, **keys)
+
+
+def read_bench(path) -> BenchFile:
+    """A bench file, its version checked (version 0: as stored before the schema, read as it is)."""
+    path = Path(path)
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        raise ValueError(f"{path} is not a gcdbench bench file (no records list)")
+    check_version(path, doc.get("schema_version"))
+    return doc
+
+
 # --------------------------------------------------------------------------------------------------------------
 # documentation
 # --------------------------------------------------------------------------------------------------------------
@@ -461,12 +497,25 @@ def run_keys_markdown() -> str:
     return "\n".join(["| key | meaning |", "|---|---|", *(f"| `{k}` | {docs.get(k, '')} |" for k in RUN_KEYS)])
 
 
+def _keys_markdown(record) -> str:
+    """A TypedDict's keys with the comment of each line of its source, as a markdown table."""
+    import inspect
+
+    docs = {}
+    for line in inspect.getsource(record).splitlines():
+        name, _, rest = line.strip().partition(":")
+        if name in record.__annotations__ and "#" in rest:
+            docs[name] = rest.split("#", 1)[1].strip()
+    return "\n".join(["| key | meaning |", "|---|---|", *(f"| `{k}` | {docs.get(k, '')} |" for k in record.__annotations__)])
+
+
 def result_files_markdown() -> str:
     """Every result file's columns or keys, as markdown (for the README's "Result files" section)."""
     parts = []
     for t in TABLES:
         parts += [f"#### `{t}.parquet`", "", markdown_table(t), ""]
     parts += ["#### `run.json`", "", run_keys_markdown(), ""]
+    parts += ["#### bench files (`--out` of `experiments.bench`, `cliffs`, `ptx_report`)", "", _keys_markdown(BenchFile), ""]
     return "\n".join(parts)
 
 
@@ -492,7 +541,6 @@ def write_readme(path) -> None:
 
 if __name__ == "__main__":
     import argparse
-    from pathlib import Path
 
     _p = argparse.ArgumentParser(prog="python -m gcdbench.experiments.schema",
                                  description="print every result file's declared columns as markdown")

@@ -241,3 +241,27 @@ def test_readme_result_files_section_is_generated_from_the_schema():
     m = re.search(r"<!-- result-schema:begin -->\n(.*?)<!-- result-schema:end -->", text, re.S)
     assert m, "README.md has no result-schema section"
     assert m.group(1) == schema.result_files_markdown(), "README's result files differ from experiments/schema.py"
+
+
+def test_bench_files_are_written_and_read_through_the_schema(tmp_path):
+    """A bench file carries schema_version and only declared keys; one stored before the schema (no version) reads
+    as it is; another version is refused in one line naming the file."""
+    import json
+
+    import pytest
+
+    from gcdbench.experiments import schema
+    from gcdbench.experiments.benchfile import write_bench
+
+    path = write_bench(tmp_path / "b.json", [{"x": 1}], toolchain={"nvvm": "test"})
+    doc = schema.read_bench(path)
+    assert doc["schema_version"] == schema.SCHEMA_VERSION and doc["records"] == [{"x": 1}]
+    assert set(doc) <= set(schema.BENCH_KEYS) and doc["toolchain"] == {"nvvm": "test"}
+    with pytest.raises(ValueError, match="not declared"):
+        write_bench(tmp_path / "c.json", [], colour="red")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"command": "python x", "records": [{"y": 2}]}))
+    assert schema.read_bench(old)["records"] == [{"y": 2}]
+    old.write_text(json.dumps({"schema_version": 99, "records": []}))
+    with pytest.raises(schema.SchemaVersionError, match="old.json: schema_version 99"):
+        schema.read_bench(old)

@@ -3,7 +3,6 @@
 the reproducers of ``cliffs shrink``)."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments.fit import CLIFF_EXPONENT, fit_bench
+from gcdbench.experiments.schema import read_bench
 from gcdbench.experiments.fit import loglog_slope
 from gcdbench.experiments.report.collect import (cell_commits, read_cell_file, run_dirs, run_info,
                                                  sample_step_summary, warn)
@@ -108,7 +108,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
     out = Path(out)
     lines: list[str] = []
     if bench is not None and Path(bench).exists():
-        doc = json.loads(Path(bench).read_text())
+        doc = read_bench(bench)
         fb = fit_bench(doc["records"])
         out.mkdir(parents=True, exist_ok=True)
         fb.to_csv(out / "cliffs_bench.csv", index=False)
@@ -194,8 +194,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                       markdown(summary(fit), parse_numbers=False), "",
                       measured_at(fit.assign(config=fit["engine"], dataset=fit["grammar_seed"].map(lambda s: f"fuzz_{s}"))), ""]
             worst = fit[fit.apply(_cliff, axis=1)].sort_values(["cut_short", "exponent"], ascending=False)
-            rep_doc = json.loads(Path(reproducers).read_text()) \
-                if reproducers is not None and Path(reproducers).exists() else {}
+            rep_doc = read_bench(reproducers) if reproducers is not None and Path(reproducers).exists() else {}
             rep = rep_doc.get("records", [])
             if len(worst):
                 lines += ["Each engine's worst grammars (cut short first, then by exponent):", ""]
