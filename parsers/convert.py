@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.grammar import GrammarIR, load_ir
-from gcdbench.parsers.regex_fsm import _AtomSets, _complement
+from gcdbench.parsers.charsets import AtomSets, complement
 
 _MAXREPEAT = sre_c.MAXREPEAT
 
@@ -56,7 +56,7 @@ class _RegexToEBNF:
     def __init__(self, name: str, ignore_case: bool):
         self.name = name
         self.flags = re.IGNORECASE if ignore_case else 0
-        self.sets = _AtomSets("python_re", "unicode")
+        self.sets = AtomSets("python_re", "unicode")
 
     def fail(self, what) -> CompileError:
         return CompileError(f"terminal {self.name}: regex construct {what} has no EBNF translation")
@@ -68,7 +68,7 @@ class _RegexToEBNF:
                            for lo, hi in rs)
         if not ranges:
             raise CompileError(f"terminal {self.name}: a character class that matches nothing")
-        comp = _complement(ranges)
+        comp = complement(ranges)
         if comp and len(comp) < len(ranges):
             return f"[^{body(comp)}]"
         return f"[{body(ranges)}]"
@@ -264,7 +264,7 @@ def regex_with_explicit_classes(name: str, regex: str, ignore_case: bool = False
     def klass(ranges) -> str:
         if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
             return _re_char(ranges[0][0])
-        comp = _complement(ranges)
+        comp = complement(ranges)
         neg = bool(comp) and len(comp) < len(ranges)
         body = "".join(_re_char(lo) if lo == hi else f"{_re_char(lo)}-{_re_char(hi)}" for lo, hi in (comp if neg else ranges))
         return f"[{'^' if neg else ''}{body}]"

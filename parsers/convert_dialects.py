@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
-from gcdbench.parsers.convert import _complement, _RegexToEBNF, sre_c, sre_parse
+from gcdbench.parsers.charsets import complement
+from gcdbench.parsers.convert import _RegexToEBNF, sre_c, sre_parse
 from gcdbench.parsers.grammar import GrammarIR, load_ir
 
 _MAXREPEAT = sre_c.MAXREPEAT
@@ -196,7 +197,7 @@ class _RegexWriter:
             # the exact code points Python's re matches (convert.py's sets), written as the shorter of the class
             # and its complement
             ranges = list(self.base.sets(op, av, re.IGNORECASE if icase else 0))
-            comp = _complement(ranges)
+            comp = complement(ranges)
             return d.cls(comp, True) if comp and len(comp) < len(ranges) else d.cls(ranges, False)
         if op is sre_c.SUBPATTERN:
             _group, add_flags, _del, sub = av

@@ -16,9 +16,8 @@ import pytest
 
 from gcdbench.parsers.base import CompileError, GrammarSpec, Profile
 from gcdbench.parsers.reference import ReferenceChecker
-from gcdbench.parsers.regex_fsm import (
-    ByteDFA, CharFSM, _ascii_letter_folds, byte_dfa, re_set, simple_case_fold,
-)
+from gcdbench.parsers.charsets import _ascii_letter_folds, re_set, simple_case_fold
+from gcdbench.parsers.regex_fsm import ByteDFA, CharFSM, byte_dfa
 
 WHITESPACE = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) \
     + "\u2028\u2029\u202f\u205f\u3000"
@@ -78,24 +77,24 @@ def test_unicode_classes_are_not_ascii():
 @pytest.fixture
 def fresh_scans(tmp_path, monkeypatch):
     """No scan result from the on-disk cache: every set is computed by running re again."""
-    from gcdbench.parsers import regex_fsm
+    from gcdbench.parsers import charsets
 
     monkeypatch.setenv("GCDBENCH_CACHE", str(tmp_path))
-    for f in (regex_fsm._set_cache, regex_fsm.re_set, regex_fsm._ascii_letter_folds):
+    for f in (charsets._set_cache, charsets.re_set, charsets._ascii_letter_folds):
         f.cache_clear()
     yield tmp_path
-    for f in (regex_fsm._set_cache, regex_fsm.re_set, regex_fsm._ascii_letter_folds):
+    for f in (charsets._set_cache, charsets.re_set, charsets._ascii_letter_folds):
         f.cache_clear()
 
 
 def test_scan_results_are_cached_on_disk_and_read_back(fresh_scans):
-    from gcdbench.parsers import regex_fsm
+    from gcdbench.parsers import charsets
 
     ws = re_set(r"\s", 0)
     assert list((fresh_scans / "python_re").glob("*.json"))
-    regex_fsm.re_set.cache_clear()
-    regex_fsm._set_cache.cache_clear()
-    assert re_set(r"\s", 0) == ws and regex_fsm._set_cache().data   # read back from the file
+    charsets.re_set.cache_clear()
+    charsets._set_cache.cache_clear()
+    assert re_set(r"\s", 0) == ws and charsets._set_cache().data   # read back from the file
 
 
 def test_batched_ascii_letter_folds_equal_one_scan_per_letter(fresh_scans):
