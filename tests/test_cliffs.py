@@ -191,14 +191,33 @@ class CliffEngine(ReferenceEngine):
         return super().commit(token_id)
 
 
-def test_shrink_finds_a_short_prefix_and_drops_unneeded_lines():
-    from gcdbench.experiments.cliffs import shrink
+def test_mask_times_measure_an_engine_by_name():
+    """The shrinker's measurement runs an engine named ``module:Class`` over a grammar and a prefix: the cliff
+    engine's masks from the sixth token on take at least its 200 ms (a sleep never undershoots)."""
+    from gcdbench.experiments.cliffs import _mask_times
 
+    tok = byte_level()
+    lark = 'start: item+\nitem: a | b\na: "x" | "y"\nb: "z"\n'
+    ids = tok.encode("xyzxyzx")
+    times = _mask_times("tests.test_cliffs:CliffEngine", {}, lark, ids, tok, 20.0)
+    assert len(times) == len(ids) + 1 and min(times[6:]) >= 0.2
+
+
+def test_shrink_finds_a_short_prefix_and_drops_unneeded_lines(monkeypatch):
+    """The shrinker's search, on measurements that do not depend on the machine's load: a cliff from the sixth
+    token on while the grammar keeps rule ``b`` (what CliffEngine does, timed by the test above)."""
+    from gcdbench.experiments import cliffs
+
+    def fake_times(engine, options, lark, ids, tok, budget_s):
+        steep = "\nb:" in "\n" + lark
+        return [0.2 if steep and i >= 6 else 1e-4 for i in range(len(ids) + 1)]
+
+    monkeypatch.setattr(cliffs, "_mask_times", fake_times)
     lark = 'start: item+\nitem: a | b | c\na: "x" | "y"\nb: "z"\nc: "w"\n'
-    got = shrink("tests.test_cliffs:CliffEngine", {}, lark, "xyzxyzxyzxyzxyzxyz", byte_level(), budget_s=20,
-                 total_s=60)
+    got = cliffs.shrink("tests.test_cliffs:CliffEngine", {}, lark, "xyzxyzxyzxyzxyzxyz", byte_level(), budget_s=20,
+                        total_s=60)
     assert got is not None
-    assert 5 <= got["tokens"] < 18 and got["mask_ms"] >= 1.0
+    assert got["tokens"] == 6 and got["mask_ms"] == 200.0
     assert "\nb:" in "\n" + got["grammar"] and "c:" not in got["grammar"] and "| c" not in got["grammar"]
 
 
