@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kbnf  # noqa: E402,F401  (a core dependency: missing, the suite fails here)
+from conformance_check import allowed, disagreements  # noqa: E402
 
 from gcdbench.datasets.base import load_grammar  # noqa: E402
 from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids  # noqa: E402
@@ -17,32 +18,6 @@ from gcdbench.parsers.tokenizers import Tokenizer  # noqa: E402
 
 GRAMMARS = Path(__file__).parent / "grammars"
 SAMPLE = Path(__file__).parents[1] / "datasets" / "sample"
-
-
-def allowed(engine, tok) -> set[int]:
-    mask = allocate_mask(tok.vocab_size)
-    mask[:] = -1   # the engine must overwrite every word
-    engine.fill_mask(mask)
-    return set(mask_to_ids(mask, tok.vocab_size).tolist())
-
-
-def walk(engine, grammar, tok, samples) -> list[tuple]:
-    """Every (prefix, token, side) where engine and reference masks differ; asserts the oracle path."""
-    ref = ReferenceChecker(grammar)
-    out = []
-    for sample in samples:
-        engine.reset()
-        prefix = b""
-        for t in tok.encode(sample) + [tok.eos_id]:
-            got = allowed(engine, tok)
-            want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
-            out += [(prefix, i, "engine only" if i in got else "reference only") for i in sorted(got ^ want)]
-            assert t in got, f"oracle token {tok.token_bytes[t]!r} masked after {prefix!r}"
-            if t == tok.eos_id:
-                break
-            assert engine.commit(t)
-            prefix += tok.token_bytes[t]
-    return out
 
 
 @pytest.mark.parametrize("case", ["tiny_sql", "ambiguous", "words", "marker"])
@@ -58,7 +33,7 @@ def test_masks_equal_reference_at_every_step(case, bytes_tokenizer):
     engine = KbnfEngine()
     engine.compile(GrammarSpec(case, text), bytes_tokenizer)
     assert engine.side is not None   # the byte f4 prefixes the marker: it is asked of the side engine
-    assert walk(engine, GrammarSpec(case, text), bytes_tokenizer, samples) == []
+    assert disagreements(engine, GrammarSpec(case, text), bytes_tokenizer, samples) == []
 
 
 def test_options_reach_kbnf_config(bytes_tokenizer):
@@ -67,7 +42,7 @@ def test_options_reach_kbnf_config(bytes_tokenizer):
     assert config.engine_config.cache_enabled is False and config.compression_config.min_terminals == 3
     grammar = GrammarSpec("tiny_sql", (GRAMMARS / "tiny_sql.lark").read_text())
     engine.compile(grammar, bytes_tokenizer)
-    assert walk(engine, grammar, bytes_tokenizer, (GRAMMARS / "tiny_sql.txt").read_text().splitlines()[:2]) == []
+    assert disagreements(engine, grammar, bytes_tokenizer, (GRAMMARS / "tiny_sql.txt").read_text().splitlines()[:2]) == []
     with pytest.raises(ValueError, match="unknown option"):
         KbnfEngine(cache=True)
 
