@@ -43,7 +43,25 @@ def _shm_file(prefix: str) -> str:
     return path
 
 
-class StepLog:
+class _SharedFile:
+    """A memory-mapped file shared by the parent and the worker (``path``, ``buf``): unlink and close."""
+
+    path: str
+    buf: np.ndarray | None
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def close(self, unlink: bool = False) -> None:
+        self.buf = None
+        if unlink:
+            self.unlink()
+
+
+class StepLog(_SharedFile):
     """The running sample's rows in a small memory-mapped file shared by the parent and the child.
 
     The child stores a row and then the row count with plain memory writes: no system call and no wake-up of
@@ -95,19 +113,9 @@ class StepLog:
         """The stored rows as lists of floats in the layout's order (:meth:`RowLayout.columns` types them)."""
         return self.buf[1: self.count + 1].tolist()
 
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-
-    def close(self, unlink: bool = False) -> None:
-        self.buf = None
-        if unlink:
-            self.unlink()
 
 
-class SlotJournal:
+class SlotJournal(_SharedFile):
     """Rows of the sequences in flight in batch mode, one region per slot, in a memory-mapped file shared with
     the parent (like :class:`StepLog`: plain memory writes, no wake-up of the parent).
 
@@ -170,14 +178,4 @@ class SlotJournal:
         """work index -> columns, for every slot holding a sequence."""
         return {int(self.buf[i, 0, 0]): self.columns(i) for i in range(self.slots) if self.buf[i, 0, 0] >= 0}
 
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-
-    def close(self, unlink: bool = False) -> None:
-        self.buf = None
-        if unlink:
-            self.unlink()
 

@@ -66,6 +66,16 @@ def peak_rss_mb() -> float:
 # --------------------------------------------------------------------------------------------------------------
 # one sample
 # --------------------------------------------------------------------------------------------------------------
+def step_verdict(allowed: bool, last: bool, tok: int, step: int) -> tuple[Outcome | None, str]:
+    """What one mask says of the sample (single and batch mode alike): at the last step EOS must be allowed
+    (``ok``/``no_eos``), before it the oracle token (``rejected``); ``(None, "")``: go on and commit ``tok``."""
+    if last:
+        return (Outcome.OK, "") if allowed else (Outcome.NO_EOS, "EOS not allowed at the end")
+    if not allowed:
+        return Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}"
+    return None, ""
+
+
 def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), token_bytes=None):
     """Run one sample, calling ``emit(row)`` after each mask (a :data:`WORKER_STEP` row, commit_us 0) and
     ``emit.commit_time(us)`` after each commit.
@@ -95,13 +105,8 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
         # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
         emit(WORKER_STEP.pack(step=step, prefix_bytes=nbytes, mask_us=(t1 - t0) / 1000.0, commit_us=0.0,
                               n_allowed=mask_count(mask, vocab_size), oracle_allowed=allowed))
-        outcome, message = None, ""
-        if step == last:
-            outcome = Outcome.OK if allowed else Outcome.NO_EOS
-            message = "" if allowed else "EOS not allowed at the end"
-        elif not allowed:
-            outcome, message = Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}"
-        else:
+        outcome, message = step_verdict(allowed, step == last, tok, step)
+        if outcome is None:
             try:
                 t2 = perf()
                 ok = engine.commit(tok)

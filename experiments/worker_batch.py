@@ -17,7 +17,7 @@ import numpy as np
 
 from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
 from gcdbench.experiments.steplog import SlotJournal, StepLog
-from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss
+from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss, step_verdict
 from gcdbench.parsers.base import EngineError, Outcome, allocate_mask, mask_count, mask_get
 
 
@@ -209,13 +209,8 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
             journal.append(i, WORKER_BATCH_STEP.pack(step=step, prefix_bytes=q.nbytes, mask_us=share, commit_us=0.0,
                                                      n_allowed=mask_count(mask, vocab), oracle_allowed=allowed,
                                                      batch_step=batch_step))
-            outcome, message = None, ""
-            if step == len(q.steps) - 1:
-                outcome = Outcome.OK if allowed else Outcome.NO_EOS
-                message = "" if allowed else "EOS not allowed at the end"
-            elif not allowed:
-                outcome, message = Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}"
-            else:
+            outcome, message = step_verdict(allowed, step == len(q.steps) - 1, tok, step)
+            if outcome is None:
                 try:
                     t2 = perf()
                     ok = seqs[i].commit(tok)
