@@ -27,6 +27,24 @@ CHAR_FLAGS = re.IGNORECASE | re.DOTALL | re.ASCII   # the flags that change what
 # --------------------------------------------------------------------------------------------------
 # UTF-8 facts
 # --------------------------------------------------------------------------------------------------
+#: what a regex construct without a whole-match automaton is, in a user's words (``re._parser`` op names)
+_NO_AUTOMATON = {
+    "AT": "an anchor or word boundary (^ $ \\A \\Z \\b \\B)",
+    "ASSERT": "a lookahead or lookbehind",
+    "ASSERT_NOT": "a negative lookahead or lookbehind",
+    "GROUPREF": "a back-reference",
+    "GROUPREF_EXISTS": "a conditional group (?(id)...)",
+    "ATOMIC_GROUP": "an atomic group (?>...)",
+    "POSSESSIVE_REPEAT": "a possessive repeat (*+ ++ ?+)",
+}
+
+
+def construct_name(op) -> str:
+    """A regex construct no engine here reads as a language (a zero-width or context-dependent one), named for
+    the user: ``construct_name(AT)`` is 'an anchor or word boundary (^ $ \\A \\Z \\b \\B)'."""
+    return _NO_AUTOMATON.get(str(op), f"construct {op}")
+
+
 def utf8_len(lead: int) -> int:
     """Length of the UTF-8 sequence a lead byte starts (0: not a lead byte)."""
     if 0xC2 <= lead <= 0xDF:

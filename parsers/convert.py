@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.grammar import GrammarIR, load_ir
-from gcdbench.parsers.charsets import AtomSets, complement
+from gcdbench.parsers.charsets import AtomSets, complement, construct_name
 
 _MAXREPEAT = sre_c.MAXREPEAT
 
@@ -59,7 +59,8 @@ class _RegexToEBNF:
         self.sets = AtomSets("python_re", "unicode")
 
     def fail(self, what) -> CompileError:
-        return CompileError(f"terminal {self.name}: regex construct {what} has no EBNF translation")
+        return CompileError(f"terminal {self.name}: {construct_name(what)} has no EBNF translation; rewrite the"
+                            " terminal without it")
 
     def char_class(self, ranges) -> str:
         """The set as ``[...]``, or as ``[^...]`` of its complement when that is shorter (e.g. ``[^']``)."""

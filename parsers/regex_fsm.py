@@ -49,8 +49,8 @@ except ImportError:  # pragma: no cover
 
 from gcdbench.parsers.base import CompileError
 from gcdbench.parsers.charsets import (  # noqa: F401 - SEMANTICS ... simple_case_fold: re-exported
-    CASE_FOLDS, CHAR_FLAGS, MAX_NFA_STATES, REGEX_CLASSES, SEMANTICS, UNIVERSE, AtomSets, codepoint_range, re_set,
-    simple_case_fold, utf8_len, utf8_second_range)
+    CASE_FOLDS, CHAR_FLAGS, MAX_NFA_STATES, REGEX_CLASSES, SEMANTICS, UNIVERSE, AtomSets, codepoint_range,
+    construct_name, re_set, simple_case_fold, utf8_len, utf8_second_range)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -122,8 +122,9 @@ class _NFA:
             self.eps[cur].append(end)
             return end
         raise CompileError(
-            f"terminal {self.name}: regex construct {op} is not supported (anchors, lookarounds, back-references,"
-            f" atomic groups and possessive repeats have no whole-match automaton here); rewrite the terminal"
+            f"terminal {self.name}: {construct_name(op)} has no whole-match automaton here (anchors, word"
+            f" boundaries, lookarounds, back-references, atomic groups and possessive repeats); rewrite the terminal"
+            f" without it"
         )
 
     def closure(self, states) -> frozenset:

@@ -15,7 +15,7 @@ import pytest
 
 from gcdbench.datasets.base import load_grammar
 from gcdbench.experiments.audit import Auditor
-from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids
 from gcdbench.parsers.registry import engine_class
 
 # prefixes with forced bytes next (true/false/null part-way) and one without (inside a string)
@@ -100,14 +100,15 @@ def _walk_utf8(allowed) -> set:
     return out
 
 
-def _class_walks(name: str, cls: str, tok, **options) -> tuple[set, set]:
+def _class_walks(name: str, cls: str, tok, ignore_case: bool = False, **options) -> tuple[set, set]:
     """(what engine ``name`` accepts, what the reference's reading under its declared profile accepts) for the
-    one-character terminal ``/cls/``, each walked over every UTF-8 sequence it allows."""
+    one-character terminal ``/cls/`` (``/cls/i`` with ``ignore_case``), each walked over every UTF-8 sequence it
+    allows."""
     from gcdbench.parsers.regex_fsm import byte_dfa
 
     byte_id = {b[0]: i for i, b in enumerate(tok.token_bytes) if len(b) == 1}
     engine = engine_class(name)(**options)
-    engine.compile(GrammarSpec("cls", f"start: C\nC: /{cls}/\n"), tok)
+    engine.compile(GrammarSpec("cls", f"start: C\nC: /{cls}/{'i' if ignore_case else ''}\n"), tok)
     prof = engine.profile()
     mask = allocate_mask(tok.vocab_size)
 
@@ -118,7 +119,7 @@ def _class_walks(name: str, cls: str, tok, **options) -> tuple[set, set]:
         engine.fill_mask(mask)
         return sorted(tok.token_bytes[i][0] for i in mask_to_ids(mask, tok.vocab_size) if len(tok.token_bytes[i]) == 1)
 
-    dfa = byte_dfa("C", cls, False, prof.case_fold, prof.regex_classes)
+    dfa = byte_dfa("C", cls, ignore_case, prof.case_fold, prof.regex_classes)
 
     def dfa_allowed(prefix: bytes):
         q = dfa.start
@@ -155,11 +156,17 @@ CLASS_FINDINGS = {
     ("kbnf", "."): (set(), {0xFFFF, 0x10FFFF}),
     # XGrammar's '.' takes ED A0-BF xx, the UTF-8 form of the surrogates U+D800-U+DFFF (not UTF-8)
     ("xgrammar", "."): ({bytes([0xED, b2, b3]) for b2 in range(0xA0, 0xC0) for b3 in range(0x80, 0xC0)}, set()),
+    # CFGzip compiles through XGrammar's grammar compiler: the same
+    ("cfgzip", "."): ({bytes([0xED, b2, b3]) for b2 in range(0xA0, 0xC0) for b3 in range(0x80, 0xC0)}, set()),
+    # GLRMask folds with the Turkic entries of CaseFolding.txt (status T) besides C and S: U+0130 (dotted capital
+    # I) matches a class holding i, U+0131 (dotless i) one holding I
+    ("glrmask", "fold:lower"): ({0x130}, set()),
+    ("glrmask", "fold:upper"): ({0x131}, set()),
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["xgrammar", "glrmask", "kbnf", "valiant", "psc", "pre3"])
+@pytest.mark.parametrize("name", ["xgrammar", "glrmask", "kbnf", "valiant", "psc", "pre3", "cfgzip"])
 @pytest.mark.parametrize("cls", [r"\s", r"\w", r"\d", r"."])
 def test_every_engine_reads_regex_classes_as_its_declared_profile(bytes_tokenizer, name, cls):
     """Issue 27: each engine's reading of ``\\s \\w \\d .``, over every code point the class touches, equals its
@@ -167,6 +174,57 @@ def test_every_engine_reads_regex_classes_as_its_declared_profile(bytes_tokenize
     got, want = _class_walks(name, cls, bytes_tokenizer)
     engine_only, profile_only = CLASS_FINDINGS.get((name, cls), (set(), set()))
     assert (got - want, want - got) == (engine_only, profile_only), _show(got, want)
+
+
+def _cased_class(side: str) -> str:
+    """A regex class of every code point that is its own lower case and has another case (``side="lower"``), or
+    is its own upper case and has a lower case (``"upper"``), as ranges: under ``/.../i`` each engine must add
+    the other case of every member, exactly as its declared ``case_fold`` says (title case, Kelvin sign, long s,
+    final sigma, Turkic i and the rest come only from folding)."""
+    def keep(c: str) -> bool:
+        if side == "lower":
+            return c.lower() == c and (c.upper() != c or c.casefold() != c)
+        return c.upper() == c and c.lower() != c
+
+    ranges: list[list[int]] = []
+    for c in range(0x110000):
+        if 0xD800 <= c < 0xE000 or not keep(chr(c)):
+            continue
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    esc = lambda c: f"\\U{c:08x}" if c > 0xFFFF else f"\\u{c:04x}"   # noqa: E731
+    return "[" + "".join(esc(a) if a == b else f"{esc(a)}-{esc(b)}" for a, b in ranges) + "]"
+
+
+ALL_ENGINES = ["xgrammar", "llguidance", "glrmask", "kbnf", "valiant", "psc", "pre3", "cfgzip"]
+
+
+@pytest.mark.parametrize("name", ALL_ENGINES)
+@pytest.mark.parametrize("side", ["lower", "upper"])
+def test_every_engine_folds_case_as_its_declared_profile(bytes_tokenizer, name, side):
+    """Issue 27: case folding walked over every code point it touches. ``/[all lower-case letters]/i`` and
+    ``/[all upper-case letters]/i`` (about 1,450 code points each; 2,800-2,900 after folding) accept exactly what
+    the reference reads under the engine's declared ``case_fold``, except the findings pinned in CLASS_FINDINGS."""
+    options = {"forcing": False} if name == "llguidance" else {}
+    got, want = _class_walks(name, _cased_class(side), bytes_tokenizer, ignore_case=True, **options)
+    assert len(want) > 2000
+    engine_only, profile_only = CLASS_FINDINGS.get((name, f"fold:{side}"), (set(), set()))
+    assert (got - want, want - got) == (engine_only, profile_only), _show(got, want)
+
+
+@pytest.mark.parametrize("name", ["reference", *ALL_ENGINES])
+@pytest.mark.parametrize("terminal", [r"/a\b./", r"/a\B./", r"/a\b/"])
+def test_no_engine_reads_word_boundaries_and_each_says_so(bytes_tokenizer, name, terminal):
+    """Issue 27's ``\\b``: no engine implements a word boundary inside a terminal (LLGuidance: "lookarounds not
+    supported"; the EBNF converters and the reference's automaton have no zero-width constructs), so there is no
+    language to walk. Each refuses the grammar with a typed CompileError naming the construct, never a crash
+    or a silently different language; the runner records that as compile_error."""
+    engine = engine_class(name)(**({"forcing": False} if name == "llguidance" else {}))
+    with pytest.raises(CompileError) as err:
+        engine.compile(GrammarSpec("wb", f"start: C D?\nC: {terminal}\nD: /./\n"), bytes_tokenizer)
+    assert "word boundary" in str(err.value) or "lookarounds not supported" in str(err.value), str(err.value)
 
 
 def test_llguidance_agrees_with_its_profile_on_unicode_space_and_word_classes(bytes_tokenizer):
