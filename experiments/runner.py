@@ -335,8 +335,10 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
     if int(cfg.audit.per_sample) == 0:   # a resume with the audit turned off: the saved masks stay unaudited
         for npz in pending:
             npz.unlink()
+        why = "audit.per_sample=0 on resume: the masks saved for the audit were dropped"
+        print(f"note: {cell.out}: {why} ({len(pending)} sample(s) stay unaudited)", file=sys.stderr)
         if session is not None:
-            session["audit_error"] = "audit.per_sample=0 on resume: the masks saved for the audit were dropped"
+            session["audit_error"] = why
         return
     by_id = {s.id: s for s in dataset.samples}
     jobs = []

@@ -497,3 +497,60 @@ def test_killed_write_leaves_no_temporary_and_no_blank_report_row(tmp_path, word
     assert not list(cell.glob(".*.tmp*"))
     assert len(collect(tmp_path)) == 1
 
+
+
+def test_copied_cell_is_reported_once_and_named(tmp_path, words, capsys):
+    """Issue 27, item 4: a cell folder copied elsewhere under the results root (same identity, commit and machine)
+    was reported twice without comment (two rows in the cells and audit tables). Now once, from the first; the
+    copy is named once under "Not reported"."""
+    import shutil
+
+    from gcdbench.experiments.report import collect, write_report
+
+    cell = run(make_cfg(tmp_path / "runs" / "a", "engine=reference", *words, "samples=2"))
+    copy = tmp_path / "runs" / "b" / cell.relative_to(tmp_path / "runs" / "a")
+    shutil.copytree(cell, copy)
+    capsys.readouterr()
+    write_report(tmp_path / "runs", tmp_path / "report", tokenizer="bytes")
+    err = capsys.readouterr().err
+    assert err.count("is a copy of the cell") == 1, err
+    assert len(pd.read_csv(tmp_path / "report" / "cells.csv")) == 1
+    assert list(collect(tmp_path / "runs")["path"]) == [str(cell)]
+    text = (tmp_path / "report" / "README.md").read_text()
+    assert f"{copy} is a copy of the cell {cell}" in text.split("## Not reported")[1]
+
+
+def test_runner_works_from_outside_the_repository(tmp_path, words):
+    """Issue 27, item 12: ``python -m experiments.run`` needs the repository root (the folder ``experiments/`` is
+    there); the installed package's ``python -m gcdbench.experiments.run`` (= ``gcdbench-run``) runs a cell from any
+    folder, with the configs it ships."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = subprocess.run([sys.executable, "-m", "gcdbench.experiments.run", "engine=reference", *words, "samples=1",
+                        "tokenizer=bytes", "progress=false", f"out_dir={tmp_path / 'out'}"],
+                       cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert list((tmp_path / "out").rglob("samples.parquet"))
+    assert not [p for p in elsewhere.rglob("*") if p.name != ".hydra" and ".hydra" not in p.parts], \
+        list(elsewhere.rglob("*"))
+
+
+def test_resume_with_the_audit_off_drops_the_pending_audit(tmp_path, words, monkeypatch, capsys):
+    """Issue 27, item 1: a run stopped after its samples and before their audit leaves the masks saved for the
+    audit; a resume with ``audit.per_sample=0`` audited them anyway (a cell whose audit exceeds the machine stayed
+    stuck). Now it drops them, says so in run.json, and the cell finishes with every row."""
+    from gcdbench.experiments import runner
+
+    real = runner._audit_pending
+    monkeypatch.setattr(runner, "_audit_pending", lambda *a, **k: None)   # the run stops before its audit
+    cell = run(make_cfg(tmp_path, "engine=reference", *words, "samples=3", "audit.per_sample=2"))
+    assert len(list((cell / "parts").glob("*.audit.npz"))) == 3
+    monkeypatch.setattr(runner, "_audit_pending", real)
+    called = []
+    monkeypatch.setattr("gcdbench.experiments.audit_child.audit_samples", lambda *a, **k: called.append(a))
+    capsys.readouterr()
+    run(make_cfg(tmp_path, "engine=reference", *words, "samples=3", "audit.per_sample=0"))
+    assert not called and not list((cell / "parts").glob("*.audit.npz"))
+    assert "audit.per_sample=0 on resume: the masks saved for the audit were dropped (3 sample(s) stay " \
+           "unaudited)" in capsys.readouterr().err
+    assert meta_of(cell)["n_rows"] == 3 and len(pd.read_parquet(cell / "samples.parquet")) == 3

@@ -310,14 +310,25 @@ def cell_stats(run_dir: Path) -> dict:
 def collect(root: Path) -> pd.DataFrame:
     """One row per readable cell under ``root`` (``cell_stats``); damaged cells are skipped with a warning and
     listed in ``attrs["skipped"]``."""
-    rows, skipped = [], []
+    rows, skipped, first = [], [], {}
     for r in find_runs(root):
         try:
-            rows.append(cell_stats(r))
+            row = cell_stats(r)
         except Unreadable as err:
             msg = f"{err}: cell {r} skipped"
             warn(msg)
             skipped.append(msg)
+            continue
+        key = (json.dumps(read_run(r).get("identity") or str(r), sort_keys=True, default=str), row["commit"],
+               row["machine"])
+        if key in first:   # a copy of a cell (same identity, commit and machine): its rows once, the copy named
+            msg = (f"{r} is a copy of the cell {first[key]} (same identity, commit and machine): reported once, "
+                   "from the first; remove one of the two folders")
+            warn(msg)
+            skipped.append(msg)
+            continue
+        first[key] = r
+        rows.append(row)
     df = pd.DataFrame(rows)
     df.attrs["skipped"] = skipped
     return df
