@@ -211,8 +211,10 @@ class ReferenceChecker:
     * ``lexing="longest_match"``: *contextual* maximal munch: a piece may only end where no terminal allowed
       at its start (expected there by some parse of the prefix) could go on matching the next byte (no
       backtracking, no priorities: two terminals matching the same longest text are both kept). ``lexing="standard"``: maximal munch over *all*
-      terminals, whether the parser allows them there or not, and on a tie a string literal beats a regex
-      (keywords are reserved), as Lark's standard lexer does. ``lexing="dynamic"``: each terminal takes only
+      terminals, whether the parser allows them there or not, and of the terminals that match the same longest
+      text only the first in lexer order makes the piece: higher priority, then a string literal (keywords are
+      reserved), then the longer literal, then the name: the LR engines' lexer (``parsers/lr/lexer.py``), Lark's
+      standard lexer on ordinary grammars. ``lexing="dynamic"``: each terminal takes only
       its *own* longest match (a piece of ``T`` ends only where ``T`` itself cannot go on), other terminals
       may end elsewhere: Lark's ``lexer="dynamic"``.
     * ``trailing_ignore=False``: ignored text may not start at a terminal boundary where no parse expects a
@@ -240,6 +242,11 @@ class ReferenceChecker:
             name: TerminalDFA(name, t.regex, t.ignore_case, profile.case_fold, profile.regex_classes)
             for name, t in self.ir.terminals.items()
         }
+        # the standard lexer's order among terminals matching the same longest text (``parsers/lr/lexer.py``):
+        # higher priority, then string literals (keywords are reserved), then the longer literal, then the name
+        self._order = {name: (-t.priority, 0 if t.literal is not None else 1, -len(t.literal or ""), name)
+                       for name, t in self.ir.terminals.items()}
+        self._win_memo: dict = {}
         self.earley = Earley(self.ir)
         # How the pieces that end at one byte position share boundary nodes (:data:`MERGE`): one node, whose
         # expected terminals (the union over every parse) decide the longest match's rivals and trailing ignores.
@@ -287,7 +294,8 @@ class ReferenceChecker:
         for t, q2 in started:
             if t in allowed:
                 rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else frozenset()) if self.longest else None
-                out.add((node, t, q2, rivals))
+                if not self.standard or self._can_win(t, q2, rivals):
+                    out.add((node, t, q2, rivals))
 
     def _may_end(self, term, q, rivals, byte) -> bool:
         """May the piece of ``term`` end before ``byte`` (None: at the end of the input)?"""
@@ -297,10 +305,38 @@ class ReferenceChecker:
             return True
         if byte is not None and self._extendable(term, q, rivals, byte):
             return False
-        if self.standard and self.ir.terminals[term].literal is None:
-            # a string literal matching the same text wins (Lark's standard lexer reserves keywords)
-            return not any(self.ir.terminals[t].literal is not None and self.dfas[t].accepting(r) for t, r in rivals)
+        if self.standard:   # the lexeme is the first terminal in lexer order that matches all of it
+            key = self._order[term]
+            return not any(self._order[t] < key and self.dfas[t].accepting(r) for t, r in rivals)
         return True
+
+    def _can_win(self, term, q, rivals) -> bool:
+        """Standard lexing: can the piece of ``term`` (DFA state ``q``, ``rivals`` matching the same text) still
+        end as ``term``, i.e. does some continuation reach a text ``term`` matches and no terminal earlier in lexer
+        order matches too? Without it a terminal that always loses (``/[a-z_]+/`` beside ``/[a-z0-9_]+/``) would
+        keep prefixes viable that no sentence of the standard lexer's language extends. Searched over the product
+        of ``term``'s DFA and the earlier rivals' (memoised)."""
+        key = self._order[term]
+        start = (q, frozenset((t, r) for t, r in rivals if self._order[t] < key))
+        hit = self._win_memo.get((term, start))
+        if hit is not None:
+            return hit
+        dfas, seen, todo, found = self.dfas, {start}, [start], False
+        while todo and not found:
+            qq, rs = todo.pop()
+            if dfas[term].accepting(qq) and not any(dfas[t].accepting(r) for t, r in rs):
+                found = True
+                break
+            for b in range(256):
+                q2 = dfas[term].step(qq, b)
+                if q2 is None:
+                    continue
+                nxt = (q2, frozenset((t, r2) for t, r in rs if (r2 := dfas[t].step(r, b)) is not None))
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        self._win_memo[(term, start)] = found
+        return found
 
     def _next(self, configs: frozenset, byte: int) -> frozenset:
         """The configurations after one more byte (empty: dead)."""
@@ -315,7 +351,8 @@ class ReferenceChecker:
             if q2 is not None:   # the piece goes on
                 if self.longest:
                     rivals2 = frozenset((t, r2) for t, r in rivals if (r2 := dfas[t].step(r, byte)) is not None)
-                    new.add((node, term, q2, rivals2))
+                    if not self.standard or self._can_win(term, q2, rivals2):
+                        new.add((node, term, q2, rivals2))
                 else:
                     new.add((node, term, q2, None))
             if self._may_end(term, q, rivals, byte):   # the piece ends here

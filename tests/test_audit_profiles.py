@@ -56,6 +56,34 @@ def test_dynamic_lexing_is_each_terminals_own_longest_match():
     assert scan.is_sentence(b"a xor d") and not dyn.is_viable(b"a xor d")
 
 
+def test_standard_lexing_gives_a_tie_to_the_first_terminal_in_lexer_order(bytes_tokenizer):
+    """Issue 27's audit gap on fuzzed grammars (PSC and Pre3 agreed with ``lexing="standard"`` on 73 of 106 steps):
+    two regexes matching the same longest text are not both kept; the first in lexer order (priority, literal,
+    longer literal, name) takes it, as the LR engines' lexer does. A terminal that always loses makes no prefix
+    viable (``NAME`` below: every text it matches, ``IDENT`` matches too and comes first)."""
+    from gcdbench.parsers.registry import engine_class
+
+    g = GrammarSpec("tie", 'start: "in" NAME | IDENT ("," IDENT)* | WORD ":" WORD\nNAME: /[a-z_]+/\n'
+                           'IDENT: /[a-z0-9_]+/\nWORD: /\\w+/\n%ignore " "\n')
+    std = ReferenceChecker(g, Profile(lexing="standard"))
+    assert std.is_sentence(b"ab,c1") and not std.is_viable(b"in ab")   # "ab" is IDENT, never NAME
+    assert not std.is_viable(b"ab:")                                    # nor WORD: IDENT < WORD
+    assert std.is_sentence("\u00e9t\u00e9:\u00e9".encode()) and not std.is_sentence("\u00e9:x".encode())   # WORD where IDENT fails
+    assert ReferenceChecker(g).is_sentence(b"in ab") and ReferenceChecker(g).is_sentence(b"ab:cd")
+    engine = engine_class("psc")()
+    engine.compile(g, bytes_tokenizer)
+    auditor = Auditor(g, bytes_tokenizer, engine.profile())
+    mask = np.zeros((bytes_tokenizer.vocab_size + 31) // 32, dtype=np.int32)
+    for text in ("", "in", "in ", "a", "ab,", "\u00e9"):
+        engine.reset()
+        for t in bytes_tokenizer.encode(text):
+            assert engine.commit(t)
+        engine.fill_mask(mask)
+        row = auditor.compare(text.encode(), np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")))
+        assert row["agree_profile"], (text, row)
+    engine.close()
+
+
 def test_case_fold_profiles_in_the_reference():
     g = GrammarSpec("kw", 'start: "in"i "kiss"i\n')
     text = {"python": "ın KİSS", "simple": "IN \u212aiſs", "ascii": "In KiSs"}
