@@ -84,11 +84,54 @@ class Sample:
 
 
 @dataclass
+class GrammarGroup:
+    """One grammar of a dataset that has many (MaskBench: one per JSON Schema) and the samples written in it."""
+
+    id: str
+    grammar: GrammarSpec
+    samples: list[Sample]
+
+
+@dataclass
 class Dataset:
     name: str
     grammar: GrammarSpec
     samples: list[Sample]
     meta: dict = field(default_factory=dict)   # counts, provenance, grammar statistics
+    #: a dataset of many grammars: each group's samples are teacher-forced under that group's grammar (the
+    #: runner compiles each in turn in one worker); ``samples`` is then every group's samples in group order and
+    #: ``grammar`` only names the set (see :func:`grouped`). None: one grammar for every sample
+    groups: list[GrammarGroup] | None = None
+
+    def grammar_key(self) -> str:
+        """What the cell's identity keys the grammar by: its content hash, or the hash of every group's."""
+        if not self.groups:
+            return self.grammar.key()
+        import hashlib
+
+        return hashlib.sha256("\n".join(f"{g.id} {g.grammar.key()}" for g in self.groups).encode()).hexdigest()[:16]
+
+    def group_of(self) -> dict[str, GrammarGroup]:
+        """Sample id -> its group ({} for a one-grammar dataset)."""
+        return {s.id: g for g in self.groups or () for s in g.samples}
+
+
+def grouped(name: str, groups: list[GrammarGroup], meta: dict | None = None) -> Dataset:
+    """A dataset of many grammars. Sample ids must be unique across groups. Its ``grammar`` is a stand-in that
+    names the set and refuses to compile (a tool that takes one grammar says so instead of using one of them)."""
+    samples = [s for g in groups for s in g.samples]
+    ids = [s.id for s in samples]
+    bad = [i for i in ids if "/" in i or "\\" in i or i.startswith(".")]
+    if bad:
+        raise DataError(f"dataset {name!r}: sample id {bad[0]!r} cannot name a file (a cell keeps one file per "
+                        "sample): no '/' or '\\', no leading '.'; join the group id and the sample number with '#'")
+    if len(set(ids)) != len(ids):
+        raise DataError(f"dataset {name!r}: sample ids repeat across its grammars; give each group's samples ids "
+                        "that start with the group id")
+    stand_in = GrammarSpec(name=f"{name} ({len(groups)} grammars)", lark="",
+                           refusal=f"dataset {name} has {len(groups)} grammars, one per group of samples: run it "
+                                   "with experiments.run, which compiles each group's grammar in turn")
+    return Dataset(name=name, grammar=stand_in, samples=samples, meta=dict(meta or {}), groups=list(groups))
 
 
 def data_file(data_root: str | Path, source: str, relpath: str) -> Path:

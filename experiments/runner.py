@@ -32,7 +32,7 @@ from gcdbench.experiments.provenance import (RESULT_FOLDERS, git_commit, git_sta
 from gcdbench.experiments.runrecord import build_meta  # noqa: F401 - re-exported
 from gcdbench.experiments.store import (Cell, CellBusy, CellDamaged, CellError, CellLock, CellMismatch,  # noqa: F401
                                         cell_identity, clear, engine_label, identity_diff, load_json, write_json)
-from gcdbench.experiments.supervisor import Supervised, ended, start_worker
+from gcdbench.experiments.supervisor import Supervised, ended, start_worker, switch_grammar
 from gcdbench.parsers.base import Outcome
 
 #: the columns of steps.parquet and samples.parquet (declared in experiments/schema.py)
@@ -93,6 +93,9 @@ def run(cfg) -> Path:
              else engine_label(engine_name, opts, cls.options()))
     tokenizer = load_tokenizer(cfg.tokenizer.name)
     dataset = load_dataset(cfg.dataset, data_root=cfg.data_root, n=n, seed=cfg.seed)
+    if batch_size and dataset.groups:
+        raise ConfigError(f"dataset {dataset.name} has {len(dataset.groups)} grammars (one per group of samples); "
+                          "batch mode runs one grammar: use batch.size=0, or select one group (e.g. dataset.schema=ID)")
     if n is not None and len(dataset.samples) < n:   # never a silent truncation (issue 27, item 10)
         print(f"samples={n}: dataset {dataset.name} has {len(dataset.samples)} samples; running those "
               f"{len(dataset.samples)} (samples=all says the same)", file=sys.stderr)
@@ -128,6 +131,10 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
     stored = cell.stored_outcomes()
     keep = {sid for sid, (oc, _) in stored.items()
             if Outcome(oc).attempted or (oc == Outcome.COMPILE_ERROR.value and reuse)}
+    if dataset.groups:   # many grammars: a group's deterministic refusal stands, its other failures are retried
+        reuse = None
+        keep = {sid for sid, (oc, _) in stored.items() if Outcome(oc).attempted}
+        keep |= cell.reusable_group_errors(version, dataset.group_of())
     todo = [s for s in dataset.samples if s.id not in keep]
     label = cell.identity["config"]
     if not todo:
@@ -180,10 +187,31 @@ class _Ctx:
         self.version, self.progress, self.warm_ids = version, progress, warm_ids
         self.run_deadline, self.audited = run_deadline, audited
 
-    def start(self, batch: dict | None = None):
-        """(worker, None) or (None, failure): :func:`supervisor.start_worker` with this session's arguments."""
-        return start_worker(self.cfg, self.session, self.cell, self.engine_name, self.opts, self.dataset,
-                            self.tokenizer, self.warm_ids, self.version, self.progress, batch)
+    def start(self, batch: dict | None = None, group=None):
+        """(worker, None) or (None, failure): :func:`supervisor.start_worker` with this session's arguments, for
+        the dataset's grammar or (a dataset of many grammars) ``group``'s, warmed up on that group's first sample."""
+        if group is None:
+            return start_worker(self.cfg, self.session, self.cell, self.engine_name, self.opts, self.dataset.grammar,
+                                self.tokenizer, self.warm_ids, self.version, self.progress, batch)
+        warm = group.samples[0].ids(self.tokenizer) if self.cfg.warmup else None
+        return start_worker(self.cfg, self.session, self.cell, self.engine_name, self.opts, group.grammar,
+                            self.tokenizer, warm, self.version, self.progress, batch, group=group.id)
+
+    def ready_for(self, sup, group, compiled: list) -> dict | None:
+        """A dataset of many grammars: make the worker hold ``group``'s grammar (``compiled[0]``: the group it
+        holds), switching in the running worker or starting one; the group's compile failure, or None."""
+        if compiled[0] == group.id and sup.worker is not None:
+            return None
+        failure = None
+        if sup.worker is not None:
+            failure, usable = switch_grammar(self.cfg, self.session, self.cell, sup.worker, group.grammar, group.id,
+                                             self.version)
+            if not usable:
+                sup.kill()
+        else:
+            sup.worker, failure = self.start(group=group)
+        compiled[0] = group.id if failure is None else None
+        return failure
 
     def audit_at(self, sample_id: str, n_tokens: int) -> list[int]:
         if sample_id not in self.audited:
@@ -224,12 +252,22 @@ def _fail(ctx: _Ctx, sup: Supervised, flight: dict, outcome: Outcome, message: s
 def _run_single(ctx: _Ctx, todo, failure) -> None:
     """Single mode: one sample at a time in one worker, compiled again after a failure."""
     limits = ctx.limits
+    group_of, failed, compiled = ctx.dataset.group_of(), {}, [None]
     with Supervised() as sup:
         for k, sample in enumerate(todo):
             if failure is None and time.monotonic() > ctx.run_deadline:
                 _not_run(ctx, [sample], None)
                 continue
-            if failure is None and sup.worker is None:
+            group = group_of.get(sample.id)
+            if group is not None:   # a dataset of many grammars: this sample's group's, compiled once
+                if group.id not in failed:
+                    got = ctx.ready_for(sup, group, compiled)
+                    if got is not None:
+                        failed[group.id] = got
+                if group.id in failed:
+                    _not_run(ctx, [sample], failed[group.id])
+                    continue
+            elif failure is None and sup.worker is None:
                 sup.worker, failure = ctx.start()
             if failure is not None:
                 _not_run(ctx, [sample], failure)
@@ -365,8 +403,18 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
             write_json(part, rec)
         (cell.parts / f"{sample_id}.audit.npz").unlink(missing_ok=True)
 
-    if jobs:
-        audit_samples(dataset.grammar, tokenizer.name, probe.profile(), Path(cfg.out_dir) / REFERENCE_CACHE, jobs,
+    group_of = dataset.group_of()
+    by_grammar: dict = {}   # one audit child per grammar (a dataset of many grammars has one per group)
+    for job in jobs:
+        group = group_of.get(job[0])
+        by_grammar.setdefault(group.id if group is not None else None, (group.grammar if group else dataset.grammar,
+                                                                         []))[1].append(job)
+    for grammar, grammar_jobs in by_grammar.values():
+        if grammar.refusal is not None:   # no Lark grammar (an engine with its own schema compiler ran it)
+            for sample_id, *_ in grammar_jobs:
+                on_result(sample_id, None, f"audit skipped: the harness has no grammar: {grammar.refusal}")
+            continue
+        audit_samples(grammar, tokenizer.name, probe.profile(), Path(cfg.out_dir) / REFERENCE_CACHE, grammar_jobs,
                       float(cfg.limits.sample_timeout_s), float(cfg.limits.memory_mb), on_result,
                       setup_timeout_s=float(cfg.limits.compile_timeout_s))
     if skipped and session is not None:

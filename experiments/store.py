@@ -73,7 +73,7 @@ def cell_identity(engine: str, label: str, options: dict, dataset, dataset_optio
         ids = "" if s.token_ids is None else ",".join(map(str, s.token_ids))
         digest.update(f"{s.id}\0{s.text}\0{ids}\0".encode())
     ident = {
-        "engine": engine, "config": label, "engine_options": options, "grammar_key": dataset.grammar.key(),
+        "engine": engine, "config": label, "engine_options": options, "grammar_key": dataset.grammar_key(),
         "dataset": dataset.name, "dataset_options": dataset_options, "tokenizer": tokenizer.name,
         "tokenizer_key": tokenizer.key(), "seed": seed, "n_samples": len(dataset.samples),
         "samples_digest": digest.hexdigest()[:16], "sample_ids": [s.id for s in dataset.samples],
@@ -268,6 +268,21 @@ class Cell:
                 return None
             msgs.add(fail["message"])
         return msgs.pop() if len(msgs) == 1 else None
+
+    def reusable_group_errors(self, engine_version: str, group_of: dict) -> set[str]:
+        """A dataset of many grammars: the samples whose stored compile_error is their group's deterministic
+        failure (the engine refused that grammar) under the same engine version; a resume does not compile those
+        grammars again (their other failures, timeouts and crashes, are retried)."""
+        sessions = {s["id"]: s for s in self.sessions()}
+        keep = set()
+        for sample_id, (oc, sid) in self.stored_outcomes().items():
+            group = group_of.get(sample_id)
+            if oc != Outcome.COMPILE_ERROR.value or group is None:
+                continue
+            fail = ((sessions.get(sid) or {}).get("group_failures") or {}).get(group.id) or {}
+            if fail.get("kind") in DETERMINISTIC_COMPILE_FAILURES and fail.get("engine_version") == engine_version:
+                keep.add(sample_id)
+        return keep
 
     def next_session_id(self) -> int:
         return 1 + max((s["id"] for s in self.sessions()), default=0)

@@ -153,33 +153,53 @@ def compile_failure(ev, worker: Worker, limits) -> dict:
     return {"message": f"unexpected message from the worker while compiling: {ev.value!r:.200}", "kind": "crash"}
 
 
-def start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm_ids, version, progress,
-                 batch: dict | None = None):
-    """(worker, None) once compiled and warmed up, or (None, failure) -- recorded in the session either way.
+def await_compile(worker: Worker, limits, version) -> tuple[dict | None, dict | None, bool]:
+    """Wait for the worker's compile: (info, None, True) once ``compiled``, else (info or None, failure, alive):
+    ``alive`` when the engine itself reported the failure (``compile_error``) and the worker waits for more. A
+    compile whose recorded peak is above ``limits.memory_mb`` (a burst between two polls, issue 27 item 3) is an
+    ``oom``."""
+    mem = float(limits.memory_mb)
+    ev = worker.wait(float(limits.compile_timeout_s), mem)
+    if not (ev.kind == "message" and ev.value[0] == "compiled"):
+        alive = ev.kind == "message" and ev.value[0] == "compile_error"
+        return None, {**compile_failure(ev, worker, limits), "engine_version": version}, alive
+    init = dict(ev.value[1])
+    peak = init.get("peak_rss_compile_mb") or 0
+    if peak > mem:
+        return init, {"message": f"compile exceeded the memory limit of {mem:g} MB (limits.memory_mb; {peak:.0f} MB "
+                                 "resident at its peak, between two polls)", "kind": "oom",
+                      "engine_version": version}, False
+    return init, None, True
+
+
+def _record_failure(session, failure: dict, group: str | None) -> None:
+    """A compile failure: the session's (one grammar) or its group's (a dataset of many grammars)."""
+    if group is None:
+        session["compile_failure"] = failure
+    else:
+        session.setdefault("group_failures", {})[group] = failure
+
+
+def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm_ids, version, progress,
+                 batch: dict | None = None, group: str | None = None):
+    """(worker, None) once ``grammar`` is compiled and the worker warmed up, or (None, failure) -- recorded in the
+    session either way (``group``: the group of a dataset of many grammars whose grammar this is).
     Batch mode (``batch``): the sequences are made within the compile's wait (``compile_timeout_s``; an engine
     without ``fork()`` compiles copies), and the warm-up runs through the batch path (its own time budget)."""
     limits = cfg.limits
     mem = float(limits.memory_mb)
     while True:
         progress.set_postfix_str("compiling")
-        worker = Worker(engine_name, opts, dataset.grammar, tokenizer.name, warm_ids,
+        worker = Worker(engine_name, opts, grammar, tokenizer.name, warm_ids,
                          lambda text: progress.set_postfix_str(f"compiling: {text}"[:80]), batch)
-        ev = worker.wait(float(limits.compile_timeout_s), mem)
-        if not (ev.kind == "message" and ev.value[0] == "compiled"):
-            failure = {**compile_failure(ev, worker, limits), "engine_version": version}
+        init, failure, _alive = await_compile(worker, limits, version)
+        if init is not None:
+            init.update(session=session["id"], **({"group": group} if group is not None else {}))
+        if failure is not None:
             worker.kill()
-            session["compile_failure"] = failure
-            cell.save_session(session)
-            progress.set_postfix_str("")
-            return None, failure
-        init = {**ev.value[1], "session": session["id"]}
-        peak = init.get("peak_rss_compile_mb") or 0
-        if peak > mem:   # a burst between two polls: the worker's own high-water mark shows it (issue 27, item 3)
-            failure = {"message": f"compile exceeded the memory limit of {mem:g} MB (limits.memory_mb; {peak:.0f} MB "
-                                  "resident at its peak, between two polls)", "kind": "oom", "engine_version": version}
-            worker.kill()
-            session["inits"].append(init)
-            session["compile_failure"] = failure
+            if init is not None:
+                session["inits"].append(init)
+            _record_failure(session, failure, group)
             cell.save_session(session)
             progress.set_postfix_str("")
             return None, failure
@@ -206,6 +226,25 @@ def start_worker(cfg, session, cell, engine_name, opts, dataset, tokenizer, warm
         if warm_ids is None:
             return None, {"message": "worker failed before its first sample", "kind": "died", "engine_version": version}
         warm_ids = None
+
+
+def switch_grammar(cfg, session, cell, worker: Worker, grammar, group: str, version) -> tuple[dict | None, bool]:
+    """Compile the next group's grammar in the running worker (a dataset of many grammars): (None, True) once
+    compiled, else (failure, usable): the failure is recorded under the group; ``usable`` is False when the worker
+    must be killed (it hung, died or ran out of memory) and True when the engine refused the grammar (the worker
+    waits for the next one)."""
+    if not worker.proc.send(("grammar", grammar)):
+        failure, usable = {"message": "the worker was gone before compiling", "kind": "died",
+                           "engine_version": version}, False
+        init = None
+    else:
+        init, failure, usable = await_compile(worker, cfg.limits, version)
+    if init is not None:
+        session["inits"].append({**init, "session": session["id"], "group": group})
+    if failure is not None:
+        _record_failure(session, failure, group)
+    cell.save_session(session)
+    return failure, usable
 
 
 def ended(ev, limits, timeout_s: float | None = None, which: str = "limits.sample_timeout_s") -> tuple[Outcome, str]:

@@ -3,7 +3,8 @@ untimed warm-up sample, then teacher-forces the samples the parent sends.
 
 Messages (framed pickles over :class:`gcdbench.parsers.limited.Channel`), parent -> child:
 ``("init", engine, options, grammar, tokenizer, warmup_ids, steplog_path)``, then ``("sample", sample_id, token_ids,
-audit_steps)`` or ``("stop",)``. Child -> parent: ``("attached",)`` once the StepLog is mapped (the parent then
+audit_steps)``, ``("grammar", grammar)`` (a dataset of many grammars: compile the next one here, answered by
+``compiled`` or ``compile_error``) or ``("stop",)``. Child -> parent: ``("attached",)`` once the StepLog is mapped (the parent then
 unlinks its file), ``("progress", text)`` while compiling (the engine's log records), ``("compiled", info)`` or
 ``("compile_error", {"message", "kind"})``, ``("ready", warmup)``, then per sample ``("steps", rows)`` (only when a
 sample outgrows the StepLog; rows in :data:`~gcdbench.experiments.rowlayout.WORKER_STEP` order) and ``("result",
@@ -187,6 +188,8 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
     try:
         tokenizer = load_tokenizer(tokenizer_name)
         engine = create_engine(engine_name, **engine_opts)
+        if grammar.refusal is not None and not engine.reads_json_schema:
+            raise CompileError(f"the harness has no grammar for {grammar.name}: {grammar.refusal}")
         t0 = time.perf_counter()
         engine.compile(grammar, tokenizer)
         init_s = time.perf_counter() - t0
@@ -261,6 +264,13 @@ def _serve(chan, msg) -> None:
         msg = chan.recv()
         if msg[0] == "stop":
             return
+        if msg[0] == "grammar":   # a dataset of many grammars: the next group's, compiled in this process
+            if engine is not None:
+                engine.close()
+            reset_peak_rss()
+            got = compile_engine(chan, engine_name, engine_opts, msg[1], tokenizer_name)
+            engine = got[0] if got is not None else None
+            continue
         _, sample_id, token_ids, audit_steps = msg
         reset = reset_peak_rss()
         t0 = time.perf_counter()

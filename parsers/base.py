@@ -87,12 +87,21 @@ class GrammarSpec:
     lark: str                 # full text of the .lark source
     start: str = "start"
     path: str | None = None   # where it came from, for messages
+    #: the JSON Schema (JSON text) this grammar was converted from, for engines with their own schema compiler
+    #: (``Engine.reads_json_schema``); None for a grammar written in Lark
+    json_schema: str | None = None
+    #: why the harness has no Lark grammar for this source (a schema keyword the converter cannot express):
+    #: every engine that reads ``lark`` records it as a compile_error without compiling
+    refusal: str | None = None
 
     def key(self) -> str:
         """Content hash, used to key on-disk caches of compiled artifacts."""
         import hashlib
 
-        return hashlib.sha256(f"{self.start}\n{self.lark}".encode()).hexdigest()[:16]
+        text = f"{self.start}\n{self.lark}"
+        if self.json_schema is not None or self.refusal is not None:   # a plain Lark grammar keeps its old key
+            text += f"\n{self.json_schema}\n{self.refusal}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def n_mask_words(vocab_size: int) -> int:
@@ -217,12 +226,15 @@ class Engine(ABC):
     #: the option that sets how many threads the engine (its batch path ``fill_masks`` included) may use; the
     #: runner's ``batch.threads`` sets it. None: the batch path runs on the calling thread only
     threads_option: ClassVar[str | None] = None
+    #: ``"module:function"`` building :meth:`cuda_kernels`; None: the engine has no CUDA kernels
+    cuda_signatures: ClassVar[str | None] = None
     #: the GPU agenda of an engine with CUDA kernels (``experiments/gpu_agenda.sh``): ``cuda`` / ``cpu``: the
     #: option values selecting each backend; ``sweep``: (option, values) of the occupancy sweep; ``dry_run``: the
     #: ``cuda`` options and sweep values for numba's CUDA simulator. None: no agenda
-    #: ``"module:function"`` building :meth:`cuda_kernels`; None: the engine has no CUDA kernels
-    cuda_signatures: ClassVar[str | None] = None
     cuda_agenda: ClassVar[dict | None] = None
+    #: True for an engine that compiles ``GrammarSpec.json_schema`` with its own JSON Schema compiler (it then
+    #: runs schemas the harness's converter refuses); False: it reads ``GrammarSpec.lark``
+    reads_json_schema: ClassVar[bool] = False
 
     def __init__(self, **options):
         self.opts = self.check_options(options)

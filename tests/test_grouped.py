@@ -1,0 +1,91 @@
+"""Datasets of many grammars (MaskBench: one per JSON Schema): one cell runs every group's samples under that
+group's grammar, compiled in turn in one worker; a group the engine or the harness cannot compile is a typed
+compile_error of that group's samples only, kept on resume when it is deterministic."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from gcdbench.datasets.base import GrammarGroup, Sample, grouped
+from gcdbench.experiments.config import ConfigError, register
+from gcdbench.experiments.runner import run
+from gcdbench.parsers.base import GrammarSpec
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_cfg(out_dir, *overrides):
+    register()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            f"out_dir={out_dir}", "progress=false", "tokenizer=bytes", "audit.per_sample=2", "samples=all",
+            "dataset=custom", "dataset.grammar=unused.lark", "dataset.samples=unused.txt", *overrides])
+
+
+def groups_dataset() -> object:
+    def group(gid, lark, texts, refusal=None):
+        spec = GrammarSpec(gid, lark, refusal=refusal)
+        return GrammarGroup(gid, spec, [Sample(f"{gid}#{i}", t) for i, t in enumerate(texts)])
+
+    return grouped("groups", [
+        group("words", 'start: WORD (" " WORD)*\nWORD: /[a-z]+/\n', ["abc de", "xy"]),
+        group("digits", "start: NUM\nNUM: /[0-9]+/\n", ["12", "1x"]),
+        group("unconvertible", "", ["1"], refusal="keyword 'uniqueItems' at #/items: not a context-free language"),
+        group("not_lalr", 'start: a | b\na: "x"\nb: "x"\n', ["x"]),
+        group("words_again", 'start: WORD+\nWORD: /[a-z]/\n', ["ab"]),
+    ])
+
+
+@pytest.fixture
+def groups(monkeypatch):
+    ds = groups_dataset()
+    monkeypatch.setattr("gcdbench.datasets.registry.load_dataset", lambda *a, **k: ds)
+    return ds
+
+
+def outcomes(cell: Path) -> dict:
+    df = pd.read_parquet(cell / "samples.parquet")
+    return dict(zip(df["sample_id"], df["outcome"]))
+
+
+def test_each_group_runs_under_its_own_grammar_in_one_worker(tmp_path, groups):
+    cell = run(make_cfg(tmp_path, "engine=psc"))
+    assert outcomes(cell) == {"words#0": "ok", "words#1": "ok", "digits#0": "ok", "digits#1": "rejected",
+                              "unconvertible#0": "compile_error", "not_lalr#0": "compile_error",
+                              "words_again#0": "ok"}
+    meta = json.loads((cell / "run.json").read_text())
+    session = meta["sessions"][0]
+    # compiled once per group, all in the first worker (the refusals leave it waiting for the next grammar)
+    assert [i.get("group") for i in session["inits"]] == ["words", "digits", "words_again"]
+    fails = session["group_failures"]
+    assert set(fails) == {"unconvertible", "not_lalr"}
+    assert "uniqueItems" in fails["unconvertible"]["message"] and fails["not_lalr"]["kind"] == "refused"
+    audit = pd.read_parquet(cell / "audit.parquet")
+    assert set(audit["sample_id"]) == {"words#0", "words#1", "digits#0", "digits#1", "words_again#0"}
+    assert audit["agree_profile"].all()
+    # the refusals are deterministic: a resume has nothing to do
+    again = run(make_cfg(tmp_path, "engine=psc"))
+    assert len(json.loads((again / "run.json").read_text())["sessions"]) == 1
+
+
+def test_the_reference_runs_every_group_it_can_read(tmp_path, groups):
+    cell = run(make_cfg(tmp_path, "engine=reference"))
+    got = outcomes(cell)
+    assert got["not_lalr#0"] == "ok" and got["unconvertible#0"] == "compile_error" and got["digits#1"] == "rejected"
+
+
+def test_batch_mode_refuses_many_grammars(tmp_path, groups):
+    with pytest.raises(ConfigError, match="has 5 grammars"):
+        run(make_cfg(tmp_path, "engine=psc", "batch.size=2"))
+
+
+def test_sample_ids_must_be_unique_across_groups():
+    from gcdbench.datasets.base import DataError
+
+    g = GrammarSpec("g", "start: A\nA: /a/\n")
+    with pytest.raises(DataError, match="repeat across its grammars"):
+        grouped("d", [GrammarGroup("a", g, [Sample("s", "a")]), GrammarGroup("b", g, [Sample("s", "a")])])
