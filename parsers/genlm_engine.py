@@ -143,12 +143,17 @@ class GenLMEngine(Engine):
         nexts = [self._next(cols)]   # nexts[d]: bytes allowed after d bytes of the current token (None: not asked)
         step = self.earley.next_column
         allowed = []
-        for idx, common in zip(order.tolist(), lcp.tolist()):
+        ids, common_of = order.tolist(), lcp.tolist()
+        common_of.append(0)
+        for n, idx in enumerate(ids):
+            common = common_of[n]
             if common >= len(nexts):          # shares a byte that was refused below this depth
                 continue
             del nexts[common + 1:]
             del cols[base + common:]
             data = tb[idx]
+            # the column after the token's last byte is built only if the next token (sorted) extends this one
+            last = len(data) if common_of[n + 1] >= len(data) else len(data) - 1
             ok = True
             for d in range(common, len(data)):
                 here = nexts[d]
@@ -158,8 +163,9 @@ class GenLMEngine(Engine):
                 if b not in here:
                     ok = False
                     break
-                cols.append(step(cols, b))
-                nexts.append(None)
+                if d < last:
+                    cols.append(step(cols, b))
+                    nexts.append(None)
             if ok and idx not in special:
                 allowed.append(idx)
         if self.eos_symbol in nexts[0]:
