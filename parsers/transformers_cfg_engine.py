@@ -17,7 +17,7 @@ Known differences from the reference, all in transformers-cfg itself (``recogniz
 ``token_grammar_recognizer.py``):
 
 * its mask walk has two paths, chosen by whether the grammar *text* has a non-ASCII character (option
-  ``path=auto``): the byte path reads every byte of a token as a code point of its own (a token with a
+  ``mask_path=auto``): the byte path reads every byte of a token as a code point of its own (a token with a
   multi-byte character is checked byte by byte against the classes), the unicode path decodes UTF-8 but
   restarts from the stack for every trie node; commits always decode UTF-8, so a token the byte path allowed
   may be refused on commit;
@@ -142,7 +142,7 @@ class _Vocabulary:
 
 @dataclass
 class TransformersCfgOptions:
-    path: str = option("auto", "the mask walk: auto (transformers-cfg's own choice: unicode iff the grammar text "
+    mask_path: str = option("auto", "the mask walk: auto (transformers-cfg's own choice: unicode iff the grammar text "
                        "has a non-ASCII character; the converter escapes them, so bytes), bytes, unicode",
                        choices=("auto", "bytes", "unicode"))
     max_cached_masks: int = option(1024, "entries of transformers-cfg's per-stack mask cache (an lru_cache of one "
@@ -190,8 +190,8 @@ class TransformersCfgEngine(Engine):
             self.rec = IncrementalTokenRecognizer(self.source, "root", vocab, trie=trie, homomorphism=vocab)
         except (RuntimeError, ValueError, KeyError, IndexError, RecursionError) as err:
             raise CompileError(f"transformers-cfg refused the grammar: {type(err).__name__}: {err}") from err
-        if self.opts["path"] != "auto":
-            self.rec.use_unicode = self.opts["path"] == "unicode"
+        if self.opts["mask_path"] != "auto":
+            self.rec.use_unicode = self.opts["mask_path"] == "unicode"
         self.device = torch.device("cpu")
         self.vocab_size = tokenizer.vocab_size
         self.eos_id = tokenizer.eos_id

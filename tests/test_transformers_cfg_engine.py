@@ -38,7 +38,7 @@ def test_unicode_path_allows_incomplete_utf8_after_a_sentence(bytes_tokenizer):
     (the prefix is a sentence): only such non-ASCII bytes differ, and only after sentences."""
     text, samples = CASES["words"]
     grammar = GrammarSpec("words", text)
-    engine = TransformersCfgEngine(path="unicode")
+    engine = TransformersCfgEngine(mask_path="unicode")
     engine.compile(grammar, bytes_tokenizer)
     found = disagreements(engine, grammar, bytes_tokenizer, samples)
     assert found and {side for _, _, side in found} == {"engine only"}
@@ -58,7 +58,7 @@ def test_byte_path_reads_bytes_as_code_points(bytes_tokenizer):
     engine = TransformersCfgEngine()
     engine.compile(grammar, bytes_tokenizer)
     assert allowed(engine, bytes_tokenizer) == {0xE9}
-    engine = TransformersCfgEngine(path="unicode")
+    engine = TransformersCfgEngine(mask_path="unicode")
     engine.compile(grammar, bytes_tokenizer)
     assert allowed(engine, bytes_tokenizer) == {0xC3}
     assert engine.commit(0xC3) and engine.commit(0xA9)
@@ -76,8 +76,8 @@ def test_left_recursion_is_refused(text, cycle, bytes_tokenizer):
 
 
 def test_options_and_commit_refusal(bytes_tokenizer):
-    with pytest.raises(ValueError, match="path='fast' is not allowed"):
-        TransformersCfgEngine(path="fast")
+    with pytest.raises(ValueError, match="mask_path='fast' is not allowed"):
+        TransformersCfgEngine(mask_path="fast")
     with pytest.raises(ValueError, match="unknown option"):
         TransformersCfgEngine(device="cuda")
     engine = TransformersCfgEngine(max_cached_masks=1)
