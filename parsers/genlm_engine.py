@@ -121,6 +121,7 @@ class GenLMEngine(Engine):
         self.token_bytes = tokenizer.token_bytes
         self.eos_id = tokenizer.eos_id
         self.vocab_size = tokenizer.vocab_size
+        self._walk = None
         self.reset()
 
     def reset(self) -> None:
@@ -132,10 +133,23 @@ class GenLMEngine(Engine):
             return {y for y, w in self.earley.next_token_weights(cols).items() if w}
         return {y for y, items in cols[-1].waiting_for.items() if items}
 
-    def fill_mask(self, out: np.ndarray) -> None:
+    def _vocab_walk(self):
+        """The sorted vocabulary (ids, common-prefix lengths with a trailing 0) and, per first byte, the range of
+        positions whose tokens start with it (the walk skips the ranges of refused first bytes)."""
         from gcdbench.parsers.reference import _sorted_vocab
 
-        order, lcp = _sorted_vocab(self.tokenizer)
+        if getattr(self, "_walk", None) is None:
+            order, lcp = _sorted_vocab(self.tokenizer)
+            ids, common_of = order.tolist(), lcp.tolist() + [0]
+            ranges: dict[int, list[int]] = {}
+            for n, idx in enumerate(ids):
+                first = self.token_bytes[idx][0]
+                ranges.setdefault(first, [n, n])[1] = n + 1
+            self._walk = (ids, common_of, ranges)
+        return self._walk
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        ids, common_of, ranges = self._vocab_walk()
         tb = self.token_bytes
         special = set(self.tokenizer.special_ids.values())
         cols = list(self.cols)
@@ -143,31 +157,31 @@ class GenLMEngine(Engine):
         nexts = [self._next(cols)]   # nexts[d]: bytes allowed after d bytes of the current token (None: not asked)
         step = self.earley.next_column
         allowed = []
-        ids, common_of = order.tolist(), lcp.tolist()
-        common_of.append(0)
-        for n, idx in enumerate(ids):
-            common = common_of[n]
-            if common >= len(nexts):          # shares a byte that was refused below this depth
-                continue
-            del nexts[common + 1:]
-            del cols[base + common:]
-            data = tb[idx]
-            # the column after the token's last byte is built only if the next token (sorted) extends this one
-            last = len(data) if common_of[n + 1] >= len(data) else len(data) - 1
-            ok = True
-            for d in range(common, len(data)):
-                here = nexts[d]
-                if here is None:
-                    here = nexts[d] = self._next(cols)
-                b = data[d]
-                if b not in here:
-                    ok = False
-                    break
-                if d < last:
-                    cols.append(step(cols, b))
-                    nexts.append(None)
-            if ok and idx not in special:
-                allowed.append(idx)
+        for first in sorted(b for b in nexts[0] if b in ranges):
+            lo, hi = ranges[first]
+            for n in range(lo, hi):
+                common = common_of[n] if n > lo else 0
+                if common >= len(nexts):          # shares a byte that was refused below this depth
+                    continue
+                del nexts[common + 1:]
+                del cols[base + common:]
+                data = tb[ids[n]]
+                # the column after the token's last byte is built only if the next token (sorted) extends it
+                last = len(data) if n + 1 < hi and common_of[n + 1] >= len(data) else len(data) - 1
+                ok = True
+                for d in range(common, len(data)):
+                    here = nexts[d]
+                    if here is None:
+                        here = nexts[d] = self._next(cols)
+                    b = data[d]
+                    if b not in here:
+                        ok = False
+                        break
+                    if d < last:
+                        cols.append(step(cols, b))
+                        nexts.append(None)
+                if ok and ids[n] not in special:
+                    allowed.append(ids[n])
         if self.eos_symbol in nexts[0]:
             allowed.append(self.eos_id)
         out[:] = ids_to_mask(allowed, self.vocab_size)
