@@ -5,9 +5,10 @@ Boolean weights here). The byte-level CFG is built from the project's grammar (:
 rules as they are, and each terminal its UTF-8 byte DFA from :mod:`gcdbench.parsers.regex_fsm` written as
 right-linear rules, with the ``%ignore``d text inlined after every terminal, so the language is the
 reference's (``Profile()``: scannerless, like GenLM's own ``lark_interface``, which has no longest-match lexer
-either). GenLM's own ``LarkStuff.byte_cfg`` is not used: it reads negated classes and ``.`` against
-``string.printable`` only and ``\\s \\w \\d`` as ASCII (interegular), allows one ignored piece per gap, before
-a terminal but not after the last one; none of which a :class:`Profile` expresses.
+either). ``front_end=lark_interface`` uses GenLM's own ``LarkStuff(text).byte_cfg()`` instead; its language
+differs (declared as far as a :class:`Profile` goes: ignored text before the first terminal and not after the
+last, ASCII classes and case folds; not expressible, hence audit disagreements: negated classes and ``.`` read
+against ``string.printable`` only, one ignored piece per gap, start rule named ``start`` only).
 
 GenLM has no token-level mask: the mask walks the vocabulary's bytes in sorted order
 (:func:`gcdbench.parsers.reference._sorted_vocab`, the byte trie as a sorted list with common-prefix lengths),
@@ -77,8 +78,33 @@ def byte_cfg(spec: GrammarSpec):
     return cfg
 
 
+def lark_interface_cfg(spec: GrammarSpec):
+    """GenLM's own Lark front end (``genlm.grammar.lark_interface``), as a Boolean CFG over bytes."""
+    import warnings
+
+    from genlm.grammar import Boolean
+    from genlm.grammar.lark_interface import LarkStuff
+
+    if spec.start != "start":
+        raise CompileError(f"genlm's lark_interface takes the start rule 'start' only, not {spec.start!r}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # it warns about the multi-character arcs it drops
+            cfg = LarkStuff(spec.lark).byte_cfg()
+    except Exception as err:   # Lark, interegular (lookaround, unsupported regex) or its own asserts
+        raise CompileError(f"genlm's lark_interface refused the grammar: {type(err).__name__}: {err}") from err
+    cfg = cfg.map_values(lambda w: Boolean(w > 0), Boolean)
+    # every byte a terminal: Earley renumbers nonterminals from the largest integer terminal up, so they never
+    # take a byte's number (with only the bytes used, a nonterminal could be numbered 102, the byte 'f')
+    cfg.V |= set(range(256))
+    return cfg
+
+
 @dataclass
 class GenLMOptions:
+    front_end: str = option("ours", "the byte-level CFG: ours (from the project's grammar IR and byte DFAs, the "
+                            "reference's language) or lark_interface (GenLM's own LarkStuff.byte_cfg)",
+                            choices=("ours", "lark_interface"))
     next_bytes: str = option("chart", "how the walk asks which bytes may follow a trie node: chart (the Earley "
                              "column's pending terminals) or p_next (BoolCFGLM's next_token_weights over the prefix "
                              "grammar)", choices=("chart", "p_next"))
@@ -103,13 +129,16 @@ class GenLMEngine(Engine):
         return "O(n^3)"   # Earley: cubic in the prefix length on ambiguous grammars
 
     def profile(self) -> Profile:
+        if self.opts["front_end"] == "lark_interface":
+            return Profile(leading_ignore=True, trailing_ignore=False, case_fold="ascii", regex_classes="ascii")
         return Profile()
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         from genlm.grammar import EOS, add_EOS
         from genlm.grammar.parse.earley import Earley
 
-        cfg = add_EOS(byte_cfg(grammar), eos=EOS)
+        build = lark_interface_cfg if self.opts["front_end"] == "lark_interface" else byte_cfg
+        cfg = add_EOS(build(grammar), eos=EOS)
         self.cfg_rules = cfg.num_rules
         self.prefix = self.opts["next_bytes"] == "p_next"
         try:
@@ -117,6 +146,7 @@ class GenLMEngine(Engine):
         except (ValueError, AssertionError, KeyError, RecursionError) as err:
             raise CompileError(f"genlm could not build its parser: {type(err).__name__}: {err}") from err
         self.eos_symbol = EOS
+        self.terminals = frozenset(self.earley.cfg.V)
         self.tokenizer = tokenizer
         self.token_bytes = tokenizer.token_bytes
         self.eos_id = tokenizer.eos_id
@@ -131,7 +161,7 @@ class GenLMEngine(Engine):
         """What may follow the prefix of ``cols``: a set (p_next) or the column's pending-terminal dict (chart)."""
         if self.prefix:
             return {y for y, w in self.earley.next_token_weights(cols).items() if w}
-        return {y for y, items in cols[-1].waiting_for.items() if items}
+        return {y for y, items in cols[-1].waiting_for.items() if items and y in self.terminals}
 
     def _vocab_walk(self):
         """The sorted vocabulary (ids, common-prefix lengths with a trailing 0) and, per first byte, the range of
@@ -205,5 +235,5 @@ class GenLMEngine(Engine):
         return other
 
     def info(self) -> dict:
-        return {"grammar_form": "genlm byte cfg", "cfg_rules": self.cfg_rules,
+        return {"grammar_form": f"genlm byte cfg ({self.opts['front_end']})", "cfg_rules": self.cfg_rules,
                 "next_bytes": self.opts["next_bytes"]}

@@ -65,3 +65,18 @@ def test_commit_refusal_and_fork(bytes_tokenizer):
     engine.reset()
     assert engine.commit(ord("a")) and engine.commit(ord("c"))
     assert allowed(engine, bytes_tokenizer) == {bytes_tokenizer.eos_id}
+
+
+def test_lark_interface_front_end(bytes_tokenizer):
+    """GenLM's own Lark front end: ignored text before the first terminal, one ignored piece per gap and none
+    after the last terminal (the profile declares the first; the second is a residual difference)."""
+    grammar = GrammarSpec("ambiguous", CASES["ambiguous"][0])
+    engine = GenLMEngine(front_end="lark_interface")
+    engine.compile(grammar, bytes_tokenizer)
+    assert engine.profile().leading_ignore and not engine.profile().trailing_ignore
+    assert allowed(engine, bytes_tokenizer) == {ord(c) for c in "abc( "}
+    assert engine.commit(ord("a")) and engine.commit(ord(" "))
+    assert allowed(engine, bytes_tokenizer) == {ord(c) for c in "abc(+"}   # no second space, no EOS
+    with pytest.raises(CompileError, match="start rule 'start' only"):
+        GenLMEngine(front_end="lark_interface").compile(GrammarSpec("g", 'top: "a"\n', start="top"),
+                                                        bytes_tokenizer)
