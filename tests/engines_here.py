@@ -8,7 +8,7 @@ import pytest
 
 from gcdbench.parsers.registry import ENGINES, engine_class
 
-OPTIONAL_ENGINES = {"llamacpp", "syncode"}   # extras installed by hand (README "Other engines")
+OPTIONAL_ENGINES = {"llamacpp", "syncode", "genlm", "transformers_cfg"}   # extras installed by hand (README "Other engines")
 
 
 def engine_params(names=None, where=None) -> list:

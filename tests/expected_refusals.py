@@ -16,7 +16,7 @@ EXPECTED_REFUSALS: dict[tuple[str, str], str] = {
     ("psc", "ambiguous"): "not LALR(1)",            # PSC takes LALR(1) grammars only
     ("pre3", "ambiguous"): "not LALR(1)",           # so does Pre³ (its DPDA comes from the LALR(1) automaton)
     # llama.cpp's grammar sampler refuses left-recursive rules
-    **{("llamacpp", c): "left recursion" for c in ("ambiguous", "ambiguous_expr", "ambiguous_ternary",
+    **{(e, c): "left recursion" for e in ("llamacpp", "transformers_cfg") for c in ("ambiguous", "ambiguous_expr", "ambiguous_ternary",
                                                      "ambiguous_concat")},
     ("syncode", "ambiguous_ternary"): "Reduce/Reduce",   # SynCode's Lark LALR(1) tables
     # the ambiguity family of the grammar suite (tests/test_suite.py)

@@ -35,7 +35,7 @@ SLOW_ENGINES = {"reference"}
 
 # (engine, case) where the declared profile must make a visible difference from the harness's language
 EXPECTED_TO_DIFFER = {("llguidance", "tiny_sql"), ("llguidance", "spider"), ("psc", "spider"), ("xgrammar_lark", "tiny_sql"),
-                      *(("llamacpp", c) for c in ("tiny_sql", "spider", "spider_spop"))}
+                      *((e, c) for e in ("llamacpp", "transformers_cfg") for c in ("tiny_sql", "spider", "spider_spop"))}
 VARIANTS = {"xgrammar_lark": ("xgrammar", {"grammar_form": "lark"}), "xgrammar_bnf": ("xgrammar", {"grammar_form": "bnf"})}
 
 

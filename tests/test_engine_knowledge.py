@@ -45,11 +45,14 @@ PROFILES = {
     "kbnf": Profile(),
     "llamacpp": Profile(),
     "syncode": Profile(lexing="standard", leading_ignore=True, case_fold="ascii"),
+    "genlm": Profile(),
+    "transformers_cfg": Profile(),
 }
 COMPLEXITY = {   # engine -> (unambiguous grammar, highly ambiguous grammar)
     "xgrammar": ("?", "?"), "llguidance": ("O(n)", "O(n^3)"), "glrmask": ("O(n^3)", "O(n^3)"),
     "psc": ("O(n)", "O(n)"), "valiant": ("O(n^3)", "O(n^3)"), "cfgzip": ("?", "?"), "pre3": ("O(n)", "O(n)"),
     "kbnf": ("O(n^3)", "O(n^3)"), "llamacpp": ("O(n)", "O(exp n)"), "syncode": ("O(n)", "O(n)"),
+    "genlm": ("O(n^3)", "O(n^3)"), "transformers_cfg": ("O(n)", "O(exp n)"),
 }
 
 
