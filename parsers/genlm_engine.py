@@ -117,7 +117,9 @@ class GenLMEngine(Engine):
 
     @classmethod
     def missing(cls) -> str | None:
-        return MISSING if importlib.util.find_spec("genlm.grammar") is None else None
+        if importlib.util.find_spec("genlm") is None or importlib.util.find_spec("genlm.grammar") is None:
+            return MISSING
+        return None
 
     def version(self) -> str:
         import importlib.metadata
