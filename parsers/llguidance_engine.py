@@ -42,6 +42,11 @@ class LLGuidanceOptions:
     threads: int = option(1, "batch mode: threads of its parallel mask fill (LLExecutor); batch.threads sets it")
     forcing: bool = option(True, "LLGuidance's default: where the grammar forces the next bytes, only the "
                            "tokenizer's token for them; false: grammar option no_forcing")
+    source: str = option("lark", "lark: the dataset's Lark grammar; json_schema: LLGuidance's own JSON Schema compiler "
+                         "on the dataset's schemas (dataset=maskbench)", choices=("lark", "json_schema"))
+    json_whitespace: str = option("compact", "source=json_schema: compact (separators ',' ':', no other whitespace, "
+                                  "as dataset.serialize=compact) or flexible (any whitespace)",
+                                  choices=("compact", "flexible"))
 
 
 class LLGuidanceEngine(Engine):
@@ -55,10 +60,16 @@ class LLGuidanceEngine(Engine):
 
         return importlib.metadata.version("llguidance")
 
+    @property
+    def reads_json_schema(self) -> bool:
+        return self.opts["source"] == "json_schema"
+
     def profile(self) -> Profile:
         """A lexer: longest match among the lexemes the parser allows; no ignored text after a sentence that
         no terminal can extend; Unicode simple case folding for ``"..."i``; ``\\s \\w \\d`` as Rust's ``regex``
         crate reads them (Unicode properties: ``\\s`` without U+001C-U+001F, ``\\w`` with combining marks)."""
+        if self.reads_json_schema:   # its own JSON grammar: the schema's language, read as the converter defines it
+            return Profile()
         return Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple", regex_classes="uts18")
 
     @classmethod
@@ -69,9 +80,12 @@ class LLGuidanceEngine(Engine):
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         import llguidance
 
-        text = grammar.lark
-        if grammar.start != "start":
-            text = f"start: {grammar.start}\n" + text
+        if self.reads_json_schema:
+            text = self._schema_grammar(grammar)
+        else:
+            text = grammar.lark
+            if grammar.start != "start":
+                text = f"start: {grammar.start}\n" + text
         if not self.opts["forcing"]:
             # Where the grammar forces the next bytes (after "f" of JSON's "false": "alse"), LLGuidance by default
             # allows only the token its tokenizer would produce for them ("alse"; not "a", "al"), so the mask is
@@ -92,6 +106,22 @@ class LLGuidanceEngine(Engine):
             raise CompileError(f"llguidance: {self.matcher.get_error()}")
         self._fill = __import__("llguidance.numpy", fromlist=["fill_next_token_bitmask"]).fill_next_token_bitmask
         self._buf = np.zeros((1, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
+
+    def _schema_grammar(self, grammar: GrammarSpec) -> str:
+        """The schema as LLGuidance's Lark (``start: %json {...}``), so the forcing option applies as for Lark; its
+        separators and whitespace from ``json_whitespace`` (``x-guidance``)."""
+        import json
+
+        if grammar.json_schema is None:
+            raise CompileError(f"llguidance: source=json_schema needs a JSON Schema, and {grammar.name} is a Lark "
+                               "grammar: use a dataset of schemas (dataset=maskbench)")
+        schema = json.loads(grammar.json_schema)
+        if not isinstance(schema, dict):   # true/false schemas
+            schema = {} if schema else {"not": {}}
+        flexible = self.opts["json_whitespace"] == "flexible"
+        schema = {**schema, "x-guidance": {**schema.get("x-guidance", {}), "whitespace_flexible": flexible,
+                                           **({} if flexible else {"item_separator": ",", "key_separator": ":"})}}
+        return "start: %json " + json.dumps(schema, ensure_ascii=False) + "\n"
 
     def reset(self) -> None:
         # an error in LLGuidance is sticky, so reset builds a fresh matcher

@@ -36,7 +36,12 @@ def tokenizer_info(tokenizer):
 @dataclass
 class XGrammarOptions:
     grammar_form: str = option("ebnf", "ebnf: the project's Lark->EBNF converter (faster); bnf: from Lark's expanded "
-                               "BNF; lark: XGrammar's own Grammar.from_lark", choices=("ebnf", "bnf", "lark"))
+                               "BNF; lark: XGrammar's own Grammar.from_lark; json_schema: XGrammar's own JSON Schema "
+                               "compiler on the dataset's schemas (dataset=maskbench)",
+                               choices=("ebnf", "bnf", "lark", "json_schema"))
+    json_whitespace: str = option("compact", "grammar_form=json_schema: compact (separators ',' ':', no other "
+                                  "whitespace, as dataset.serialize=compact) or flexible (any whitespace)",
+                                  choices=("compact", "flexible"))
     max_threads: int = option(1, "XGrammar's threads: its compiler and its batch matcher (batch.threads sets it)")
     cache: bool = option(False, "XGrammar's compiler cache (GrammarCompiler cache_enabled): a grammar compiled again "
                          "in the same process is reused", former="cache_enabled")
@@ -51,6 +56,10 @@ class XGrammarEngine(Engine):
         import importlib.metadata
 
         return importlib.metadata.version("xgrammar")
+
+    @property
+    def reads_json_schema(self) -> bool:
+        return self.opts["grammar_form"] == "json_schema"
 
     def profile(self) -> Profile:
         """Scannerless like the harness. XGrammar's own Lark import folds case for ASCII letters only and reads
@@ -81,8 +90,16 @@ class XGrammarEngine(Engine):
             elif form == "lark":
                 self.source = grammar.lark
                 xg = xgr.Grammar.from_lark(grammar.lark)
+            elif form == "json_schema":
+                if grammar.json_schema is None:
+                    raise CompileError(f"xgrammar: grammar_form=json_schema needs a JSON Schema, and {grammar.name} is "
+                                       "a Lark grammar: use a dataset of schemas (dataset=maskbench)")
+                self.source = grammar.json_schema
+                compact = self.opts["json_whitespace"] == "compact"
+                xg = xgr.Grammar.from_json_schema(grammar.json_schema, any_whitespace=not compact,
+                                                  separators=(",", ":") if compact else None)
             else:
-                raise ValueError(f"xgrammar: grammar_form must be 'ebnf', 'bnf' or 'lark', not {form!r}")
+                raise ValueError(f"xgrammar: grammar_form must be 'ebnf', 'bnf', 'lark' or 'json_schema', not {form!r}")
             compiler = xgr.GrammarCompiler(
                 tokenizer_info(tokenizer), max_threads=int(self.opts["max_threads"]),
                 cache_enabled=bool(self.opts["cache"]),
