@@ -196,3 +196,13 @@ class BatchRaiseEngine(ReferenceEngine):
 
     def fill_masks(self, seqs, out):
         raise RuntimeError("deliberate failure of the batch call")
+
+
+class SlowGrammarEngine(ReferenceEngine):
+    """Hangs while compiling a grammar named ``slow`` (a dataset of many grammars: one group's compile times out,
+    the worker is replaced for the next group)."""
+
+    def compile(self, grammar, tokenizer):
+        if grammar.name == "slow":
+            time.sleep(120)
+        super().compile(grammar, tokenizer)

@@ -89,3 +89,19 @@ def test_sample_ids_must_be_unique_across_groups():
     g = GrammarSpec("g", "start: A\nA: /a/\n")
     with pytest.raises(DataError, match="repeat across its grammars"):
         grouped("d", [GrammarGroup("a", g, [Sample("s", "a")]), GrammarGroup("b", g, [Sample("s", "a")])])
+
+
+def test_a_group_whose_compile_hangs_is_a_timeout_and_the_next_group_runs(tmp_path, monkeypatch):
+    g = 'start: WORD\nWORD: /[a-z]+/\n'
+    ds = grouped("groups", [GrammarGroup(n, GrammarSpec(n, g), [Sample(f"{n}#0", "ab")]) for n in ("a", "slow", "b")])
+    monkeypatch.setattr("gcdbench.datasets.registry.load_dataset", lambda *a, **k: ds)
+    cell = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
+                        "limits.compile_timeout_s=3", "audit.per_sample=0"))
+    assert outcomes(cell) == {"a#0": "ok", "slow#0": "compile_error", "b#0": "ok"}
+    session = json.loads((cell / "run.json").read_text())["sessions"][0]
+    assert session["group_failures"]["slow"]["kind"] == "timeout"
+    assert [i.get("group") for i in session["inits"]] == ["a", "b"]
+    # a time-out is not deterministic: a resume compiles that group again (and it times out again)
+    again = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
+                         "limits.compile_timeout_s=3", "audit.per_sample=0"))
+    assert len(json.loads((again / "run.json").read_text())["sessions"]) == 2

@@ -20,6 +20,7 @@ class Context:
     batch: tuple = ()                  # --batch: batch-mode folders
     before: tuple = ()                 # --before: per-prefix tail CSVs of earlier runs
     cliffs: Path | None = None         # --cliffs: the fuzzed-grammar folder
+    maskbench: Path | None = None      # --maskbench: the MaskBench (JSON Schema) cells
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # single-mode cells under ``results``
     batch_roots: list = field(default_factory=list)              # folders holding batch-mode cells
     table1_md: str = ""                # Table 1 as Markdown (the command prints it)
@@ -30,7 +31,8 @@ class Context:
         return (f"python -m experiments.report --results {self.results} --out {self.out}"
                 + (" --also " + " ".join(map(str, self.also)) if self.also else "")
                 + (" --batch " + " ".join(map(str, self.batch)) if self.batch else "")
-                + (" --before " + " ".join(map(str, self.before)) if self.before else ""))
+                + (" --before " + " ".join(map(str, self.before)) if self.before else "")
+                + (f" --maskbench {self.maskbench}" if self.maskbench else ""))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,225 @@
+"""The "MaskBench" report section (issue 28), from stored cells of ``dataset=maskbench`` only.
+
+A MaskBench cell is one engine over a selection of schemas (a dataset of many grammars: sample ids are
+``<schema id>#<n>``), of one kind of instance (``dataset.kind=valid`` or ``invalid``). Per engine config the
+section gives MaskBench's figures: TBM (time between masks: every mask of the valid instances) avg and
+p25/p50/p75/p90/p95/p99/p99.9/p99.99/max; TTFM per schema (its compile, ``inits[].init_s`` of its group, plus its
+first sample's first mask); schemas passing (compiled, no crash, OOM or timeout, no valid instance rejected, no
+invalid instance accepted), compile errors, crashes, OOM, timeouts; valid instances rejected and invalid instances
+accepted (an invalid instance is accepted when the engine allows every token and EOS, outcome ``ok``); and what
+the harness adds: audited steps agreeing with the schema's language (the harness's JSON Schema -> Lark
+conversion) and with the engine's declared profile. Rows per category too, a TBM and a TTFM CDF per engine, and
+the published MaskBench figures beside ours.
+
+``python -m experiments.report ... --maskbench results/maskbench/runs`` adds it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcdbench.experiments.report.collect import Unreadable, read_cell_file, read_run, run_dirs, warn
+from gcdbench.experiments.report.plot import save_figure
+from gcdbench.experiments.report.section import Context, Section
+from gcdbench.experiments.report.text import figure_link, markdown
+
+PREFIX = "maskbench"
+TBM_PCTS = (25, 50, 75, 90, 95, 99, 99.9, 99.99)
+#: the published run (guidance-ai/jsonschemabench maskbench/README.md, 2025-03-27; one thread per sequence,
+#: 15 min and 40 GiB per schema; µs): engine -> (TBM p50, p99, p99.9, TTFM p50, invalid accepted)
+PUBLISHED = {
+    "LLGuidance 0.7.10": (46, 533, 1695, 1037, 0),
+    "XGrammar 0.1.17": (9, 5687, 100267, 919459, 1368),
+    "llama.cpp 0.3.8": (17021, 60371, 297552, 312, 649),
+    "outlines-core 0.2.3": (34, 7184, 7820, 587900, 822),
+}
+
+
+def schema_of(sample_id: str) -> str:
+    return sample_id.split("#", 1)[0]
+
+
+def category_of(schema_id: str) -> str:
+    from gcdbench.datasets.maskbench import category
+
+    return category(schema_id)
+
+
+def is_maskbench(dataset: str) -> bool:
+    return dataset == PREFIX or dataset.startswith(PREFIX + "_")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one cell
+# --------------------------------------------------------------------------------------------------------------
+def cell_schemas(run_dir: Path) -> tuple[dict, pd.DataFrame, np.ndarray]:
+    """(cell info, one row per schema, every mask time in µs) of a MaskBench cell."""
+    meta = read_run(run_dir)
+    samples = read_cell_file(run_dir, "samples.parquet")
+    if samples is None:
+        raise Unreadable(f"{run_dir} holds no rows yet")
+    steps = read_cell_file(run_dir, "steps.parquet")
+    audit = read_cell_file(run_dir, "audit.parquet")
+    options = (meta.get("identity") or {}).get("dataset_options") or {}
+    info = {"config": meta["config"], "engine": meta["engine"], "tokenizer": meta["tokenizer"],
+            "kind": options.get("kind", "valid"), "serialize": options.get("serialize", "compact"),
+            "path": str(run_dir), "commit": meta.get("git_commit"),
+            "audit_steps": 0 if audit is None else int(len(audit)),
+            "audit_language": 0 if audit is None else int(audit["agree_language"].astype(bool).sum()),
+            "audit_profile": 0 if audit is None else int(audit["agree_profile"].astype(bool).sum())}
+    init_s, failures = {}, {}
+    for session in meta.get("sessions") or []:
+        for init in session.get("inits") or []:
+            if init.get("group") is not None:
+                init_s[init["group"]] = init.get("init_s")
+        failures.update(session.get("group_failures") or {})
+    samples = samples.assign(schema=samples["sample_id"].map(schema_of))
+    first_mask = {}
+    if steps is not None and len(steps):
+        s0 = steps[steps["step"] == 0].assign(schema=lambda d: d["sample_id"].map(schema_of))
+        first = s0.sort_values("sample_id").groupby("schema")["mask_us"].first()
+        first_mask = first.to_dict()
+    rows = []
+    for schema, grp in samples.groupby("schema", sort=True):
+        counts = grp["outcome"].value_counts().to_dict()
+        fail = failures.get(schema) or {}
+        compiled = counts.get("compile_error", 0) == 0
+        ttfm = (init_s[schema] + first_mask[schema] / 1e6
+                if compiled and init_s.get(schema) is not None and schema in first_mask else np.nan)
+        rows.append({"schema": schema, "category": category_of(schema), "instances": int(len(grp)),
+                     "compile_error": not compiled, "compile_kind": fail.get("kind") if not compiled else None,
+                     "crash": int(counts.get("crash", 0)), "oom": int(counts.get("oom", 0)),
+                     "timeout": int(counts.get("timeout", 0)), "ok": int(counts.get("ok", 0)),
+                     "rejected": int(counts.get("rejected", 0)), "init_s": init_s.get(schema), "ttfm_s": ttfm})
+    masks = steps["mask_us"].to_numpy() if steps is not None and len(steps) else np.array([])
+    return info, pd.DataFrame(rows), masks
+
+
+def collect_maskbench(roots) -> list[tuple[dict, pd.DataFrame, np.ndarray]]:
+    out = []
+    for d in run_dirs(roots):
+        try:
+            meta = read_run(d)
+            if not is_maskbench(str(meta.get("dataset", ""))):
+                continue
+            out.append(cell_schemas(d))
+        except Unreadable as err:
+            warn(f"{err}: MaskBench cell {d} skipped")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the tables
+# --------------------------------------------------------------------------------------------------------------
+def engine_rows(cells) -> tuple[pd.DataFrame, dict, dict]:
+    """One row per engine config (its valid and invalid cells together), the TBM arrays and TTFM arrays."""
+    by_config: dict = {}
+    for info, schemas, masks in cells:
+        slot = by_config.setdefault((info["config"], info["tokenizer"]), {"valid": [], "invalid": []})
+        slot[info["kind"]].append((info, schemas, masks))
+    rows, tbm, ttfm = [], {}, {}
+    for (config, tok), kinds in sorted(by_config.items()):
+        valid = pd.concat([s for _, s, _ in kinds["valid"]]) if kinds["valid"] else pd.DataFrame()
+        invalid = pd.concat([s for _, s, _ in kinds["invalid"]]) if kinds["invalid"] else pd.DataFrame()
+        masks = np.concatenate([m for _, _, m in kinds["valid"]]) if kinds["valid"] else np.array([])
+        allv = pd.concat([valid, invalid]) if len(invalid) else valid
+        if allv.empty:
+            continue
+        per = allv.groupby("schema").agg(compile_error=("compile_error", "max"), crash=("crash", "sum"),
+                                         oom=("oom", "sum"), timeout=("timeout", "sum"))
+        bad_valid = valid.groupby("schema")["rejected"].sum() if len(valid) else pd.Series(dtype=int)
+        accepted = invalid.groupby("schema")["ok"].sum() if len(invalid) else pd.Series(dtype=int)
+        per["valid_rejected"] = bad_valid.reindex(per.index).fillna(0)
+        per["invalid_accepted"] = accepted.reindex(per.index).fillna(0)
+        passing = ~per["compile_error"] & (per[["crash", "oom", "timeout", "valid_rejected", "invalid_accepted"]]
+                                           .sum(axis=1) == 0)
+        infos = [i for k in ("valid", "invalid") for i, _, _ in kinds[k]]
+        row = {"engine": config, "tokenizer": tok, "schemas": int(len(per)), "passing": int(passing.sum()),
+               "compile errors": int(per["compile_error"].sum()), "crashes": int((per["crash"] > 0).sum()),
+               "OOM": int((per["oom"] > 0).sum()), "timeouts": int((per["timeout"] > 0).sum()),
+               "valid rejected": int(per["valid_rejected"].sum()) if len(valid) else None,
+               "invalid accepted": int(per["invalid_accepted"].sum()) if len(invalid) else None,
+               "audit": f"{sum(i['audit_language'] for i in infos)}/{sum(i['audit_steps'] for i in infos)}",
+               "audit (profile)": f"{sum(i['audit_profile'] for i in infos)}/{sum(i['audit_steps'] for i in infos)}",
+               "commits": "+".join(sorted({str(i['commit'])[:7] for i in infos}))}
+        if masks.size:
+            row.update({"TBM avg": masks.mean(), **{f"TBM p{p:g}": np.percentile(masks, p) for p in TBM_PCTS},
+                        "TBM max": masks.max(), "masks": int(masks.size)})
+            tbm[config] = masks
+        t = valid["ttfm_s"].dropna().to_numpy() * 1e6 if len(valid) else np.array([])
+        if t.size:
+            row.update({"TTFM p50": np.percentile(t, 50), "TTFM p90": np.percentile(t, 90), "TTFM max": t.max()})
+            ttfm[config] = t
+        rows.append(row)
+    return pd.DataFrame(rows), tbm, ttfm
+
+
+def category_rows(cells) -> pd.DataFrame:
+    rows = []
+    for info, schemas, _ in cells:
+        if schemas.empty:
+            continue
+        for cat, grp in schemas.groupby("category"):
+            rows.append({"engine": info["config"], "kind": info["kind"], "category": cat, "schemas": int(len(grp)),
+                         "compile errors": int(grp["compile_error"].sum()),
+                         "instances": int(grp["instances"].sum()), "ok": int(grp["ok"].sum()),
+                         "rejected": int(grp["rejected"].sum()),
+                         "crash/oom/timeout": int(grp[["crash", "oom", "timeout"]].to_numpy().sum())})
+    return pd.DataFrame(rows)
+
+
+def _cdf_figure(arrays: dict, out: Path, stem: str, xlabel: str) -> list[str]:
+    if not arrays:
+        return []
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot(1, 1, 1)
+    for name, values in sorted(arrays.items()):
+        v = np.sort(values)
+        ax.plot(v, np.arange(1, v.size + 1) / v.size, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, out / "figures", stem)
+    return [figure_link(stem)]
+
+
+def section_lines(ctx: Context) -> list[str]:
+    if ctx.maskbench is None:
+        return []
+    cells = collect_maskbench([ctx.maskbench])
+    if not cells:
+        return []
+    table, tbm, ttfm = engine_rows(cells)
+    cats = category_rows(cells)
+    table.to_csv(ctx.out / "maskbench.csv", index=False)
+    cats.to_csv(ctx.out / "maskbench_categories.csv", index=False)
+    us_cols = [c for c in table.columns if c.startswith(("TBM", "TTFM"))]
+    shown = table.copy()
+    for c in us_cols:
+        shown[c] = shown[c].map(lambda x: "" if pd.isna(x) else f"{x:,.0f}")
+    published = pd.DataFrame([{"engine": k, "TBM p50": v[0], "TBM p99": v[1], "TBM p99.9": v[2], "TTFM p50": v[3],
+                               "invalid accepted": v[4]} for k, v in PUBLISHED.items()])
+    lines = ["## MaskBench: JSON Schemas", "",
+             f"{len(cells)} cells from `{ctx.maskbench}`; times in µs (TTFM: compile + first mask, per schema). An "
+             "engine passes a schema when it compiles it, rejects none of its valid instances and accepts none of "
+             "its invalid ones, without a crash, OOM or timeout. *audit*: audited steps equal to the schema's "
+             "language (the harness's JSON Schema -> Lark conversion, README \"JSON Schema converter\"); "
+             "*(profile)*: equal to the engine's declared profile.", "",
+             markdown(shown, parse_numbers=False), "",
+             "Per category (`maskbench_categories.csv`):", "", markdown(cats, parse_numbers=False), "",
+             "Published MaskBench figures (guidance-ai/jsonschemabench, run of 2025-03-27, other versions and another "
+             "machine, one thread per sequence; all 11,305 schemas): not comparable cell by cell with the sample "
+             "above, shown for scale.", "", markdown(published, parse_numbers=False), ""]
+    lines += _cdf_figure(tbm, ctx.out, "maskbench_tbm_cdf", "time between masks (µs)")
+    lines += _cdf_figure(ttfm, ctx.out, "maskbench_ttfm_cdf", "time to first mask (µs)")
+    return lines + [""]
+
+
+SECTION = Section("maskbench", section_lines, "MaskBench's table over the JSON Schema cells of --maskbench")
