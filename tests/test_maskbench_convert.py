@@ -56,6 +56,16 @@ def test_pattern_anchors_classes_and_search_semantics():
     check({"type": "string", "pattern": "^\\w+\\.(json|yaml)$"}, ['"a_1.json"', '"b.yaml"'], ['"a.txt"', '"é.json"'])
     check({"type": "string", "pattern": "^[^\"]*$"}, ['"abc"'], ['"a\\"b"'])
     check({"type": "string", "pattern": "^(a+)*$"}, ['""', '"aaa"'], ['"ab"'])
+    # an escaped quote stays two characters through Lark's unescaping of regex literals
+    check({"type": "string", "pattern": "^.*$"}, ['"a\\"b"', '"x\\\\"'], ['"a"b"'])
+    check({"type": "string", "pattern": "\\\\$"}, ['"a\\\\"'], ['"a"', '"a\\""'])
+
+
+def test_keys_with_escapes_are_exact():
+    for key in ['a\\"b', "a\\", '"', "é\n"]:
+        schema = {"type": "object", "properties": {key: {"const": key}}, "required": [key]}
+        text = json.dumps({key: key}, separators=(",", ":"), ensure_ascii=False)
+        check(schema, [text], [text.replace(":", ":1", 1)])
 
 
 def test_formats_and_unknown_format():

@@ -46,15 +46,17 @@ MAX_RULES = 60000
 
 
 def lark_regex(regex: str) -> str:
-    """``regex`` as a Lark ``/.../`` literal: every unescaped ``/`` escaped."""
+    """``regex`` as a Lark ``/.../`` literal: every unescaped ``/`` escaped, every ``"`` (escaped or not) written
+    ``\\x22``: Lark's unescaping turns ``\\\\"`` (a literal backslash, then a quote) into ``\\"`` (a quote)."""
     out, i = [], 0
     while i < len(regex):
         c = regex[i]
         if c == "\\":
-            out.append(regex[i: i + 2])
+            pair = regex[i: i + 2]
+            out.append("\\x22" if pair == '\\"' else pair)
             i += 2
             continue
-        out.append("\\/" if c == "/" else c)
+        out.append("\\/" if c == "/" else "\\x22" if c == '"' else c)
         i += 1
     return "/" + "".join(out) + "/"
 
