@@ -9,7 +9,8 @@ JSON encodings of its members:
 * constrained strings (``pattern``, ``format``, length bounds) accept each character's raw form when JSON allows
   it raw, else the escape ``json.dumps`` writes (``\"``, ``\\``, ``\n``, ``\u0001``): the canonical encoding,
   not e.g. ``\u0041`` for ``A`` (an under-approximation of the JSON texts, exact on what ``json.dumps`` writes);
-* surrogates (U+D800-U+DFFF) are never matched raw (no UTF-8 text holds them).
+* surrogates (U+D800-U+DFFF) are left out of positive classes and not named in negated ones (no UTF-8 text
+  holds them, and Rust's regex, LLGuidance's, rejects them in a class).
 
 ``pattern`` is ECMA-262 (search semantics: unanchored unless it starts with ``^`` / ends with ``$``, per
 top-level alternative). Translated: literals, escapes (``\d \w \s`` with ECMA's ASCII/Unicode meanings, ``\xHH``,
@@ -29,7 +30,7 @@ SHORT_ESCAPES = {0x22: '\\\\"', 0x5C: '\\\\\\\\', 0x08: '\\\\b', 0x0C: '\\\\f', 
 #: regex of any one JSON escape sequence (in the JSON text)
 ANY_ESCAPE = r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})'
 #: regex of any raw character JSON allows inside a string
-ANY_RAW = r'[^"\\\x00-\x1f\ud800-\udfff]'
+ANY_RAW = r'[^"\\\x00-\x1f]'
 ANY_CHAR = f"(?:{ANY_RAW}|{ANY_ESCAPE})"
 
 Ranges = list  # sorted, disjoint, non-adjacent [(lo, hi)] of code points, inclusive
@@ -92,7 +93,7 @@ def encoded(ranges: Ranges) -> str | None:
             alts.append(_cls_char(raw[0][0]))
         elif sum(b - a + 1 for a, b in raw) > MAX_CP // 2:   # most of Unicode: the negated class compiles faster
             alts.append("[^" + "".join(_cls_char(a) if a == b else f"{_cls_char(a)}-{_cls_char(b)}"
-                                       for a, b in complement(raw)) + "]")
+                                       for a, b in subtract(complement(raw), [SURROGATES])) + "]")
         else:
             alts.append("[" + "".join(_cls_char(a) if a == b else f"{_cls_char(a)}-{_cls_char(b)}"
                                       for a, b in raw) + "]")
@@ -405,7 +406,8 @@ def key_not_in(keys) -> str:
         alts = [] if end in node else [""]
         raw = subtract(complement(norm((ord(c), ord(c)) for c in children)),
                        [(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C), SURROGATES])
-        neg = "".join(_cls_char(a) if a == b else f"{_cls_char(a)}-{_cls_char(b)}" for a, b in complement(raw))
+        neg = "".join(_cls_char(a) if a == b else f"{_cls_char(a)}-{_cls_char(b)}"
+                      for a, b in subtract(complement(raw), [SURROGATES]))
         alts.append(f"(?:[^{neg}]|{ANY_ESCAPE}){ANY_CHAR}*")
         alts += [literal_text(c) + rec(node[c]) for c in children]
         return "(?:" + "|".join(alts) + ")"
