@@ -207,7 +207,6 @@ def main(argv=None) -> int:
     ap.add_argument("--checker", choices=("reference", "lark"), default="reference",
                     help="membership by the reference checker (exact: the harness's language) or Lark's Earley "
                          "(dynamic_complete; it takes a regex's leftmost-first match, so it may reject sentences)")
-    ap.add_argument("--jobs", type=int, default=1, help="kept at 1: one process (a correctness measurement)")
     args = ap.parse_args(argv)
     sys.setrecursionlimit(20000)
     records = select(read_records(args.data_root), args.categories, args.limit or None, args.seed)
