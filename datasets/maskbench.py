@@ -1,0 +1,205 @@
+"""MaskBench (JSONSchemaBench) schemas with their test instances: ``dataset=maskbench``.
+
+Reads ``<data_root>/maskbench/maskbench.jsonl.gz`` (one schema per line: ``id``, ``schema``, ``tests``; see the
+data's PROVENANCE.md). Each schema's grammar is :func:`gcdbench.parsers.jsonschema.schema_to_lark` of it; its
+samples are its test instances of one kind (``valid`` or ``invalid``), keys in the grammar's order, written
+``compact`` (``json.dumps`` with ``separators=(",", ":")``) or ``flexible`` (``indent=2``).
+
+Selection (:func:`select`), in this order: ``categories`` (a schema's category is its id before ``---``, or before
+the trailing ``_<n>`` for the BFCL/JME ids; a value that is no category name matches as an id prefix), then a
+stratified seeded sample of ``count`` schemas (each category gets its share by largest remainder, at least one
+while ``count`` allows; ``count<=0``: all), sorted by id, then ``shard="i/N"``: every N-th schema of that sorted
+list starting at the i-th (``sel[i::N]``: strided, so each shard has a similar category mix; shards 0..N-1
+partition the selection). ``schema=<id>`` names one schema and ignores the other selection options.
+
+For the runner: :func:`load_schemas` returns the selected schemas as :class:`MaskbenchSchema` objects (``id``,
+``category``, ``grammar``: a GrammarSpec or the :class:`UnsupportedSchema` refusal, ``samples``); the registered
+loader returns the usual :class:`Dataset` when the selection is exactly one schema (``dataset.schema=<id>``).
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gcdbench.datasets.base import DataError, DataMissing, Dataset, Sample, pick
+from gcdbench.parsers.base import GrammarSpec
+from gcdbench.parsers.jsonschema import UnsupportedSchema, schema_to_lark, serialize
+
+SOURCE = "maskbench"
+FILE = "maskbench.jsonl.gz"
+KINDS = ("valid", "invalid")
+SERIALIZE = ("compact", "flexible")
+HINT = ("the MaskBench schemas of guidance-ai/jsonschemabench (maskbench/data/*.json), one JSON object per line "
+        "with an added 'id' (the file name without .json), gzipped as <data_root>/maskbench/maskbench.jsonl.gz")
+
+
+def category(schema_id: str) -> str:
+    """``Github_easy---o1234`` -> ``Github_easy``; ``BFCL_java_0`` -> ``BFCL_java``."""
+    if "---" in schema_id:
+        return schema_id.split("---", 1)[0]
+    return re.sub(r"_[^_]*$", "", schema_id)
+
+
+def data_path(data_root) -> Path:
+    path = Path(data_root).expanduser() / SOURCE / FILE
+    if not path.exists():
+        raise DataMissing(f"missing data file {path} (data_root={str(data_root)!r}). Get {HINT}, or point "
+                          f"data_root=<folder> at a folder that has {SOURCE}/{FILE}.")
+    return path
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, mtime: float) -> tuple[dict, ...]:
+    rows = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path} line {n} is not JSON ({err}); re-create the file") from None
+            if not isinstance(row, dict) or "id" not in row or "schema" not in row:
+                raise DataError(f"{path} line {n} has no 'id' and 'schema': not a MaskBench record")
+            rows.append(row)
+    return tuple(sorted(rows, key=lambda r: r["id"]))
+
+
+def read_records(data_root) -> tuple[dict, ...]:
+    """Every record of the data file, sorted by id (read once per process and file version)."""
+    path = data_path(data_root)
+    return _read(str(path), path.stat().st_mtime)
+
+
+def parse_shard(shard) -> tuple[int, int] | None:
+    if shard in (None, "", "0/1"):
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(shard))
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise DataError(f"dataset.shard={shard!r}: write i/N with 0 <= i < N (e.g. 3/16)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def select(records, categories=(), count: int | None = 300, seed: int = 0, shard=None) -> list[dict]:
+    """The records a run takes (module docstring: categories, stratified sample, shard)."""
+    if isinstance(categories, str):
+        categories = [c for c in categories.split(",") if c]
+    categories = list(categories or [])
+    if categories:
+        known = {category(r["id"]) for r in records}
+        chosen = [r for r in records if any(category(r["id"]) == c if c in known else r["id"].startswith(c)
+                                            for c in categories)]
+        if not chosen:
+            raise DataError(f"dataset.categories={categories} matches no schema; categories: {sorted(known)}")
+    else:
+        chosen = list(records)
+    if count is not None and 0 < count < len(chosen):
+        by_cat: dict[str, list[dict]] = {}
+        for r in chosen:
+            by_cat.setdefault(category(r["id"]), []).append(r)
+        total = len(chosen)
+        quota = {c: count * len(rs) / total for c, rs in by_cat.items()}
+        take = {c: int(q) for c, q in quota.items()}
+        if count >= len(by_cat):
+            for c in take:
+                take[c] = max(take[c], 1)
+        left = count - sum(take.values())
+        for c in sorted(quota, key=lambda c: (-(quota[c] - int(quota[c])), c)):
+            if left <= 0:
+                break
+            if take[c] < len(by_cat[c]):
+                take[c] += 1
+                left -= 1
+        while sum(take.values()) > count:   # the at-least-one rule overshot: trim the largest
+            c = max(take, key=lambda c: (take[c], c))
+            take[c] -= 1
+        rng = random.Random(seed)
+        chosen = sorted((r for c in sorted(by_cat) for r in rng.sample(by_cat[c], take[c])), key=lambda r: r["id"])
+    sh = parse_shard(shard)
+    if sh is not None:
+        chosen = chosen[sh[0]::sh[1]]
+    return chosen
+
+
+@dataclass
+class MaskbenchSchema:
+    """One schema of a MaskBench selection, ready for a runner cell."""
+
+    id: str
+    category: str
+    grammar: GrammarSpec | UnsupportedSchema
+    samples: list[Sample]
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def converted(self) -> bool:
+        return isinstance(self.grammar, GrammarSpec)
+
+
+def schema_samples(record: dict, kind: str = "valid", whitespace: str = "compact") -> list[Sample]:
+    """The record's test instances of ``kind``, serialized; ids ``<schema id>-v<k>`` / ``-i<k>``."""
+    if kind not in KINDS:
+        raise DataError(f"dataset.kind={kind!r}; valid: {list(KINDS)}")
+    want = kind == "valid"
+    tag = "v" if want else "i"
+    tests = [t for t in record.get("tests") or [] if bool(t.get("valid")) == want]
+    return [Sample(f"{record['id']}-{tag}{k}", serialize(t.get("data"), record["schema"], whitespace))
+            for k, t in enumerate(tests)]
+
+
+def to_schema(record: dict, kind: str = "valid", whitespace: str = "compact") -> MaskbenchSchema:
+    if whitespace not in SERIALIZE:
+        raise DataError(f"dataset.serialize={whitespace!r}; valid: {list(SERIALIZE)}")
+    try:
+        grammar = GrammarSpec(name=f"maskbench_{record['id']}", lark=schema_to_lark(record["schema"],
+                                                                                    whitespace=whitespace))
+    except UnsupportedSchema as err:
+        grammar = err
+    return MaskbenchSchema(record["id"], category(record["id"]), grammar, schema_samples(record, kind, whitespace),
+                           {"description": record.get("description", ""), "serialize": whitespace, "kind": kind})
+
+
+def load_schemas(data_root, categories=(), count: int | None = 300, seed: int = 0, shard=None,
+                 serialize: str = "compact", kind: str = "valid", schema: str | None = None) -> list[MaskbenchSchema]:
+    """The selected schemas, converted, with their samples (the runner's API)."""
+    records = read_records(data_root)
+    if schema:
+        chosen = [r for r in records if r["id"] == schema]
+        if not chosen:
+            close = [r["id"] for r in records if r["id"].startswith(category(schema))][:5]
+            raise DataError(f"dataset.schema={schema!r}: no such schema id in {data_path(data_root)}; "
+                            f"e.g. {close}")
+    else:
+        chosen = select(records, categories, count, seed, shard)
+    return [to_schema(r, kind, serialize) for r in chosen]
+
+
+# -- registration (pyproject.toml, entry-point group gcdbench.datasets) --------------------------------------
+from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
+
+
+@loader(categories=([], "categories (id prefixes) to take, e.g. [Github_easy,Kubernetes]; empty: all"),
+        count=(300, "a stratified seeded sample of this many schemas over the categories; 0: all"),
+        seed=(0, "seed of the stratified sample"),
+        shard=(None, "i/N: every N-th schema of the sorted selection, starting at the i-th"),
+        serialize=("compact", "compact (separators=(',', ':')) or flexible (indent=2, whitespace-flexible grammar)"),
+        kind=("valid", "valid or invalid: which test instances are the samples"),
+        schema=(None, "one schema id (e.g. Github_easy---o1234): a single-schema cell; the others are ignored"))
+def maskbench(name, dcfg, data_root, n, seed) -> Dataset:
+    picked = load_schemas(data_root, dcfg["categories"], dcfg["count"], dcfg["seed"], dcfg["shard"],
+                          dcfg["serialize"], dcfg["kind"], dcfg["schema"])
+    if len(picked) != 1:
+        raise DataError(f"dataset=maskbench selects {len(picked)} schemas, and one dataset is one grammar: give "
+                        "dataset.schema=<id> (e.g. Github_easy---o1234), or take the selection with "
+                        "gcdbench.datasets.maskbench.load_schemas")
+    one = picked[0]
+    if not one.converted:
+        raise one.grammar
+    return Dataset(name=f"maskbench_{one.id}", grammar=one.grammar, samples=pick(one.samples, n, seed),
+                   meta={"source": str(data_path(data_root)), "schema": one.id, "category": one.category,
+                         **one.meta})
