@@ -23,10 +23,10 @@ import gzip
 import json
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gcdbench.datasets.base import DataError, DataMissing, Dataset, Sample, pick
+from gcdbench.datasets.base import DataError, DataMissing, Dataset, GrammarGroup, Sample, grouped, pick
 from gcdbench.parsers.base import GrammarSpec
 from gcdbench.parsers.jsonschema import UnsupportedSchema, schema_to_lark, serialize
 
@@ -135,20 +135,30 @@ class MaskbenchSchema:
     grammar: GrammarSpec | UnsupportedSchema
     samples: list[Sample]
     meta: dict = field(default_factory=dict)
+    json_schema: str = ""   # the schema as JSON text (the native schema engines compile it)
 
     @property
     def converted(self) -> bool:
         return isinstance(self.grammar, GrammarSpec)
 
+    def spec(self) -> GrammarSpec:
+        """The grammar a runner cell compiles: the converted Lark, with the schema for the engines that read
+        schemas themselves; for a schema the converter refuses, the refusal (such engines still run it)."""
+        if self.converted:
+            return replace(self.grammar, json_schema=self.json_schema)
+        return GrammarSpec(name=f"maskbench_{self.id}", lark="", json_schema=self.json_schema,
+                           refusal=f"the JSON Schema converter refuses it: {self.grammar}")
+
 
 def schema_samples(record: dict, kind: str = "valid", whitespace: str = "compact") -> list[Sample]:
-    """The record's test instances of ``kind``, serialized; ids ``<schema id>-v<k>`` / ``-i<k>``."""
+    """The record's test instances of ``kind``, serialized; ids ``<schema id>#v<k>`` / ``#i<k>`` (``#`` joins the
+    schema and the instance: the report reads the schema back from the id)."""
     if kind not in KINDS:
         raise DataError(f"dataset.kind={kind!r}; valid: {list(KINDS)}")
     want = kind == "valid"
     tag = "v" if want else "i"
     tests = [t for t in record.get("tests") or [] if bool(t.get("valid")) == want]
-    return [Sample(f"{record['id']}-{tag}{k}", serialize(t.get("data"), record["schema"], whitespace))
+    return [Sample(f"{record['id']}#{tag}{k}", serialize(t.get("data"), record["schema"], whitespace))
             for k, t in enumerate(tests)]
 
 
@@ -161,7 +171,8 @@ def to_schema(record: dict, kind: str = "valid", whitespace: str = "compact") ->
     except UnsupportedSchema as err:
         grammar = err
     return MaskbenchSchema(record["id"], category(record["id"]), grammar, schema_samples(record, kind, whitespace),
-                           {"description": record.get("description", ""), "serialize": whitespace, "kind": kind})
+                           {"description": record.get("description", ""), "serialize": whitespace, "kind": kind},
+                           json.dumps(record["schema"], ensure_ascii=False))
 
 
 def load_schemas(data_root, categories=(), count: int | None = 300, seed: int = 0, shard=None,
@@ -191,15 +202,25 @@ from gcdbench.datasets.registry import loader  # noqa: E402 - the registry impor
         kind=("valid", "valid or invalid: which test instances are the samples"),
         schema=(None, "one schema id (e.g. Github_easy---o1234): a single-schema cell; the others are ignored"))
 def maskbench(name, dcfg, data_root, n, seed) -> Dataset:
+    """One schema (``dataset.schema=<id>``): a one-grammar dataset. A selection: a dataset of many grammars, one
+    group per schema that has instances of the kind (``samples=N``: the first N of each schema), named
+    ``maskbench[_invalid][_flexible][_shard<i>of<N>]`` so each kind, form and shard is its own cell."""
     picked = load_schemas(data_root, dcfg["categories"], dcfg["count"], dcfg["seed"], dcfg["shard"],
                           dcfg["serialize"], dcfg["kind"], dcfg["schema"])
-    if len(picked) != 1:
-        raise DataError(f"dataset=maskbench selects {len(picked)} schemas, and one dataset is one grammar: give "
-                        "dataset.schema=<id> (e.g. Github_easy---o1234), or take the selection with "
-                        "gcdbench.datasets.maskbench.load_schemas")
-    one = picked[0]
-    if not one.converted:
-        raise one.grammar
-    return Dataset(name=f"maskbench_{one.id}", grammar=one.grammar, samples=pick(one.samples, n, seed),
-                   meta={"source": str(data_path(data_root)), "schema": one.id, "category": one.category,
-                         **one.meta})
+    base = {"source": str(data_path(data_root)), "serialize": dcfg["serialize"], "kind": dcfg["kind"]}
+    if dcfg["schema"]:
+        one = picked[0]
+        return Dataset(name=f"maskbench_{one.id}", grammar=one.spec(), samples=pick(one.samples, n, seed),
+                       meta={**base, "schema": one.id, "category": one.category, **one.meta})
+    shard = parse_shard(dcfg["shard"])
+    cell = ("maskbench" + ("_invalid" if dcfg["kind"] == "invalid" else "")
+            + ("_flexible" if dcfg["serialize"] == "flexible" else "")
+            + (f"_shard{shard[0]}of{shard[1]}" if shard else ""))
+    groups = [GrammarGroup(s.id, s.spec(), pick(s.samples, n, seed)) for s in picked if s.samples]
+    if not groups:
+        raise DataError(f"dataset=maskbench: none of the {len(picked)} selected schemas has a {dcfg['kind']} "
+                        "instance; select more schemas (dataset.count, dataset.categories)")
+    meta = {**base, "schemas_selected": len(picked), "schemas_with_instances": len(groups),
+            "schemas_refused_by_converter": sum(not s.converted for s in picked if s.samples),
+            "categories": sorted({s.category for s in picked}), "count": dcfg["count"], "shard": dcfg["shard"]}
+    return grouped(cell, groups, meta)
