@@ -47,6 +47,8 @@ class LLGuidanceOptions:
     json_whitespace: str = option("compact", "source=json_schema: compact (separators ',' ':', no other whitespace, "
                                   "as dataset.serialize=compact) or flexible (any whitespace)",
                                   choices=("compact", "flexible"))
+    json_lenient: bool = option(False, "source=json_schema: LLGuidance's default refuses a schema with a keyword or "
+                                "format it does not implement; true: ignores them (x-guidance lenient)")
 
 
 class LLGuidanceEngine(Engine):
@@ -120,6 +122,7 @@ class LLGuidanceEngine(Engine):
             schema = {} if schema else {"not": {}}
         flexible = self.opts["json_whitespace"] == "flexible"
         schema = {**schema, "x-guidance": {**schema.get("x-guidance", {}), "whitespace_flexible": flexible,
+                                           **({"lenient": True} if self.opts["json_lenient"] else {}),
                                            **({} if flexible else {"item_separator": ",", "key_separator": ":"})}}
         return "start: %json " + json.dumps(schema, ensure_ascii=False) + "\n"
 

@@ -42,6 +42,9 @@ class XGrammarOptions:
     json_whitespace: str = option("compact", "grammar_form=json_schema: compact (separators ',' ':', no other "
                                   "whitespace, as dataset.serialize=compact) or flexible (any whitespace)",
                                   choices=("compact", "flexible"))
+    json_strict: bool = option(True, "grammar_form=json_schema: XGrammar's strict_mode (its default): no property or "
+                               "item the schema does not list, unless it allows them explicitly; false: JSON "
+                               "Schema's defaults (additionalProperties true)")
     max_threads: int = option(1, "XGrammar's threads: its compiler and its batch matcher (batch.threads sets it)")
     cache: bool = option(False, "XGrammar's compiler cache (GrammarCompiler cache_enabled): a grammar compiled again "
                          "in the same process is reused", former="cache_enabled")
@@ -97,7 +100,8 @@ class XGrammarEngine(Engine):
                 self.source = grammar.json_schema
                 compact = self.opts["json_whitespace"] == "compact"
                 xg = xgr.Grammar.from_json_schema(grammar.json_schema, any_whitespace=not compact,
-                                                  separators=(",", ":") if compact else None)
+                                                  separators=(",", ":") if compact else None,
+                                                  strict_mode=bool(self.opts["json_strict"]))
             else:
                 raise ValueError(f"xgrammar: grammar_form must be 'ebnf', 'bnf', 'lark' or 'json_schema', not {form!r}")
             compiler = xgr.GrammarCompiler(
