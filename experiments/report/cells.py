@@ -17,15 +17,15 @@ AUDIT_DETAIL_COLUMNS = ["audit_steps", "audit_profile", "audit_agree", "audit_ag
 
 
 def details(cells: pd.DataFrame) -> pd.DataFrame:
-    """Every cell: outcomes, init and TTFM, mask-time percentiles (p99.9 included), audit agreement, peak memory
+    """Every cell: outcomes, init and TTFM, mask-time percentiles (p99.9 and p99.99 included), audit agreement, peak memory
     per phase, the commit(s) its rows were measured at, provenance."""
     audit_cols = list(AUDIT_DETAIL_COLUMNS)
     lang = cells["audit_agree_language"] if "audit_agree_language" in cells else pd.Series(np.nan, cells.index)
     if "audit_agree" not in cells or not (cells["audit_agree"].notna() & lang.isna()).any():
         audit_cols.remove("audit_agree")   # no cell audited before profiles: it equals audit_agree_language
     cols = ["engine", "config", "dataset", "tokenizer", "samples", "passed", "outcomes", "init_s", "init_cache_hit",
-            "ttfm_s", "mask_n", "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_p999_us", "mask_max_us",
-            *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "commit", "provenance", "machine", "gpu"]
+            "ttfm_s", "mask_n", "mask_mean_us", "mask_p50_us", "mask_p99_us", "mask_p999_us", "mask_p9999_us",
+            "mask_max_us", *audit_cols, "peak_rss_compile_mb", "peak_rss_samples_mb", "commit", "provenance", "machine", "gpu"]
     d = cells.reindex(columns=cols)
     for col in ("samples", "passed", "mask_n", *(c for c in audit_cols if c != "audit_profile")):
         d[col] = d[col].astype("Int64")
@@ -91,7 +91,8 @@ def cell_summary(run_dir: Path) -> str:
     return (f"{head}: pass {c.get('passed', 0)}/{c.get('samples', 0)}, init {fmt_s(c.get('init_s'))}, "
             f"TTFM {fmt_s(c.get('ttfm_s'))}, per-mask mean {fmt_us(c.get('mask_mean_us'))} µs "
             f"(p50 {fmt_us(c.get('mask_p50_us'))}, p99 {fmt_us(c.get('mask_p99_us'))}, "
-            f"p99.9 {fmt_us(c.get('mask_p999_us'))}, max {fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks); "
+            f"p99.9 {fmt_us(c.get('mask_p999_us'))}, p99.99 {fmt_us(c.get('mask_p9999_us'))}, "
+            f"max {fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks); "
             f"{audit_text(c)}  [{c.get('outcomes', '')}]{prov}{_batch_text(Path(run_dir), c)}")
 
 

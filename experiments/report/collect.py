@@ -115,7 +115,7 @@ def read_run(run_dir: Path) -> dict:
 
 
 def mask_summary(run_dir: Path, steps: pd.DataFrame | None = None, meta: dict | None = None) -> dict:
-    """Count, mean and p50/p99/p99.9/max of a cell's per-mask times ({} when it has none): from ``steps.parquet``;
+    """Count, mean and p50/p99/p99.9/p99.99/max of a cell's per-mask times ({} when it has none): from ``steps.parquet``;
     else, for a re-stored cell, the summary it keeps in place of those rows; else, for a batch cell that kept
     only its per-step summaries, from ``batch_steps`` (each step gave ``masks`` masks of ``step_us / live``)."""
     if steps is None:
@@ -135,7 +135,7 @@ def mask_summary(run_dir: Path, steps: pd.DataFrame | None = None, meta: dict | 
         return {}
     return dict(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
                 mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
-                mask_max_us=float(us.max()))
+                mask_p9999_us=float(np.percentile(us, 99.99)), mask_max_us=float(us.max()))
 
 
 def sample_step_summary(run_dir: Path) -> pd.DataFrame | None:
