@@ -360,6 +360,20 @@ def _run_batch(ctx: _Ctx, todo, failure) -> None:
             ctx.cell.save_session(session)
 
 
+def _compiled_profiles(cell: Cell, session) -> dict:
+    """The profile each compiled grammar's engine declared (group id, None for a one-grammar cell -> Profile),
+    from the sessions' compile records, the latest winning: an engine's profile may depend on the grammar it
+    compiled (Pre3 picks its front end per grammar), which the parent's uncompiled probe cannot know."""
+    from gcdbench.parsers.base import Profile
+
+    out = {}
+    for s in [*cell.sessions(), *([session] if session is not None else [])]:
+        for init in s.get("inits") or []:
+            if init.get("profile"):
+                out[init.get("group")] = Profile(**init["profile"])
+    return out
+
+
 def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, probe, cfg) -> None:
     """Compare the masks saved during the run (``<sample>.audit.npz``) with the reference, once no engine is being
     timed; each part gets its audit rows. A run stopped before this point audits them when resumed. The reference
@@ -404,17 +418,19 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
         (cell.parts / f"{sample_id}.audit.npz").unlink(missing_ok=True)
 
     group_of = dataset.group_of()
+    compiled_profiles = _compiled_profiles(cell, session)
     by_grammar: dict = {}   # one audit child per grammar (a dataset of many grammars has one per group)
     for job in jobs:
         group = group_of.get(job[0])
         by_grammar.setdefault(group.id if group is not None else None, (group.grammar if group else dataset.grammar,
                                                                          []))[1].append(job)
-    for grammar, grammar_jobs in by_grammar.values():
+    for gid, (grammar, grammar_jobs) in by_grammar.items():
         if grammar.refusal is not None:   # no Lark grammar (an engine with its own schema compiler ran it)
             for sample_id, *_ in grammar_jobs:
                 on_result(sample_id, None, f"audit skipped: the harness has no grammar: {grammar.refusal}")
             continue
-        audit_samples(grammar, tokenizer.name, probe.profile(), Path(cfg.out_dir) / REFERENCE_CACHE, grammar_jobs,
+        profile = compiled_profiles.get(gid) or probe.profile()
+        audit_samples(grammar, tokenizer.name, profile, Path(cfg.out_dir) / REFERENCE_CACHE, grammar_jobs,
                       float(cfg.limits.sample_timeout_s), float(cfg.limits.memory_mb), on_result,
                       setup_timeout_s=float(cfg.limits.compile_timeout_s))
     if skipped and session is not None:

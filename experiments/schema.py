@@ -313,6 +313,8 @@ class Init(TypedDict, total=False):
     init_s: float                    # the timed compile (grammar and vocabulary)
     version: str                     # engine version
     engine_info: dict                # what the engine reports about its compile (cache hit, sizes, ...)
+    profile: dict                    # the compiled engine's declared Profile (the audit uses it)
+    group: str                       # a dataset of many grammars: the group whose grammar this compile was
     peak_rss_compile_mb: float       # the worker's peak resident memory while compiling
     warmup_s: float                  # the untimed warm-up sample's wall time
     first_mask_us: float             # the warm-up's first mask (cold, empty prefix)
@@ -350,6 +352,7 @@ class Session(TypedDict, total=False):
     audit_samples: Any               # audited samples (null: all)
     warmup: bool                     # an untimed warm-up sample after each compile
     inits: list                      # every compile of the session (Init)
+    group_failures: dict             # a dataset of many grammars: group id -> its compile failure
     samples_run: int                 # samples it stored
     peak_rss_method: str             # how peak memory was measured
     compile_failure: dict            # {message, kind, engine_version[, reused]} of a failed compile

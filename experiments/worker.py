@@ -17,6 +17,7 @@ Only the fill call is inside the mask timer; the runner, not the engine, checks 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -213,8 +214,10 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
             chan.send(("compile_error", {"message": "the engine compiled, but making the batch's sequences failed:\n"
                                          + traceback.format_exc(limit=8), "kind": "crash"}))
             return None
+    # the profile of the compiled engine: it may depend on the grammar (Pre3's front end, chosen per grammar)
     chan.send(("compiled", {"init_s": init_s, "version": engine.version(), "engine_info": engine.info(),
-                            "peak_rss_compile_mb": peak_rss_mb(), **extra}))
+                            "profile": dataclasses.asdict(engine.profile()), "peak_rss_compile_mb": peak_rss_mb(),
+                            **extra}))
     return engine, tokenizer
 
 

@@ -105,3 +105,22 @@ def test_a_group_whose_compile_hangs_is_a_timeout_and_the_next_group_runs(tmp_pa
     again = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
                          "limits.compile_timeout_s=3", "audit.per_sample=0"))
     assert len(json.loads((again / "run.json").read_text())["sessions"]) == 2
+
+
+def test_the_audit_reads_the_profile_each_compiled_grammar_declared(tmp_path, monkeypatch):
+    """Pre3 picks its front end per grammar (bytes when the character-level grammar is LALR(1), else the lexer:
+    Lark's standard lexing), so its declared profile depends on the grammar; the parent's uncompiled engine cannot
+    know it. Each compile records its engine's profile, and the audit reads that one (it used the probe's
+    ``standard`` for every grammar before, and disagreed on the ones compiled to bytes)."""
+    def group(gid, lark, text):
+        return GrammarGroup(gid, GrammarSpec(gid, lark), [Sample(f"{gid}#0", text)])
+
+    ds = grouped("groups", [group("chars", 'start: "[" [NUM ("," NUM)*] "]"\nNUM: /[0-9]+/\n', "[12,3]"),
+                            group("lexer", 'start: NAME+\nNAME: /[a-z]+/\n%ignore " "\n', "ab cd")])
+    monkeypatch.setattr("gcdbench.datasets.registry.load_dataset", lambda *a, **k: ds)
+    cell = run(make_cfg(tmp_path, "engine=pre3", "audit.per_sample=4"))
+    assert set(outcomes(cell).values()) == {"ok"}
+    inits = json.loads((cell / "run.json").read_text())["sessions"][0]["inits"]
+    assert {i["group"]: i["profile"]["lexing"] for i in inits} == {"chars": "scannerless", "lexer": "standard"}
+    audit = pd.read_parquet(cell / "audit.parquet")
+    assert audit["agree_profile"].all(), audit[["sample_id", "step", "profile"]]
