@@ -227,8 +227,8 @@ class Scan:
 
 # -- negative samples -----------------------------------------------------------------------------------------
 def mutate(text: str, rng: random.Random, keywords) -> tuple[str, str, int] | None:
-    """One random mutation of ``text``: ``(mutated, kind, character offset)``, or None when the drawn kind has
-    nothing to act on (no ``}`` to drop)."""
+    """One random mutation of ``text``: ``(mutated, kind, character offset)``, or None when the draw leaves the
+    text as it is (no ``}`` to drop, two equal tokens to swap)."""
     toks = [(m.start(), m.group()) for m in TOKEN.finditer(text)]
     code = [k for k, (_, t) in enumerate(toks) if not t.isspace() and not t.startswith(("//", "/*"))]
     if len(code) < 2:
@@ -251,6 +251,8 @@ def mutate(text: str, rng: random.Random, keywords) -> tuple[str, str, int] | No
     if kind == "swap":
         k2 = code[j + 1]
         at2, tok2 = toks[k2]
+        if tok2 == tok:
+            return None
         return text[:at] + tok2 + text[end:at2] + tok + text[at2 + len(tok2):], kind, at
     word = rng.choice(keywords)
     return text[:at] + word + " " + text[at:], kind, at
