@@ -137,6 +137,7 @@ GO_IN = {
     "comments and blank lines": "package p\n\n// F does it.\nfunc F() {\n\t// first\n\n\tx = 1 // set\n\n\treturn\n}\n",
     "a chain over lines": "package p\n\nfunc f() {\n\tx.\n\t\tY()\n}\n",
     "semicolons": "package p; func f() { a = 1; b = 2 }\n",
+    "++ and comments after a statement": "package p\n\nfunc f() {\n\tfor i := 0; i < n; i++ {\n\t\tn++ /* one */\n\t}\n}\n",
 }
 GO_OUT = {
     "a newline after an argument": "package p\n\nfunc f() {\n\tg(a\n\t, b)\n}\n",
