@@ -42,12 +42,12 @@ class LLGuidanceOptions:
     threads: int = option(1, "batch mode: threads of its parallel mask fill (LLExecutor); batch.threads sets it")
     forcing: bool = option(True, "LLGuidance's default: where the grammar forces the next bytes, only the "
                            "tokenizer's token for them; false: grammar option no_forcing")
-    source: str = option("lark", "lark: the dataset's Lark grammar; json_schema: LLGuidance's own JSON Schema compiler "
-                         "on the dataset's schemas (dataset=maskbench)", choices=("lark", "json_schema"))
-    json_whitespace: str = option("compact", "source=json_schema: compact (separators ',' ':', no other whitespace, "
+    grammar_form: str = option("lark", "lark: the dataset's Lark grammar; json_schema: LLGuidance's own JSON Schema "
+                               "compiler on the dataset's schemas (dataset=maskbench)", choices=("lark", "json_schema"))
+    json_whitespace: str = option("compact", "grammar_form=json_schema: compact (separators ',' ':', no other whitespace, "
                                   "as dataset.serialize=compact) or flexible (any whitespace)",
                                   choices=("compact", "flexible"))
-    json_lenient: bool = option(False, "source=json_schema: LLGuidance's default refuses a schema with a keyword or "
+    json_lenient: bool = option(False, "grammar_form=json_schema: LLGuidance's default refuses a schema with a keyword or "
                                 "format it does not implement; true: ignores them (x-guidance lenient)")
 
 
@@ -64,7 +64,7 @@ class LLGuidanceEngine(Engine):
 
     @property
     def reads_json_schema(self) -> bool:
-        return self.opts["source"] == "json_schema"
+        return self.opts["grammar_form"] == "json_schema"
 
     def profile(self) -> Profile:
         """A lexer: longest match among the lexemes the parser allows; no ignored text after a sentence that
@@ -115,7 +115,7 @@ class LLGuidanceEngine(Engine):
         import json
 
         if grammar.json_schema is None:
-            raise CompileError(f"llguidance: source=json_schema needs a JSON Schema, and {grammar.name} is a Lark "
+            raise CompileError(f"llguidance: grammar_form=json_schema needs a JSON Schema, and {grammar.name} is a Lark "
                                "grammar: use a dataset of schemas (dataset=maskbench)")
         schema = json.loads(grammar.json_schema)
         if not isinstance(schema, dict):   # true/false schemas

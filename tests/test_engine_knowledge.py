@@ -47,6 +47,8 @@ PROFILES = {
     "syncode": Profile(lexing="standard", leading_ignore=True, case_fold="ascii"),
     "genlm": Profile(),
     "transformers_cfg": Profile(),
+    "xgrammar_schema": Profile(),    # its own JSON Schema compiler: the schema's language
+    "llguidance_schema": Profile(),
 }
 COMPLEXITY = {   # engine -> (unambiguous grammar, highly ambiguous grammar)
     "xgrammar": ("?", "?"), "llguidance": ("O(n)", "O(n^3)"), "glrmask": ("O(n^3)", "O(n^3)"),

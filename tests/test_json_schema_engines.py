@@ -10,7 +10,7 @@ from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask
 from gcdbench.parsers.registry import engine_class
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "yz"]}}, "required": ["a"]}
-PRESETS = {"xgrammar": {"grammar_form": "json_schema"}, "llguidance": {"source": "json_schema", "forcing": False}}
+PRESETS = {"xgrammar": {"grammar_form": "json_schema"}, "llguidance": {"grammar_form": "json_schema", "forcing": False}}
 
 
 def accepts(engine, tok, text: str) -> bool:

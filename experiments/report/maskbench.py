@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gcdbench.datasets.maskbench import PUBLISHED, category
 from gcdbench.experiments.report.collect import Unreadable, read_cell_file, read_run, run_dirs, warn
 from gcdbench.experiments.report.plot import save_figure
 from gcdbench.experiments.report.section import Context, Section
@@ -27,14 +28,6 @@ from gcdbench.experiments.report.text import figure_link, markdown
 
 PREFIX = "maskbench"
 TBM_PCTS = (25, 50, 75, 90, 95, 99, 99.9, 99.99)
-#: the published run (guidance-ai/jsonschemabench maskbench/README.md, 2025-03-27; one thread per sequence,
-#: 15 min and 40 GiB per schema; µs): engine -> (TBM p50, p99, p99.9, TTFM p50, invalid accepted)
-PUBLISHED = {
-    "LLGuidance 0.7.10": (46, 533, 1695, 1037, 0),
-    "XGrammar 0.1.17": (9, 5687, 100267, 919459, 1368),
-    "llama.cpp 0.3.8": (17021, 60371, 297552, 312, 649),
-    "outlines-core 0.2.3": (34, 7184, 7820, 587900, 822),
-}
 
 
 def schema_of(sample_id: str) -> str:
@@ -42,8 +35,6 @@ def schema_of(sample_id: str) -> str:
 
 
 def category_of(schema_id: str) -> str:
-    from gcdbench.datasets.maskbench import category
-
     return category(schema_id)
 
 
