@@ -63,6 +63,32 @@ def read_text(path: str | Path, what: str = "file") -> str:
                         f"({err.reason}); re-save the file as UTF-8") from None
 
 
+def json_lines(path: str | Path, keys: tuple[str, ...], what: str) -> list[dict]:
+    """The JSON objects of a gzipped JSON-lines file, in file order (blank lines skipped). A line that is not a
+    JSON object with ``keys``, or a file that is not gzip of UTF-8, raises :class:`DataError` naming the file, the
+    line and ``what`` a line should be."""
+    import gzip
+    import json
+
+    rows = []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as err:
+                    raise DataError(f"{path} line {lineno} is not JSON ({err}); re-create the file") from None
+                if not isinstance(row, dict) or any(k not in row for k in keys):
+                    raise DataError(f"{path} line {lineno} has no {', '.join(map(repr, keys))}: not {what}; "
+                                    "re-create the file")
+                rows.append(row)
+    except (OSError, EOFError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not a readable gzip file of UTF-8 JSON lines ({err})") from None
+    return rows
+
+
 @dataclass(frozen=True)
 class Sample:
     id: str

@@ -34,7 +34,6 @@ change and the two corners where it is stricter than Go (none occurs in gofmt'd 
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import json
 import os
@@ -42,7 +41,7 @@ import random
 import re
 from pathlib import Path
 
-from gcdbench.datasets.base import DataError, DataMissing, Dataset, Sample, load_grammar, read_text
+from gcdbench.datasets.base import DataError, DataMissing, Dataset, Sample, json_lines, load_grammar, read_text
 from gcdbench.parsers.base import GrammarSpec
 
 LANGS = {
@@ -81,20 +80,7 @@ def code_file(data_root, name: str) -> Path:
 
 def read_files(path: Path) -> list[tuple[str, str]]:
     """``(path, text)`` of every line of a ``jsonl.gz`` file, in file order; a bad line raises DataError naming it."""
-    rows = []
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    rows.append((str(obj["path"]), str(obj["text"])))
-                except (ValueError, KeyError, TypeError) as err:
-                    raise DataError(f"{path} line {lineno}: not a {{\"path\", \"text\"}} JSON object ({err}); "
-                                    "regenerate the file") from None
-    except (OSError, EOFError, UnicodeDecodeError) as err:
-        raise DataError(f"{path}: not a readable gzip file of UTF-8 JSON lines ({err})") from None
+    rows = [(str(r["path"]), str(r["text"])) for r in json_lines(path, ("path", "text"), "a source file record")]
     if not rows:
         raise DataError(f"{path} holds no file: nothing to sample")
     return rows

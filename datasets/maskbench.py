@@ -19,14 +19,14 @@ loader returns the usual :class:`Dataset` when the selection is exactly one sche
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import random
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gcdbench.datasets.base import DataError, DataMissing, Dataset, GrammarGroup, Sample, grouped, pick
+from gcdbench.datasets.base import (DataError, DataMissing, Dataset, GrammarGroup, Sample, grouped, json_lines,
+                                   pick)
 from gcdbench.parsers.base import GrammarSpec
 from gcdbench.parsers.jsonschema import UnsupportedSchema, schema_to_lark, serialize
 
@@ -64,18 +64,7 @@ def data_path(data_root) -> Path:
 
 @functools.lru_cache(maxsize=4)
 def _read(path: str, mtime: float) -> tuple[dict, ...]:
-    rows = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path} line {n} is not JSON ({err}); re-create the file") from None
-            if not isinstance(row, dict) or "id" not in row or "schema" not in row:
-                raise DataError(f"{path} line {n} has no 'id' and 'schema': not a MaskBench record")
-            rows.append(row)
+    rows = json_lines(path, ("id", "schema"), "a MaskBench record")
     return tuple(sorted(rows, key=lambda r: r["id"]))
 
 
