@@ -379,7 +379,7 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
     timed; each part gets its audit rows. A run stopped before this point audits them when resumed. The reference
     runs in a child under the cell's limits (``experiments/audit_child.py``): a sample whose audit exceeds them is
     recorded as skipped, with the reason, and the rest go on; a resume with ``audit.per_sample=0`` drops them."""
-    from gcdbench.experiments.audit_child import audit_samples
+    from gcdbench.experiments.audit_child import audit_groups
 
     pending = sorted(cell.parts.glob("*.audit.npz"))
     if not pending:
@@ -419,20 +419,20 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
 
     group_of = dataset.group_of()
     compiled_profiles = _compiled_profiles(cell, session)
-    by_grammar: dict = {}   # one audit child per grammar (a dataset of many grammars has one per group)
+    by_grammar: dict = {}   # the jobs of each grammar (a dataset of many grammars has one per group)
     for job in jobs:
         group = group_of.get(job[0])
         by_grammar.setdefault(group.id if group is not None else None, (group.grammar if group else dataset.grammar,
                                                                          []))[1].append(job)
+    groups = []
     for gid, (grammar, grammar_jobs) in by_grammar.items():
         if grammar.refusal is not None:   # no Lark grammar (an engine with its own schema compiler ran it)
             for sample_id, *_ in grammar_jobs:
                 on_result(sample_id, None, f"audit skipped: the harness has no grammar: {grammar.refusal}")
             continue
-        profile = compiled_profiles.get(gid) or probe.profile()
-        audit_samples(grammar, tokenizer.name, profile, Path(cfg.out_dir) / REFERENCE_CACHE, grammar_jobs,
-                      float(cfg.limits.sample_timeout_s), float(cfg.limits.memory_mb), on_result,
-                      setup_timeout_s=float(cfg.limits.compile_timeout_s))
+        groups.append((grammar, compiled_profiles.get(gid) or probe.profile(), grammar_jobs))
+    audit_groups(groups, tokenizer.name, Path(cfg.out_dir) / REFERENCE_CACHE, float(cfg.limits.sample_timeout_s),
+                 float(cfg.limits.memory_mb), on_result, setup_timeout_s=float(cfg.limits.compile_timeout_s))
     if skipped and session is not None:
         reasons = sorted(set(skipped.values()))
         if len(skipped) == len(jobs) and len(reasons) == 1:

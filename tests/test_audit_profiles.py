@@ -233,3 +233,37 @@ def test_audit_in_a_limited_child_equals_the_in_process_audit_and_skips_what_exc
                   lambda sid, rows, why: got.__setitem__(sid, (rows, why)))
     assert set(got) == {"s1", "s2"}
     assert all(rows is None and why.startswith("audit skipped: no result within 0.0001 s") for rows, why in got.values())
+
+
+@pytest.mark.faults
+def test_one_audit_child_sets_up_each_grammar_in_turn_and_goes_on_past_one_it_cannot_read(tmp_path, monkeypatch):
+    """A dataset of many grammars (MaskBench) audits all of a cell's grammars in one child: each grammar's rows
+    equal the in-process audit, a grammar the reference cannot read skips only its own samples with the reason,
+    and the same child goes on (one process for the three grammars)."""
+    from gcdbench.experiments import audit_child
+    from gcdbench.parsers.tokenizers import byte_level
+
+    tok = byte_level()
+    other = GrammarSpec("kv", 'start: NAME "=" NAME\nNAME: /[a-z]+/\n')
+    broken = GrammarSpec("broken", 'start: undefined_rule\n')
+    groups = []
+    for grammar, texts in ((SQL, {"a1": "select a from t;"}), (broken, {"b1": "x"}), (other, {"c1": "k=v", "c2": "a=b"})):
+        jobs = []
+        for sid, text in texts.items():
+            ids = tok.encode(text)
+            np.savez(tmp_path / f"{sid}.npz", **{"0": np.zeros((tok.vocab_size + 31) // 32, dtype=np.int32)})
+            jobs.append((sid, text, ids, tmp_path / f"{sid}.npz"))
+        groups.append((grammar, Profile(), jobs))
+    started = []
+    real = audit_child.LimitedProcess
+    monkeypatch.setattr(audit_child, "LimitedProcess", lambda *a, **k: started.append(1) or real(*a, **k))
+    got = {}
+    audit_child.audit_groups(groups, "bytes", None, 120.0, 16000.0,
+                             lambda sid, rows, why: got.__setitem__(sid, (rows, why)))
+    assert len(started) == 1 and set(got) == {"a1", "b1", "c1", "c2"}
+    assert got["b1"][0] is None and got["b1"][1].startswith("audit skipped: the reference checker cannot take")
+    for grammar, _, jobs in (groups[0], groups[2]):
+        for sid, text, ids, npz in jobs:
+            with np.load(npz) as data:
+                want = Auditor(grammar, tok, Profile()).check(text, ids, {int(k): data[k] for k in data.files})
+            assert got[sid] == (want, None)

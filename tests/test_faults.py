@@ -547,7 +547,7 @@ def test_resume_with_the_audit_off_drops_the_pending_audit(tmp_path, words, monk
     assert len(list((cell / "parts").glob("*.audit.npz"))) == 3
     monkeypatch.setattr(runner, "_audit_pending", real)
     called = []
-    monkeypatch.setattr("gcdbench.experiments.audit_child.audit_samples", lambda *a, **k: called.append(a))
+    monkeypatch.setattr("gcdbench.experiments.audit_child.audit_groups", lambda *a, **k: called.append(a))
     capsys.readouterr()
     run(make_cfg(tmp_path, "engine=reference", *words, "samples=3", "audit.per_sample=0"))
     assert not called and not list((cell / "parts").glob("*.audit.npz"))
