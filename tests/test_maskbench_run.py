@@ -62,3 +62,38 @@ def test_maskbench_cells_and_their_section(tmp_path, root):
     assert table.loc["xgrammar_schema", "compile errors"] == 0 and "TBM p99.99" in table.columns
     text = (tmp_path / "report" / "README.md").read_text()
     assert "## MaskBench: JSON Schemas" in text and "maskbench_tbm_cdf" in text
+
+    # re-stored (per-mask rows replaced by a digest): counts, TTFM, avg, max and the tail unchanged
+    import numpy as np
+
+    from gcdbench.experiments.report.restore import restore
+
+    restore(tmp_path / "runs")
+    assert not list((tmp_path / "runs").rglob("steps.parquet"))
+    write_report(tmp_path / "t1" / "runs", tmp_path / "report2", tokenizer="bytes", maskbench=tmp_path / "runs")
+    again = pd.read_csv(tmp_path / "report2" / "maskbench.csv").set_index("engine")
+    same = [c for c in table.columns if not c.startswith("TBM p")]   # counts, TTFM, TBM avg and max
+    pd.testing.assert_frame_equal(again[same], table[same], check_exact=False, rtol=1e-4)
+    for c in [c for c in table.columns if c.startswith("TBM p")]:   # nearest rank of a digest: within the range
+        assert (again[c] >= table["TBM p25"] * 0.98).all() and (again[c] <= table["TBM max"] * 1.0001).all(), c
+    assert "re-stored cells" in (tmp_path / "report2" / "README.md").read_text()
+
+
+def test_times_digest_percentiles():
+    """A re-stored cell's digest: mean, max and the slowest 1% exact; lower percentiles within one 1% bin of the
+    exact nearest rank; digests of two cells merge."""
+    import numpy as np
+
+    from gcdbench.experiments.report.collect import Times, mask_digest
+
+    rng = np.random.default_rng(0)
+    a, b = rng.lognormal(3, 1.5, 20_000), rng.lognormal(2, 1, 5_000)
+    both = Times.from_digest(mask_digest(a)) + Times.from_digest(mask_digest(b))
+    exact = np.concatenate([a, b])
+    assert both.n == exact.size and not both.exact
+    assert np.isclose(both.mean(), exact.mean()) and both.max() == round(exact.max(), 3)
+    srt = np.sort(exact)
+    for q in (25, 50, 90, 99.9, 99.99):
+        want = srt[int(np.ceil(q / 100 * srt.size)) - 1]
+        assert abs(both.percentile(q) / want - 1) < 0.011, q
+    assert both.cdf()[1][-1] == 1.0

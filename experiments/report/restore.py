@@ -8,8 +8,10 @@ Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`)
 
 - per-mask rows (``steps.parquet``) are replaced by what the report computes from them: the cell's mask-time
   summary (``restored.mask_summary`` in its run record: count, mean, p50/p99/p99.9/max, computed exactly as
-  :func:`.collect.mask_summary` does) and, for single-mode cells, the per-sample counts, means and maxima
-  (``sample_steps``: what the suite's growth and the cliffs sections read);
+  :func:`.collect.mask_summary` does), a digest for any other percentile and the CDFs (``restored.mask_digest``,
+  :func:`.collect.mask_digest`: the slowest 1% exactly, the rest in 1%-wide log bins; what the MaskBench section
+  reads) and, for single-mode cells, the per-sample counts, means, maxima and first masks (``sample_steps``: what
+  the suite's growth, the cliffs and the MaskBench sections read);
 - batch cells keep their per-step summaries (``batch_steps``: one row per ``fill_masks`` call), not every mask;
 - ``samples`` and ``audit`` rows are kept whole; ``run.json`` is kept less ``identity.sample_ids`` (its digest
   ``identity.samples_digest`` stays), with a ``restored`` record: when, by which commit of this tool, what was
@@ -35,8 +37,8 @@ from pathlib import Path
 import pandas as pd
 
 from gcdbench.experiments.report import packed
-from gcdbench.experiments.report.collect import (Unreadable, batch_step_stats, mask_summary, read_cell_file,
-                                                 read_run, summarize_sample_steps)
+from gcdbench.experiments.report.collect import (Unreadable, batch_step_stats, mask_digest, mask_summary,
+                                                 read_cell_file, read_run, summarize_sample_steps)
 
 ROW_NAMES = {"samples.parquet": "samples.parquet", "audit.parquet": "audit.parquet",
              "batch_steps.parquet": "batch_steps.parquet"}
@@ -67,6 +69,8 @@ def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps:
     if steps is not None:
         dropped.append("steps.parquet")
         restored["mask_summary"] = mask_summary(run_dir, steps=steps)
+        if len(steps):
+            restored["mask_digest"] = mask_digest(steps["mask_us"].to_numpy())
     if batch_steps is not None:   # kept whole; its statistics at re-store time, to check a later reading against
         restored["batch_step_summary"] = batch_step_stats(batch_steps)
     restored["dropped"] = dropped
