@@ -137,7 +137,9 @@ class Scan:
     def __init__(self, grammar: GrammarSpec, data_path: Path, rows, max_chars: int, cache_dir):
         self.grammar, self.rows, self.max_chars = grammar, rows, max_chars
         data_key = hashlib.sha256(data_path.read_bytes()).hexdigest()[:16]
-        root = Path(os.path.expanduser(cache_dir or "~/.cache/gcdbench/datasets"))
+        from gcdbench.parsers.artifacts import cache_dir_of
+
+        root = cache_dir_of("datasets", cache_dir)
         self.path = root / f"{grammar.name}-{grammar.key()}-{data_key}-{max_chars}-v{CACHE_FORMAT}.json"
         self.state = self._read()
         if self.state is None:
@@ -318,7 +320,7 @@ OPTIONS = dict(
     max_chars=(6000, "skip files whose sample text is longer (counted in meta n_too_long)"),
     kind=("positive", "positive (accepted files) or negative (a seeded mutation of each, outside the language)"),
     seed=(0, "seed of the negative samples' mutations"),
-    cache_dir=(None, "where the scan's verdicts are cached (default ~/.cache/gcdbench/datasets)"),
+    cache_dir=(None, "where the scan's verdicts are cached (default $GCDBENCH_CACHE/datasets, ~/.cache/gcdbench)"),
 )
 
 

@@ -12,11 +12,22 @@ import pickle
 from pathlib import Path
 
 
+def cache_root() -> Path:
+    """Where every on-disk cache of the project lives, one folder per user: ``$GCDBENCH_CACHE``, else
+    ``~/.cache/gcdbench``. A run that times compiles from nothing (MaskBench's TTFM) points it at a fresh folder."""
+    return Path(os.path.expanduser(os.environ.get("GCDBENCH_CACHE") or "~/.cache/gcdbench"))
+
+
+def cache_dir_of(name: str, cache_dir=None) -> Path:
+    """An engine's or a loader's cache folder: its ``cache_dir`` option when set, else ``cache_root()/<name>``."""
+    return Path(os.path.expanduser(cache_dir)) if cache_dir else cache_root() / name
+
+
 def artifact_path(engine: str, cache_dir, grammar, tokenizer, *parts, fmt: int) -> Path:
-    """``<cache_dir or ~/.cache/gcdbench/<engine>>/<grammar key>-<tokenizer key>-<parts>-v<fmt>-<semantics>.pkl``."""
+    """``<cache_dir or $GCDBENCH_CACHE/<engine>>/<grammar key>-<tokenizer key>-<parts>-v<fmt>-<semantics>.pkl``."""
     from gcdbench.parsers.regex_fsm import SEMANTICS
 
-    root = Path(os.path.expanduser(cache_dir or f"~/.cache/gcdbench/{engine}"))
+    root = cache_dir_of(engine, cache_dir)
     return root / "-".join([grammar.key(), tokenizer.key(), *map(str, parts), f"v{fmt}", SEMANTICS + ".pkl"])
 
 

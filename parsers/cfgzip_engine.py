@@ -46,7 +46,9 @@ class PreprocessTimeout(CompileTimeout):
 
 
 def _default_cache_dir() -> Path:
-    return Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench")) / "cfgzip"
+    from gcdbench.parsers.artifacts import cache_root
+
+    return cache_root() / "cfgzip"
 
 
 def _preprocess_command() -> Path:
@@ -193,7 +195,7 @@ def check_gbnf_limits(ebnf: str, root: str = "root") -> None:
 
 @dataclass
 class CFGzipOptions:
-    cache_dir: str | None = option(None, "token classes; null: $GCDBENCH_CACHE/cfgzip or ~/.cache/gcdbench/cfgzip")
+    cache_dir: str | None = option(None, "token classes; null: $GCDBENCH_CACHE/cfgzip (default ~/.cache/gcdbench)")
     cache: bool = option(False, "reuse token classes from an earlier run (init then excludes preprocessing; info() "
                          "says cache_hit)", former="use_cache")
     num_threads: int = option(1, "cfgzip-preprocess --num-threads")

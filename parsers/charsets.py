@@ -125,13 +125,13 @@ class _SetCache:
 
     def __init__(self):
         import hashlib
-        import os
         import sys
         import unicodedata
-        from pathlib import Path
 
         key = hashlib.sha256(f"{sys.version}|{unicodedata.unidata_version}|1".encode()).hexdigest()[:16]
-        root = Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench"))
+        from gcdbench.parsers.artifacts import cache_root
+
+        root = cache_root()
         self.path = root / "python_re" / f"{key}.json"
         try:
             import json

@@ -35,7 +35,9 @@ def _pattern_for(tokenizer) -> str:
 
 
 def default_hf_cache() -> Path:
-    return Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench")) / "hf"
+    from gcdbench.parsers.artifacts import cache_root
+
+    return cache_root() / "hf"
 
 
 def model_id(tokenizer) -> str:

@@ -101,7 +101,9 @@ class SynCodeEngine(Engine):
     def _cache_dir(self) -> Path:
         if self.opts["cache_dir"]:
             return Path(self.opts["cache_dir"])
-        return Path(os.environ.get("GCDBENCH_CACHE", Path.home() / ".cache" / "gcdbench")) / "syncode"
+        from gcdbench.parsers.artifacts import cache_root
+
+        return cache_root() / "syncode"
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         import torch

@@ -187,7 +187,7 @@ class Pre3Options:
     cuda_threads: int = option(16384, "cuda: threads per launch (grid-stride over jobs), each with its own overlay "
                                "stack (not the cpu thread count: a launch size)")
     cuda_block: int = option(128, "cuda: threads per block")
-    cache_dir: str | None = option(None, "compiled artifacts (grammar, tokenizer, options); null: ~/.cache/gcdbench/pre3")
+    cache_dir: str | None = option(None, "compiled artifacts (grammar, tokenizer, options); null: $GCDBENCH_CACHE/pre3 (default ~/.cache/gcdbench)")
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
     max_build_s: float = option(600.0, "construction time budget (checked between steps); exceeded -> CompileError")
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")

@@ -180,7 +180,7 @@ def _mask_of(acc, weights, n_words):
 @dataclass
 class PSCOptions:
     cache_dir: str | None = option(None, "compiled artifacts, keyed by grammar.key() + tokenizer.key(); null: "
-                                   "~/.cache/gcdbench/psc")
+                                   "$GCDBENCH_CACHE/psc (default ~/.cache/gcdbench)")
     lexer: str = option("standard", "PSC's own maximal-munch byte lexer over all terminals (Lark's contextual lexer: "
                         "not implemented)", choices=("standard",))
     leading_ignore: bool = option(False, "false: ignored text (whitespace) may not start the output, like the "

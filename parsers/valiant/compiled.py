@@ -83,8 +83,10 @@ def _tuples(al: Alignment) -> int:
 
 
 def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer, token_states: int) -> Path:
-    root = Path(os.path.expanduser(cache_dir or "~/.cache/gcdbench/valiant"))
+    from gcdbench.parsers.artifacts import cache_dir_of
     from gcdbench.parsers.regex_fsm import SEMANTICS
+
+    root = cache_dir_of("valiant", cache_dir)
 
     return root / f"{VERSION}-{SEMANTICS}-s{token_states}-{grammar.key()}-{tokenizer.key()}.npz"
 

@@ -31,7 +31,7 @@ class ValiantOptions:
     threads: int = option(1, "cpu: threads sharing one terminal tree search (numba prange over the root's subtrees)")
     workers: int = option(32, "cuda: thread blocks that share the terminal tree search (one DFS per block)")
     bfs_depth: int = option(2, "cuda: BFS the terminal tree to this depth, then DFS per worker with its own tier stack")
-    cache_dir: str | None = option(None, "compiled artifacts; null: ~/.cache/gcdbench/valiant")
+    cache_dir: str | None = option(None, "compiled artifacts; null: $GCDBENCH_CACHE/valiant (default ~/.cache/gcdbench)")
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts")
     token_states: int = option(MAX_STATES, "a token walk holding more (trie node, DFA state) pairs is aligned on "
                                "merged boundaries")
