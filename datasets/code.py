@@ -137,7 +137,7 @@ class Scan:
     def __init__(self, grammar: GrammarSpec, data_path: Path, rows, max_chars: int, cache_dir):
         self.grammar, self.rows, self.max_chars = grammar, rows, max_chars
         data_key = hashlib.sha256(data_path.read_bytes()).hexdigest()[:16]
-        from gcdbench.parsers.artifacts import cache_dir_of
+        from gcdbench.parsers.base import cache_dir_of
 
         root = cache_dir_of("datasets", cache_dir)
         self.path = root / f"{grammar.name}-{grammar.key()}-{data_key}-{max_chars}-v{CACHE_FORMAT}.json"

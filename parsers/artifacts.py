@@ -11,16 +11,7 @@ import os
 import pickle
 from pathlib import Path
 
-
-def cache_root() -> Path:
-    """Where every on-disk cache of the project lives, one folder per user: ``$GCDBENCH_CACHE``, else
-    ``~/.cache/gcdbench``. A run that times compiles from nothing (MaskBench's TTFM) points it at a fresh folder."""
-    return Path(os.path.expanduser(os.environ.get("GCDBENCH_CACHE") or "~/.cache/gcdbench"))
-
-
-def cache_dir_of(name: str, cache_dir=None) -> Path:
-    """An engine's or a loader's cache folder: its ``cache_dir`` option when set, else ``cache_root()/<name>``."""
-    return Path(os.path.expanduser(cache_dir)) if cache_dir else cache_root() / name
+from gcdbench.parsers.base import cache_dir_of
 
 
 def artifact_path(engine: str, cache_dir, grammar, tokenizer, *parts, fmt: int) -> Path:

@@ -22,6 +22,7 @@ import os
 import types
 import typing
 from abc import ABC, abstractmethod
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
@@ -77,6 +78,17 @@ class CompileTimeout(CompileError):
 
 class EngineError(RuntimeError):
     """The engine refused to go on (an error state it reports, such as a work limit): a typed outcome."""
+
+
+def cache_root() -> Path:
+    """Where every on-disk cache of the project lives, one folder per user: ``$GCDBENCH_CACHE``, else
+    ``~/.cache/gcdbench``. A run that times compiles from nothing (MaskBench's TTFM) points it at a fresh folder."""
+    return Path(os.path.expanduser(os.environ.get("GCDBENCH_CACHE") or "~/.cache/gcdbench"))
+
+
+def cache_dir_of(name: str, cache_dir=None) -> Path:
+    """An engine's or a loader's cache folder: its ``cache_dir`` option when set, else ``cache_root()/<name>``."""
+    return Path(os.path.expanduser(cache_dir)) if cache_dir else cache_root() / name
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ class PreprocessTimeout(CompileTimeout):
 
 
 def _default_cache_dir() -> Path:
-    from gcdbench.parsers.artifacts import cache_root
+    from gcdbench.parsers.base import cache_root
 
     return cache_root() / "cfgzip"
 

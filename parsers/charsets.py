@@ -129,7 +129,7 @@ class _SetCache:
         import unicodedata
 
         key = hashlib.sha256(f"{sys.version}|{unicodedata.unidata_version}|1".encode()).hexdigest()[:16]
-        from gcdbench.parsers.artifacts import cache_root
+        from gcdbench.parsers.base import cache_root
 
         root = cache_root()
         self.path = root / "python_re" / f"{key}.json"

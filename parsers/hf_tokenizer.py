@@ -35,7 +35,7 @@ def _pattern_for(tokenizer) -> str:
 
 
 def default_hf_cache() -> Path:
-    from gcdbench.parsers.artifacts import cache_root
+    from gcdbench.parsers.base import cache_root
 
     return cache_root() / "hf"
 

@@ -64,7 +64,7 @@ _GGUF_FORMAT = "v1"   # bump when write_vocab_gguf changes, so cached files are 
 
 
 def gguf_path(tokenizer, cache_dir: str | os.PathLike | None = None) -> Path:
-    from gcdbench.parsers.artifacts import cache_root
+    from gcdbench.parsers.base import cache_root
 
     cache = Path(cache_dir) if cache_dir else cache_root()
     return cache / "gguf" / f"{tokenizer.name}-{tokenizer.key()}.{_GGUF_FORMAT}.vocab.gguf"

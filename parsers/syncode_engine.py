@@ -101,7 +101,7 @@ class SynCodeEngine(Engine):
     def _cache_dir(self) -> Path:
         if self.opts["cache_dir"]:
             return Path(self.opts["cache_dir"])
-        from gcdbench.parsers.artifacts import cache_root
+        from gcdbench.parsers.base import cache_root
 
         return cache_root() / "syncode"
 

@@ -2,7 +2,8 @@
 times compiles from nothing (MaskBench's TTFM) points it at a fresh folder; an engine's ``cache_dir`` wins."""
 from __future__ import annotations
 
-from gcdbench.parsers.artifacts import artifact_path, cache_root
+from gcdbench.parsers.artifacts import artifact_path
+from gcdbench.parsers.base import cache_root
 from gcdbench.parsers.base import GrammarSpec
 from gcdbench.parsers.tokenizers import byte_level
 

@@ -83,7 +83,7 @@ def _tuples(al: Alignment) -> int:
 
 
 def _cache_path(cache_dir, grammar: GrammarSpec, tokenizer, token_states: int) -> Path:
-    from gcdbench.parsers.artifacts import cache_dir_of
+    from gcdbench.parsers.base import cache_dir_of
     from gcdbench.parsers.regex_fsm import SEMANTICS
 
     root = cache_dir_of("valiant", cache_dir)
