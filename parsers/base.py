@@ -22,8 +22,8 @@ import os
 import types
 import typing
 from abc import ABC, abstractmethod
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Sequence
 
 import numpy as np

@@ -46,9 +46,9 @@ class PreprocessTimeout(CompileTimeout):
 
 
 def _default_cache_dir() -> Path:
-    from gcdbench.parsers.base import cache_root
+    from gcdbench.parsers.base import cache_dir_of
 
-    return cache_root() / "cfgzip"
+    return cache_dir_of("cfgzip")
 
 
 def _preprocess_command() -> Path:

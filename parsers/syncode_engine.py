@@ -99,11 +99,9 @@ class SynCodeEngine(Engine):
         return Profile(lexing="standard", leading_ignore=True, case_fold="ascii")   # the store folds ASCII only
 
     def _cache_dir(self) -> Path:
-        if self.opts["cache_dir"]:
-            return Path(self.opts["cache_dir"])
-        from gcdbench.parsers.base import cache_root
+        from gcdbench.parsers.base import cache_dir_of
 
-        return cache_root() / "syncode"
+        return cache_dir_of("syncode", self.opts["cache_dir"])
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         import torch
