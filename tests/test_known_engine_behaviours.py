@@ -8,6 +8,9 @@ turns that off; its masks are then the language's.
 
 XGrammar's UTF-8: inside a JSON string it allows the bytes A0-BF after ED, which spell the UTF-16 surrogates
 U+D800-U+DFFF (not UTF-8: RFC 3629 section 3); the reference and the other engines allow only 80-9F there.
+
+The native JSON Schema compilers (found by the MaskBench audit): LLGuidance's blocks U+007F and the escape ``\\/``
+inside strings; XGrammar's strict mode closes objects, and it allows raw control bytes in length-bounded strings.
 """
 from __future__ import annotations
 
@@ -250,3 +253,63 @@ def test_llguidance_agrees_with_its_profile_on_unicode_space_and_word_classes(by
     engine.close()
     assert all(r["agree_profile"] for r in rows), [(i, r) for i, r in enumerate(rows) if not r["agree_profile"]][:3]
     assert not all(r["agree_language"] for r in rows)   # the classes do differ from Python's on this text
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The native JSON Schema compilers (xgrammar_schema, llguidance_schema), as the MaskBench run's audit found them
+# --------------------------------------------------------------------------------------------------------------
+def _schema_masks(tok, name: str, schema: dict, prefixes: list[bytes], **options) -> dict:
+    """For each prefix: (bytes the native schema compiler allows next, bytes the converter's language allows)."""
+    import json
+
+    from gcdbench.parsers.jsonschema.convert import schema_to_lark
+
+    grammar = GrammarSpec("s", schema_to_lark(schema), json_schema=json.dumps(schema))
+    engine = engine_class(name)(grammar_form="json_schema", **options)
+    engine.compile(grammar, tok)
+    auditor = Auditor(grammar, tok, engine.profile())
+    mask = allocate_mask(tok.vocab_size)
+    byte_of = {i: b[0] for i, b in enumerate(tok.token_bytes) if len(b) == 1}
+    out = {}
+    for prefix in prefixes:
+        engine.reset()
+        for b in prefix:
+            assert engine.commit(b), (name, prefix)
+        engine.fill_mask(mask)
+        got = {byte_of[i] for i in mask_to_ids(mask, tok.vocab_size).tolist() if i in byte_of}
+        want = {byte_of[i] for i in auditor.reference_ids(prefix).tolist() if i in byte_of}
+        out[prefix] = (got, want)
+    engine.close()
+    return out
+
+
+def test_llguidance_schema_blocks_del_and_the_escaped_solidus_in_strings(bytes_tokenizer):
+    """RFC 8259 lets a string hold U+007F raw and spell '/' as the escape \\/; LLGuidance's own schema compiler
+    allows neither (every disagreeing step of the committed llguidance_schema cell is one of these two)."""
+    rows = _schema_masks(bytes_tokenizer, "llguidance", {"type": "string"}, [b'"', b'"\\', b'"a'], forcing=False)
+    for prefix, (got, want) in rows.items():
+        if prefix == b'"\\':
+            assert ord("/") in want and ord("/") not in got and got == want - {ord("/")}, prefix
+        else:
+            assert 0x7F in want and 0x7F not in got and got == want - {0x7F}, (prefix, sorted(got ^ want))
+
+
+def test_xgrammar_schema_allows_raw_control_characters_in_length_bounded_strings(bytes_tokenizer):
+    """A string with minLength/maxLength: XGrammar's schema compiler allows the raw bytes 00-1F but LF and CR inside
+    it (RFC 8259 says they must be escaped) and no escape at all (``\\`` blocked); a plain string it reads as the
+    language does."""
+    bounded = {"type": "string", "minLength": 1, "maxLength": 8}
+    (got, want), = _schema_masks(bytes_tokenizer, "xgrammar", bounded, [b'"']).values()
+    raw = set(range(0x20)) - {0x0A, 0x0D}
+    assert got - want == raw and want - got == {ord("\\")}, (sorted(got - want), sorted(want - got))
+    (got, want), = _schema_masks(bytes_tokenizer, "xgrammar", {"type": "string"}, [b'"']).values()
+    assert got == want
+
+
+def test_xgrammar_schema_strict_mode_closes_objects(bytes_tokenizer):
+    """XGrammar's default strict_mode (json_strict=true, the preset's) allows no key a schema does not list, where
+    JSON Schema's default additionalProperties is true; json_strict=false follows the spec."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    for strict in (True, False):
+        (got, want), = _schema_masks(bytes_tokenizer, "xgrammar", schema, [b'{"'], json_strict=strict).values()
+        assert ord("b") in want and (ord("b") in got) is not strict and ord("a") in got, (strict, sorted(got ^ want))
