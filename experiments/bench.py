@@ -9,7 +9,8 @@
     python -m gcdbench.experiments.bench plot results/bench/pre3_batch_cpu.json --out results/figures/pre3_batch
 
 Engines and their options come from the registry and the engine's own options: ``KEY=VALUE`` sets an option of
-every engine named (``NAME.KEY=VALUE`` of one), ``--sweep KEY=V1,V2`` gives one record per value, ``--threads``
+every engine named (``NAME.KEY=VALUE`` of one), ``--sweep KEY=V1,V2`` gives one record per value (``--sweep
+NAME.KEY=V1,V2`` for one engine's option), ``--threads``
 sets each engine's ``threads_option`` (as the runner's ``batch.threads`` does). Datasets come from the dataset
 registry (``dataset.KEY=VALUE`` sets a loader option, e.g. ``--dataset custom dataset.grammar=G.lark
 dataset.samples=S.txt``). Samples are teacher-forced by the runner's own code (``worker.teacher_force``; batch:
@@ -264,7 +265,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--data-root", default=os.environ.get("GCDBENCH_DATA_ROOT", "../shared/data"))
         p.add_argument("--tokenizer", default="qwen3")
         p.add_argument("--threads", type=int, default=None, help="each engine's threads option (its threads_option)")
-        p.add_argument("--sweep", nargs="+", default=[], help="KEY=V1,V2: one record per value (engine options)")
+        p.add_argument("--sweep", nargs="+", default=[],
+                       help="KEY=V1,V2 (every engine) or NAME.KEY=V1,V2 (engine NAME): one record per value")
         p.add_argument("--cache-dir", default=None, help="parent folder of fresh artifact caches")
         p.add_argument("--max-steps", type=int, default=0, help="stop each sample after this many tokens (0: all)")
         p.add_argument("--out", default=None, help="also write the records, with machine and commit, to this file")

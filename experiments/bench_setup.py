@@ -53,7 +53,10 @@ def option_sets(engine: str, overrides: dict, threads: int | None, sweep: list[s
     axes = []
     for item in sweep:
         key, _, values = item.partition("=")
-        axes.append([(key, _value(v)) for v in values.split(",") if v])
+        scope, dot, name = key.rpartition(".")
+        if dot and scope != engine:
+            continue   # NAME.KEY=V1,V2 sweeps engine NAME only
+        axes.append([(name, _value(v)) for v in values.split(",") if v])
     sets = [{**base, **dict(combo)} for combo in itertools.product(*axes)] if axes else [base]
     for opts in sets:
         cls(**opts)   # validates names and values now, before any dataset loads

@@ -23,6 +23,9 @@ def test_overrides_reach_each_engine_and_the_dataset():
         bench.parse_overrides(["valiant.threads=2"], ["psc"])
     with pytest.raises(ValueError, match="unknown option"):      # the engine's own check, before any data loads
         bench.option_sets("psc", {"chunk": 64}, None, [])
+    assert bench.option_sets("psc", {}, None, ["pre3.context_split=false,true"]) == [{}]   # another engine's
+    assert bench.option_sets("pre3", {}, None, ["pre3.context_split=false,true"]) == [
+        {"context_split": False}, {"context_split": True}]
     sets = bench.option_sets("pre3", {}, 1, ["chunk=32,64"])
     assert sets == [{"threads": 1, "chunk": 32}, {"threads": 1, "chunk": 64}]
 

@@ -538,6 +538,68 @@ def qwen3_engines(qwen3_tokenizer, tmp_path_factory):
     return out
 
 
+@pytest.mark.parametrize("name", ["json", "words"])
+def test_context_split_equals_plain_char_level(name):
+    """The character level split by the top LR state (context.py) gives the masks of the plain one at every
+    step (samples and random walks, multi-byte tokens), and a mask runs fewer jobs."""
+    from test_valiant import multi_tokenizer
+
+    text, samples = CASES[name]
+    samples = [s for s in samples if s]
+    tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"\"}", b"\"]", "é\"".encode()[:1]])
+    split, plain = Pre3Engine(cache=False), Pre3Engine(cache=False, context_split=False)
+    split.compile(_spec(name, text), tok)
+    plain.compile(_spec(name, text), tok)
+    info = split.info()
+    assert info["front_end"] == "chars" and isinstance(info["context_split"], dict), info
+    assert plain.info()["context_split"] == "off" and plain._shared.state_class is None
+    assert info["context_split"]["classes"] >= 2
+    rng = random.Random(1)
+    steps = 0
+    for text_i in samples + [None] * 4:
+        split.reset()
+        plain.reset()
+        stream = tok.encode(text_i) + [tok.eos_id] if text_i is not None else None
+        for k in range(40):
+            a, b = _ids(split, tok), _ids(plain, tok)
+            assert a == b, (text_i, k, sorted(a ^ b)[:5])
+            steps += 1
+            nxt = stream[k] if stream is not None else (rng.choice(sorted(a)) if a else None)
+            if nxt is None or nxt not in a:
+                break
+            assert split.commit(nxt) and plain.commit(nxt)
+            if nxt == tok.eos_id:
+                break
+    assert steps > 20
+    jobs = split._shared.job_arrays[5]   # cls_ptr
+    assert int(np.diff(jobs).max()) < plain.info()["jobs"]
+
+
+@pytest.mark.slow
+def test_qwen3_json_context_split_equals_reference(qwen3_tokenizer):
+    """JSON with the Qwen3 vocabulary on the character level, split by context: every step of two documents
+    equals the scannerless reference (the declared profile)."""
+    tok = qwen3_tokenizer
+    spec = _spec("json", JSON)
+    eng = Pre3Engine(cache=False)
+    eng.compile(spec, tok)
+    assert eng.info()["front_end"] == "chars" and eng._shared.state_class is not None
+    ref = ReferenceChecker(spec, eng.profile())
+    steps = 0
+    for doc in (r'{"name": "caf\u00e9 \\ é x", "n": [1, -2.5, true, null], "o": {}}', r'["a\"b", {"k": false}]'):
+        eng.reset()
+        prefix = b""
+        for t in tok.encode(doc) + [tok.eos_id]:
+            got = _ids(eng, tok)
+            want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
+            assert got == want, (prefix, sorted(got - want)[:5], sorted(want - got)[:5])
+            steps += 1
+            assert eng.commit(t)
+            if t != tok.eos_id:
+                prefix += tok.token_bytes[t]
+    assert steps > 30
+
+
 def _spider_queries(name, n):
     from gcdbench.datasets.spider import to_spop
 

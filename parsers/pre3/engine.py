@@ -17,11 +17,11 @@ import numpy as np
 from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
 from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, option
 from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
-from gcdbench.parsers.pre3.front import build_jobs, byte_class_transducer
+from gcdbench.parsers.pre3.front import build_jobs, build_jobs_by_state, byte_class_transducer
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
 from gcdbench.parsers.lr.lexer import final_terminal, lex_bytes
 
-FORMAT = 2   # bump when the cached artifact changes
+FORMAT = 3   # bump when the cached artifact changes
 FRONT_ENDS = ("lexer", "chars", "auto")
 
 
@@ -41,7 +41,7 @@ def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
 
 def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inline_max: int = 4,
                    leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
-                   max_edges: int = 2_000_000, dense_min: int = 512) -> dict:
+                   max_edges: int = 2_000_000, dense_min: int = 512, context_split: bool = True) -> dict:
     """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache)."""
     from gcdbench.parsers.grammar import load_ir
 
@@ -89,10 +89,19 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
     if time.monotonic() > deadline:
         raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
     term_id = {n: i for i, n in enumerate(tables.cfg.terminals)}
-    jobs = build_jobs(lexer, term_id, tokenizer, chunk, dense_min, deadline)
+    max_push = max(1, d2.stats["max_push"])
+    jobs = None
+    split_note = "off"
+    if used == "chars" and context_split:   # per top LR state: tokens decided without context (context.py)
+        jobs = build_jobs_by_state(lexer, term_id, tokenizer, packed, 2 * packed.n_states + 8, max_push, chunk,
+                                   dense_min, deadline)
+        if jobs is None:
+            split_note = "skipped: over its size budget"
+    if jobs is None:
+        jobs = build_jobs(lexer, term_id, tokenizer, chunk, dense_min, deadline)
+        jobs["stats"]["context_split"] = split_note
     t_jobs = time.monotonic()
     lex_to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int32)
-    max_push = max(1, d2.stats["max_push"])
     return {
         "format": FORMAT,
         "front_end": used,
@@ -140,6 +149,7 @@ class _Shared:
                            j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], j["dense_id"], j["dense_mask"],
                            int(j["n_ch"]), int(j["chunk"]) // 32)
         self.qclass = j["qclass"]
+        self.state_class = j.get("state_class")   # character level, split by context: class of the top LR state
         self.step_state = art["step_state"].tolist()
         self.step_emit = art["step_emit"].tolist()
         self.winner = art["winner"].tolist()
@@ -191,6 +201,8 @@ class Pre3Options:
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
     max_build_s: float = option(600.0, "construction time budget (checked between steps); exceeded -> CompileError")
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")
+    context_split: bool = option(True, "character level: per LR state, decide at build time the tokens whose run "
+                                 "never reads below that state (one mask row), run only the others per mask")
 
 
 class Pre3Engine(Engine):
@@ -260,13 +272,14 @@ class Pre3Engine(Engine):
         if o["cache"]:
             path = artifact_path("pre3", o["cache_dir"], grammar, tokenizer, o["front_end"],
                                  f"li{int(bool(o['leading_ignore']))}", f"k{int(o['inline_max'])}",
-                                 f"c{int(o['chunk'])}", f"d{int(o['dense_min'])}", fmt=FORMAT)
+                                 f"c{int(o['chunk'])}", f"d{int(o['dense_min'])}",
+                                 f"x{int(bool(o['context_split']))}", fmt=FORMAT)
             art = load_artifact(path, FORMAT)
         cache_hit = art is not None
         if art is None:
             art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
                                  int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
-                                 int(o["dense_min"]))
+                                 int(o["dense_min"]), bool(o["context_split"]))
             if path is not None:
                 save_artifact(path, art)
         self._shared = _Shared(art, tokenizer, o)
@@ -306,7 +319,12 @@ class Pre3Engine(Engine):
         return self._stack[0, : self._L].tolist()
 
     def _cls(self) -> int:
-        return -1 if self._finished else int(self._shared.qclass[self._q])
+        if self._finished:
+            return -1
+        sc = self._shared.state_class
+        if sc is not None:
+            return int(sc[self._stack[0, self._L - 1]])
+        return int(self._shared.qclass[self._q])
 
     def fill_mask(self, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:

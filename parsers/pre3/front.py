@@ -102,6 +102,74 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
         if deadline is not None and time.monotonic() > deadline:
             raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
 
+    return _pack(cls_jobs, cls_tok_parts, qclass, seqs, to_dpda, pend_lists, n_pend, lexer, vocab, n_ch, chunk,
+                 dense_min)
+
+
+def build_jobs_by_state(lexer, term_id: dict[str, int], tokenizer, packed, guard: int, max_push: int,
+                        chunk: int = 8192, dense_min: int = 512, deadline: float | None = None,
+                        max_pairs: int = 60_000_000) -> dict:
+    """The character-level jobs split by the LR state on top of the stack (``context.py``): per class of states,
+    one always-allowed job holding the tokens accepted without context, then the context jobs and EOS. The
+    result has ``state_class`` (LR state -> class) besides the arrays of ``build_jobs``; None when the split
+    would hold more than ``max_pairs`` (job, token) entries (the caller keeps the plain jobs)."""
+    from gcdbench.parsers.pre3.context import ACCEPTED, CONTEXT, sort_states
+
+    if chunk % 32:
+        raise ValueError("chunk must be a multiple of 32 (whole mask words)")
+    if lexer.n_states != 1:
+        raise ValueError("build_jobs_by_state takes the character-level front end (one lexer state)")
+    to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int64)
+    vocab = tokenizer.vocab_size
+    n_ch = (vocab + chunk - 1) // chunk
+    tj = TokenJobs(tokenizer.token_bytes)
+    tok_ids, seqs = tj.tok_ids, tj.seqs
+    pend_of_state = np.zeros(1, dtype=np.int64)
+    job, eos_seq, _key = tj.state_jobs(lexer, 0, pend_of_state, 1)
+    valid = job >= 0
+    keys, inv = np.unique(job[valid], return_inverse=True)   # n_pend = 1: a key is a sequence id
+    toks = tok_ids[valid]
+    klass, sorts, stats = sort_states(packed, guard, max_push, seqs.parent, seqs.last, keys, to_dpda, deadline)
+    by_job = np.argsort(inv, kind="stable")
+    starts = np.searchsorted(inv[by_job], np.arange(keys.size + 1))
+    cls_jobs: list[np.ndarray] = []
+    cls_tok_parts: list[tuple] = []
+    pairs = 0
+    for srt in sorts:
+        acc = srt[inv] == ACCEPTED
+        ctx = np.flatnonzero(srt == CONTEXT)
+        kk = [np.zeros(1 if acc.any() else 0, dtype=np.int64), keys[ctx]]
+        parts_inv = [np.zeros(int(acc.sum()), dtype=np.int64)]
+        parts_tok = [toks[acc]]
+        base = 1 if acc.any() else 0
+        for i, j in enumerate(ctx.tolist()):
+            t = toks[by_job[starts[j]:starts[j + 1]]]
+            parts_inv.append(np.full(t.size, base + i, dtype=np.int64))
+            parts_tok.append(t)
+        k_all = np.concatenate(kk)
+        i_all = np.concatenate(parts_inv)
+        t_all = np.concatenate(parts_tok)
+        if eos_seq >= 0:
+            k_all = np.append(k_all, -(eos_seq + 1))
+            i_all = np.append(i_all, k_all.size - 1)
+            t_all = np.append(t_all, tokenizer.eos_id)
+        pairs += t_all.size
+        if pairs > max_pairs:
+            return None
+        cls_jobs.append(k_all)
+        cls_tok_parts.append((i_all, t_all))
+        if deadline is not None and time.monotonic() > deadline:
+            raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
+    out = _pack(cls_jobs, cls_tok_parts, np.zeros(1, dtype=np.int32), seqs, to_dpda, [[]], 1, lexer, vocab, n_ch,
+                chunk, dense_min)
+    out["state_class"] = klass
+    out["stats"]["context_split"] = stats
+    return out
+
+
+def _pack(cls_jobs, cls_tok_parts, qclass, seqs, to_dpda, pend_lists, n_pend, lexer, vocab, n_ch, chunk,
+          dense_min) -> dict:
+    """The arrays of the module doc from each class's job keys and (job index, token) pairs."""
     # terminal sequences actually used, as DPDA terminal lists
     used: dict[int, int] = {}
     for keys in cls_jobs:

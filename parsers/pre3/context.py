@@ -1,0 +1,216 @@
+"""Context-independent tokens per LR state (character level): most of a mask decided at build time.
+
+At the character level every token is one job (its byte-class sequence) and a mask ran all of them, about
+150k DPDA runs per step on a 150k vocabulary. But a run often never looks below the state on top of the stack:
+inside a JSON string every byte is a shift, after ``{`` every token but those starting a key fails on its first
+byte. Such a token's fate depends on the top state alone. So, for every LR state ``s``, each job is run at build
+time on a stack known only as ``[s]`` (anything may lie below it) and sorted into
+
+* **accepted**: the run finished without reading or popping below ``s``: allowed on every stack with ``s`` on top;
+* **rejected**: no edge matched, and no condition that decided it read below ``s``: refused on every such stack;
+* **context**: the run read or popped below ``s`` (or hit the iteration guard): decided at mask time, as before.
+
+A mask then ORs one precomputed row (the accepted tokens of the top state) and runs only the context jobs of
+that state, on the real stack, with the kernels unchanged: the accepted tokens form one more job whose terminal
+sequence is empty (always allowed). States with equal sorts share a class; the engine picks the class by the
+state on top of its stack. Sorting errs only towards *context* (an unknown read ends the run there), which is
+always exact. The walk follows the trie of class sequences (``SeqTrie``), so a prefix shared by many jobs runs
+once and a refused or context prefix ends its whole subtree.
+"""
+from __future__ import annotations
+
+import time
+
+import numba
+import numpy as np
+
+from gcdbench.parsers.base import CompileError
+
+REJECTED, ACCEPTED, CONTEXT = 0, 1, 2
+_OK, _REJECT, _UNKNOWN = 0, -1, 3
+
+
+@numba.njit(cache=True)
+def _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+                n_sym, guard, stk, sl, a):
+    """``kernels.feed`` on a stack of which only ``stk[:sl]`` is known: (OK | REJECT | UNKNOWN, new length).
+    UNKNOWN: the run read or popped below the known part, reached ``$END``'s accept, or hit the guard."""
+    if sl == 0:
+        return _UNKNOWN, sl
+    st = stk[sl - 1]
+    for _ in range(sl + guard):
+        k = st * n_sym + a
+        found = -1
+        for jj in range(key_ptr[k], key_ptr[k + 1]):
+            e = key_edge[jj]
+            ok = True
+            for c in range(cond_ptr[e], cond_ptr[e + 1]):
+                d = cond_depth[c]
+                if d >= sl:
+                    return _UNKNOWN, sl
+                if stk[sl - 1 - d] != cond_state[c]:
+                    ok = False
+                    break
+            if ok:
+                found = e
+                break
+        if found < 0:
+            return _REJECT, sl
+        p = pop[found]
+        if p > sl or sl - p + push_ptr[found + 1] - push_ptr[found] + 1 >= stk.size:
+            return _UNKNOWN, sl   # below the known part, or past the scratch row (both: decided at mask time)
+        sl -= p
+        for x in range(push_ptr[found], push_ptr[found + 1]):
+            stk[sl] = push_state[x]
+            sl += 1
+        kd = kind[found]
+        if kd == 0:
+            if sl == 0:
+                return _UNKNOWN, sl
+            stk[sl] = shift_to[stk[sl - 1] * n_sym + a]
+            sl += 1
+            return _OK, sl
+        if kd == 1:
+            return _UNKNOWN, sl
+        if kd == 2:
+            st = arg[found]
+        else:
+            if sl == 0:
+                return _UNKNOWN, sl
+            st = stk[sl - 1]
+    return _UNKNOWN, sl
+
+
+@numba.njit(cache=True)
+def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+              n_sym, guard, s, child_ptr, child_node, child_term, job_of_node, sub_lo, sub_hi, job_by_pre, out,
+              max_depth, max_stack):
+    """Sort every job for LR state ``s`` into ``out`` (REJECTED, ACCEPTED, CONTEXT), walking the trie of class
+    sequences depth first from its root (node 0). ``job_of_node[n]``: the job whose sequence ends at node n
+    (-1: none); the jobs below node n (n included) are ``job_by_pre[sub_lo[n]:sub_hi[n]]``. Returns the number
+    of trie nodes visited."""
+    for j in range(out.size):
+        out[j] = REJECTED
+    stks = np.empty((max_depth + 2, max_stack), dtype=np.int32)
+    lens = np.zeros(max_depth + 2, dtype=np.int64)
+    node = np.zeros(max_depth + 2, dtype=np.int64)
+    cur = np.zeros(max_depth + 2, dtype=np.int64)
+    stks[0, 0] = s
+    lens[0] = 1
+    node[0] = 0
+    cur[0] = child_ptr[0]
+    depth = 0
+    visited = 0
+    while depth >= 0:
+        nd = node[depth]
+        c = cur[depth]
+        if c >= child_ptr[nd + 1]:
+            depth -= 1
+            continue
+        cur[depth] = c + 1
+        ch = child_node[c]
+        visited += 1
+        sl = lens[depth]
+        if depth + 1 > max_depth:
+            r = _UNKNOWN
+        else:
+            for x in range(sl):
+                stks[depth + 1, x] = stks[depth, x]
+            r, sl = _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state,
+                                kind, arg, shift_to, n_sym, guard, stks[depth + 1], sl, child_term[c])
+        if r == _OK:
+            j = job_of_node[ch]
+            if j >= 0:
+                out[j] = ACCEPTED
+            lens[depth + 1] = sl
+            node[depth + 1] = ch
+            cur[depth + 1] = child_ptr[ch]
+            depth += 1
+        elif r == _UNKNOWN:
+            for x in range(sub_lo[ch], sub_hi[ch]):
+                out[job_by_pre[x]] = CONTEXT
+        # REJECT: the subtree stays REJECTED
+    return visited
+
+
+class SeqWalk:
+    """The trie of class sequences restricted to the jobs' sequences, as arrays for ``sort_jobs``."""
+
+    def __init__(self, parent: list[int], last: list[int], job_seq_ids: np.ndarray):
+        n = len(parent)
+        need = np.zeros(n, dtype=bool)   # nodes on the path to some job's sequence
+        for s in job_seq_ids.tolist():
+            while s > 0 and not need[s]:
+                need[s] = True
+                s = parent[s]
+        need[0] = True
+        kids: list[list[int]] = [[] for _ in range(n)]
+        for x in np.flatnonzero(need).tolist():
+            if x > 0:
+                kids[parent[x]].append(x)
+        # preorder numbers and subtree sizes, iteratively
+        pre = np.full(n, -1, dtype=np.int64)
+        size = np.zeros(n, dtype=np.int64)
+        order: list[int] = []
+        stack = [0]
+        while stack:
+            x = stack.pop()
+            pre[x] = len(order)
+            order.append(x)
+            stack.extend(reversed(kids[x]))
+        for x in reversed(order):
+            size[x] = 1 + sum(size[k] for k in kids[x])
+        self.child_ptr = np.zeros(n + 1, dtype=np.int64)
+        self.child_ptr[1:] = np.cumsum([len(k) for k in kids])
+        flat = [k for ks in kids for k in ks]
+        self.child_node = np.asarray(flat, dtype=np.int64)
+        self.child_term = np.asarray([last[k] for k in flat], dtype=np.int64)
+        self.job_of_node = np.full(n, -1, dtype=np.int64)
+        self.job_of_node[job_seq_ids] = np.arange(job_seq_ids.size)
+        jpre = pre[job_seq_ids]
+        self.job_by_pre = np.argsort(jpre, kind="stable").astype(np.int64)
+        sorted_pre = jpre[self.job_by_pre]
+        self.sub_lo = np.searchsorted(sorted_pre, pre).astype(np.int64)
+        self.sub_hi = np.searchsorted(sorted_pre, pre + size).astype(np.int64)
+        depth = np.zeros(n, dtype=np.int64)
+        for x in order[1:]:
+            depth[x] = depth[parent[x]] + 1
+        self.max_depth = int(depth.max()) if n else 0
+
+
+def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list[int], job_seq_ids: np.ndarray,
+                to_dpda: np.ndarray, deadline: float | None = None) -> tuple[np.ndarray, list[np.ndarray], dict]:
+    """Sort the jobs (class sequences ``job_seq_ids``, trie ``parent``/``last`` over lexer terminal indices
+    mapped by ``to_dpda``) for every LR state. Returns (class of each LR state, per class its sort array,
+    stats)."""
+    walk = SeqWalk(parent, last, job_seq_ids)
+    child_term = to_dpda[walk.child_term].astype(np.int64) if walk.child_term.size else walk.child_term
+    max_stack = 2 + (walk.max_depth + 2) * (max_push + 1) + 16
+    arrays = packed.arrays()
+    out = np.empty(job_seq_ids.size, dtype=np.int8)
+    klass = np.empty(packed.n_lr, dtype=np.int32)
+    index: dict[bytes, int] = {}
+    sorts: list[np.ndarray] = []
+    visited = 0
+    t0 = time.monotonic()
+    for s in range(packed.n_lr):
+        visited += sort_jobs(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node, child_term,
+                             walk.job_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out, walk.max_depth,
+                             max_stack)
+        key = out.tobytes()
+        c = index.get(key)
+        if c is None:
+            c = index[key] = len(sorts)
+            sorts.append(out.copy())
+        klass[s] = c
+        if deadline is not None and time.monotonic() > deadline:
+            raise CompileError("pre3: construction exceeded its time budget (max_build_s) while sorting tokens by "
+                               "context; context_split=false skips that step")
+    counts = np.array([[np.count_nonzero(x == v) for v in (ACCEPTED, CONTEXT)] for x in sorts]) if sorts else \
+        np.zeros((0, 2), dtype=np.int64)
+    stats = {"states": int(packed.n_lr), "classes": len(sorts), "trie_nodes_visited": int(visited),
+             "seconds": round(time.monotonic() - t0, 3),
+             "accepted_jobs_max": int(counts[:, 0].max()) if len(sorts) else 0,
+             "context_jobs_max": int(counts[:, 1].max()) if len(sorts) else 0,
+             "context_jobs_mean": round(float(counts[:, 1].mean()), 1) if len(sorts) else 0.0}
+    return klass, sorts, stats
