@@ -538,6 +538,24 @@ def qwen3_engines(qwen3_tokenizer, tmp_path_factory):
     return out
 
 
+def _forced_steps_equal_reference(eng, tok, ref, texts) -> int:
+    """Teacher-force each text (then EOS): at every step the whole mask equals the reference's. Returns the
+    number of steps checked."""
+    steps = 0
+    for text in texts:
+        eng.reset()
+        prefix = b""
+        for t in tok.encode(text) + [tok.eos_id]:
+            got = _ids(eng, tok)
+            want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
+            assert got == want, (prefix, sorted(got - want)[:5], sorted(want - got)[:5])
+            steps += 1
+            assert eng.commit(t)
+            if t != tok.eos_id:
+                prefix += tok.token_bytes[t]
+    return steps
+
+
 @pytest.mark.parametrize("name", ["json", "words"])
 def test_context_split_equals_plain_char_level(name):
     """The character level split by the top LR state (context.py) gives the masks of the plain one at every
@@ -585,19 +603,8 @@ def test_qwen3_json_context_split_equals_reference(qwen3_tokenizer):
     eng.compile(spec, tok)
     assert eng.info()["front_end"] == "chars" and eng._shared.state_class is not None
     ref = ReferenceChecker(spec, eng.profile())
-    steps = 0
-    for doc in (r'{"name": "caf\u00e9 \\ é x", "n": [1, -2.5, true, null], "o": {}}', r'["a\"b", {"k": false}]'):
-        eng.reset()
-        prefix = b""
-        for t in tok.encode(doc) + [tok.eos_id]:
-            got = _ids(eng, tok)
-            want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
-            assert got == want, (prefix, sorted(got - want)[:5], sorted(want - got)[:5])
-            steps += 1
-            assert eng.commit(t)
-            if t != tok.eos_id:
-                prefix += tok.token_bytes[t]
-    assert steps > 30
+    docs = [r'{"name": "caf\u00e9 \\ é x", "n": [1, -2.5, true, null], "o": {}}', r'["a\"b", {"k": false}]']
+    assert _forced_steps_equal_reference(eng, tok, ref, docs) > 30
 
 
 def _spider_queries(name, n):
@@ -617,19 +624,7 @@ def test_qwen3_masks_equal_reference_standard(qwen3_engines, qwen3_tokenizer, na
     eng, tok = qwen3_engines[name], qwen3_tokenizer
     assert eng.profile() == Profile(lexing="standard")
     ref = ReferenceChecker(_sql(name), Profile(lexing="standard"))
-    steps = 0
-    for q in _spider_queries(name, 2):
-        eng.reset()
-        prefix = b""
-        for t in tok.encode(q) + [tok.eos_id]:
-            got = _ids(eng, tok)
-            want = set(ref.full_mask_ids(ref.advance(ref.initial(), prefix), tok).tolist())
-            assert got == want, (prefix, sorted(got - want)[:5], sorted(want - got)[:5])
-            steps += 1
-            assert eng.commit(t)
-            if t != tok.eos_id:
-                prefix += tok.token_bytes[t]
-    assert steps > 30
+    assert _forced_steps_equal_reference(eng, tok, ref, _spider_queries(name, 2)) > 30
 
 
 @pytest.mark.slow

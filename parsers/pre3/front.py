@@ -52,17 +52,21 @@ def byte_class_transducer(byte_class: np.ndarray, cls_names: list[str]) -> ByteT
     return ByteTransducer(step_state, step_emit, np.array([IGNORED], dtype=np.int32), [None], list(cls_names))
 
 
+def _setup(lexer, term_id: dict[str, int], tokenizer, chunk: int) -> tuple:
+    """(lexer terminal -> DPDA terminal, vocabulary size, mask chunks, the vocabulary read as ``TokenJobs``)."""
+    if chunk % 32:
+        raise ValueError("chunk must be a multiple of 32 (whole mask words)")
+    vocab = tokenizer.vocab_size
+    return (np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int64), vocab,
+            (vocab + chunk - 1) // chunk, TokenJobs(tokenizer.token_bytes))
+
+
 def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, dense_min: int = 512,
                deadline: float | None = None) -> dict:
     """Jobs of every lexer class over the vocabulary (see module doc). ``term_id`` maps terminal names to
     DPDA terminal ids; a job with more than ``dense_min`` tokens gets a precomputed mask row instead of a
     token list."""
-    if chunk % 32:
-        raise ValueError("chunk must be a multiple of 32 (whole mask words)")
-    to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int64)
-    vocab = tokenizer.vocab_size
-    n_ch = (vocab + chunk - 1) // chunk
-    tj = TokenJobs(tokenizer.token_bytes)
+    to_dpda, vocab, n_ch, tj = _setup(lexer, term_id, tokenizer, chunk)
     tok_ids, seqs = tj.tok_ids, tj.seqs
     eos = tokenizer.eos_id
 
@@ -115,14 +119,9 @@ def build_jobs_by_state(lexer, term_id: dict[str, int], tokenizer, packed, guard
     would hold more than ``max_pairs`` (job, token) entries (the caller keeps the plain jobs)."""
     from gcdbench.parsers.pre3.context import ACCEPTED, CONTEXT, sort_states
 
-    if chunk % 32:
-        raise ValueError("chunk must be a multiple of 32 (whole mask words)")
     if lexer.n_states != 1:
         raise ValueError("build_jobs_by_state takes the character-level front end (one lexer state)")
-    to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int64)
-    vocab = tokenizer.vocab_size
-    n_ch = (vocab + chunk - 1) // chunk
-    tj = TokenJobs(tokenizer.token_bytes)
+    to_dpda, vocab, n_ch, tj = _setup(lexer, term_id, tokenizer, chunk)
     tok_ids, seqs = tj.tok_ids, tj.seqs
     pend_of_state = np.zeros(1, dtype=np.int64)
     job, eos_seq, _key = tj.state_jobs(lexer, 0, pend_of_state, 1)
