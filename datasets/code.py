@@ -271,7 +271,7 @@ def negatives(lang: str, grammar: GrammarSpec, rows, kept: list[int], seed: int)
 
 
 # -- the loader -----------------------------------------------------------------------------------------------
-def load_code(lang: str, data_root, count: int | None = 30, max_chars: int = 6000, kind: str = "positive",
+def load_code(lang: str, data_root, count: int | None = None, max_chars: int = 6000, kind: str = "positive",
               seed: int = 0, cache_dir=None, n: int | None = None) -> Dataset:
     """The ``lang`` dataset (``java`` or ``go``): the first ``min(count, n)`` accepted files (None: no limit) as
     positive samples, or one mutation outside the language of each as negative samples."""
@@ -316,7 +316,8 @@ def load_code(lang: str, data_root, count: int | None = 30, max_chars: int = 600
 from gcdbench.datasets.registry import loader  # noqa: E402 - the registry imports this module lazily, by name
 
 OPTIONS = dict(
-    count=(30, "samples: the first N files the grammar accepts, in path order (null: all); samples= caps it too"),
+    count=(None, "samples: the first N files the grammar accepts, in path order (null: as many as the run's "
+                 "samples=, which caps it too)"),
     max_chars=(6000, "skip files whose sample text is longer (counted in meta n_too_long)"),
     kind=("positive", "positive (accepted files) or negative (a seeded mutation of each, outside the language)"),
     seed=(0, "seed of the negative samples' mutations"),

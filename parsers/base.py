@@ -244,6 +244,9 @@ class Engine(ABC):
     #: option values selecting each backend; ``sweep``: (option, values) of the occupancy sweep; ``dry_run``: the
     #: ``cuda`` options and sweep values for numba's CUDA simulator. None: no agenda
     cuda_agenda: ClassVar[dict | None] = None
+    #: registry name of the engine whose masks this one computes faster (the same language, e.g. over a compressed
+    #: vocabulary); the report's seed-002 tables set the two side by side. None: it speeds up no other engine
+    accelerates: ClassVar[str | None] = None
     #: True for an engine that compiles ``GrammarSpec.json_schema`` with its own JSON Schema compiler (it then
     #: runs schemas the harness's converter refuses); False: it reads ``GrammarSpec.lark``
     reads_json_schema: ClassVar[bool] = False

@@ -212,6 +212,8 @@ class CFGzipEngine(Engine):
     name = "cfgzip"
     Options = CFGzipOptions
     threads_option = "max_threads"   # XGrammar's: its compiler and its batch matcher
+    accelerates = "xgrammar"         # XGrammar's matcher over token classes: the same masks
+    artifact_keys = {"offline preprocessing (s)": ("preprocess_s_recorded",), "token classes": ("n_classes",)}
 
     def __init__(self, **options):
         super().__init__(**options)

@@ -36,12 +36,14 @@ PROFILES = {
     "llguidance_unforced": Profile(**LONGEST, trailing_ignore=False, regex_classes="uts18"),
     "glrmask": Profile(lexing="dynamic", case_fold="unicode_simple"),
     "psc": Profile(lexing="standard"),
+    "psc_shift": Profile(lexing="standard"),   # Lark's shift resolution: the audit shows what it drops
     "valiant": Profile(),
     "cfgzip": Profile(),
     "cfgzip_fixed": Profile(),
     "pre3": Profile(lexing="standard"),   # front_end auto, before compile (it may pick bytes: then Profile())
     "valiant_cuda": Profile(),
     "pre3_cuda": Profile(lexing="standard"),
+    "pre3_shift": Profile(lexing="standard"),
     "kbnf": Profile(),
     "llamacpp": Profile(),
     "syncode": Profile(lexing="standard", leading_ignore=True, case_fold="ascii"),

@@ -63,6 +63,22 @@ def test_maskbench_cells_and_their_section(tmp_path, root):
     text = (tmp_path / "report" / "README.md").read_text()
     assert "## MaskBench: JSON Schemas" in text and "maskbench_tbm_cdf" in text
 
+    # seed 003's JSON column from the same cells: the coverage file beside the runs folder leaves out a schema whose
+    # converted language is not exact (its 2 valid instances), and the note counts the schemas it does not list
+    (tmp_path / "coverage.json").write_text(json.dumps({
+        "schemas_columns": ["id", "outcome", "valid_in", "valid_out", "invalid_out", "invalid_in"],
+        "schemas": [["Github_easy---o2", "converted", 2, 0, 0, 1], ["BFCL_java_0", "converted", 1, 0, 1, 0]]}))
+    write_report(tmp_path / "t1" / "runs", tmp_path / "report3", tokenizer="bytes", maskbench=tmp_path / "runs",
+                 seeds=tmp_path / "t1" / "runs")
+    t2 = pd.read_csv(tmp_path / "report3" / "seed003_table2.csv").set_index("Method")
+    n_invalid = int(((samples_inv := pd.read_parquet(invalid / "samples.parquet"))["sample_id"].str
+                     .split("#").str[0] != "Github_easy---o2").sum())
+    assert t2.loc["psc", "JSON Schemas"].startswith(f"100.0% ({4 + n_invalid}/{4 + n_invalid}) [")
+    notes = (tmp_path / "report3" / "README.md").read_text()
+    assert "psc × JSON Schemas (bytes): 1 of 5 schemas left out (converted language not exact)" in notes
+    assert "psc × JSON Schemas (bytes): 3 schemas not in the coverage file, kept" in notes
+    assert len(samples_inv) > n_invalid
+
     # re-stored (per-mask rows replaced by a digest): counts, TTFM, avg, max and the tail unchanged
     import numpy as np
 

@@ -510,3 +510,28 @@ def test_a_run_does_not_count_its_own_result_folder_as_a_dirty_tree(tmp_path):
     from gcdbench.experiments.runner import repo_folders
 
     assert repo_folders(REPO / "results" / "suite", tmp_path / "out", SAMPLED_DIR) == ("results/suite", "datasets/sampled")
+
+
+def test_worker_freezes_the_heap_after_a_compile():
+    """After a compile (outside the timers) the worker collects and freezes what it holds, so a cycle collection
+    inside a timed mask does not walk the tokenizer and every earlier grammar (MaskBench's 0.1-0.2 s masks)."""
+    import gc
+
+    from gcdbench.experiments.worker import compile_engine
+    from gcdbench.parsers.base import GrammarSpec
+
+    class Chan:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    gc.unfreeze()
+    chan = Chan()
+    try:
+        got = compile_engine(chan, "reference", {}, GrammarSpec("ab", 'start: "a" "b"\n'), "bytes")
+        assert got is not None and chan.sent[-1][0] == "compiled"
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()

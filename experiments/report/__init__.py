@@ -2,16 +2,16 @@
 the results folders given.
 
 ``python -m experiments.report [--results results/runs] [--out results] [--also DIR ...] [--batch DIR ...]
-[--before CSV ...] [--cliffs DIR]`` (``gcdbench-report``) writes ``<out>/README.md`` with every section of
+[--before CSV ...] [--cliffs DIR] [--maskbench DIR] [--seeds DIR]`` (``gcdbench-report``) writes ``<out>/README.md`` with every section of
 :data:`build.SECTIONS`, in order: Table 1 (seed 000's layout; ``table1.md``, ``.csv``, ``.tex``), every cell
 (``cells.csv``), the disagreements with each engine's declared profile (``disagreements.csv``), unreadable cells,
 engine artifacts, machines, each ``--also`` folder (per-prefix-length tails, growth figure), "Beyond Table 1"
-(the grammar suite and sampled decoding), batch decoding (``batch.csv``), the fuzzed grammars (``--cliffs``), and
-the figures (``figures/``); and prints Table 1.
+(the grammar suite and sampled decoding), batch decoding (``batch.csv``), the fuzzed grammars (``--cliffs``),
+MaskBench (``--maskbench``), the other seeds' tables (``--seeds``) and the figures (``figures/``); and prints Table 1.
 
 Modules: :mod:`.collect` reads cells into frames (the only reader of result files), one module per section
 (:mod:`.table1`, :mod:`.cells`, :mod:`.disagreements`, :mod:`.growth`, :mod:`.beyond`, :mod:`.batch`,
-:mod:`.cliffs`, :mod:`.figures`) with the figures it draws, :mod:`.plot` and :mod:`.text` for what they share,
+:mod:`.cliffs`, :mod:`.maskbench`, :mod:`.seeds`, :mod:`.figures`) with the figures it draws, :mod:`.plot` and :mod:`.text` for what they share,
 :mod:`.packed` and :mod:`.restore` for re-stored (slim) results. A damaged cell is skipped with one warning line
 naming the file; every healthy cell is still reported.
 """

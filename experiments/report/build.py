@@ -5,29 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from gcdbench.experiments.report import (batch, beyond, cells, cliffs, disagreements, figures, growth,
-                                         maskbench, table1)
+                                         maskbench, seeds, table1)
 from gcdbench.experiments.report.collect import collect, is_batch, single_mode
 from gcdbench.experiments.report.section import Context, Section
 
 #: the report's sections in README order; "figures" goes last (it draws every figure of the --results cells)
 SECTIONS: tuple[Section, ...] = (
     table1.SECTION, cells.SECTION, disagreements.SECTION, cells.NOT_REPORTED, cells.ARTIFACTS, cells.MACHINES,
-    growth.SECTION, beyond.SECTION, batch.SECTION, cliffs.SECTION, maskbench.SECTION, figures.SECTION,
+    growth.SECTION, beyond.SECTION, batch.SECTION, cliffs.SECTION, maskbench.SECTION, seeds.SECTION,
+    figures.SECTION,
 )
 
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = (),
-                 before: tuple = (), cliffs: Path | None = None, maskbench: Path | None = None) -> str:
+                 before: tuple = (), cliffs: Path | None = None, maskbench: Path | None = None,
+                 seeds: Path | None = None) -> str:
     """Tables, README.md and figures under ``out`` from the run folders under ``results`` (Table 1), ``also``
     (further runs, each with its per-prefix-length tails), ``batch`` (batch mode), ``before`` (per-prefix tail
     CSVs of earlier commits, drawn beside the further runs' tails in the growth figure), ``cliffs`` (a folder
     with ``bench.json``, ``runs/`` and ``reproducers.json`` of the fuzzed grammars) and ``maskbench`` (the JSON
-    Schema cells); returns Table 1 (Markdown)."""
+    Schema cells) and ``seeds`` (the Java, Go and SQL cells of the other seeds' tables); returns Table 1
+    (Markdown)."""
     results, out = Path(results), Path(out)
     all_cells = collect(results)
     ctx = Context(results=results, out=out, tokenizer=tokenizer, also=tuple(also), batch=tuple(batch),
                   before=tuple(before), cliffs=Path(cliffs) if cliffs is not None else None,
                   maskbench=Path(maskbench) if maskbench is not None else None,
+                  seeds=Path(seeds) if seeds is not None else None,
                   cells=single_mode(all_cells),
                   batch_roots=([results] if is_batch(all_cells).any() else []) + [Path(b) for b in batch])
     if ctx.cells.empty:

@@ -23,6 +23,9 @@ def main(argv=None):
                     help="folder of the fuzzed-grammar results (bench.json, runs/, reproducers.json): a Cliffs section")
     ap.add_argument("--maskbench", default=None,
                     help="folder of MaskBench cells (experiment=maskbench): a MaskBench section")
+    ap.add_argument("--seeds", default=None,
+                    help="folder of the Java, Go and SQL cells of the other seeds' tables (experiment=seed_tables): "
+                         "a Seeds' tables section (its JSON column from --maskbench)")
     args = ap.parse_args(argv)
     from gcdbench.experiments.config import folder_problem
 
@@ -35,4 +38,5 @@ def main(argv=None):
         ap.exit(2, f"error: --out {out}: {problem}; give a folder (or a path to create)"
                    + (" you can write to" if problem.endswith("writable by this user") else "") + "\n")
     print(write_report(results, out, args.tokenizer, tuple(args.also), tuple(args.batch), tuple(args.before),
-                       Path(args.cliffs) if args.cliffs else None, Path(args.maskbench) if args.maskbench else None))
+                       Path(args.cliffs) if args.cliffs else None, Path(args.maskbench) if args.maskbench else None,
+                       Path(args.seeds) if args.seeds else None))

@@ -86,7 +86,7 @@ def cell_schemas(run_dir: Path) -> tuple[dict, pd.DataFrame, Times]:
                      "compile_error": not compiled, "compile_kind": fail.get("kind") if not compiled else None,
                      "crash": int(counts.get("crash", 0)), "oom": int(counts.get("oom", 0)),
                      "timeout": int(counts.get("timeout", 0)), "ok": int(counts.get("ok", 0)),
-                     "rejected": int(counts.get("rejected", 0)), "init_s": init_s.get(schema), "ttfm_s": ttfm})
+                     "rejected": int(counts.get("rejected", 0)), "no_eos": int(counts.get("no_eos", 0)), "init_s": init_s.get(schema), "ttfm_s": ttfm})
     digest = (meta.get("restored") or {}).get("mask_digest")
     if steps is not None and len(steps):
         masks = Times(steps["mask_us"].to_numpy())

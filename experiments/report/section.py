@@ -21,6 +21,7 @@ class Context:
     before: tuple = ()                 # --before: per-prefix tail CSVs of earlier runs
     cliffs: Path | None = None         # --cliffs: the fuzzed-grammar folder
     maskbench: Path | None = None      # --maskbench: the MaskBench (JSON Schema) cells
+    seeds: Path | None = None          # --seeds: the cells of the other seeds' tables (Java, Go, SQL)
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # single-mode cells under ``results``
     batch_roots: list = field(default_factory=list)              # folders holding batch-mode cells
     table1_md: str = ""                # Table 1 as Markdown (the command prints it)
@@ -32,7 +33,8 @@ class Context:
                 + (" --also " + " ".join(map(str, self.also)) if self.also else "")
                 + (" --batch " + " ".join(map(str, self.batch)) if self.batch else "")
                 + (" --before " + " ".join(map(str, self.before)) if self.before else "")
-                + (f" --maskbench {self.maskbench}" if self.maskbench else ""))
+                + (f" --maskbench {self.maskbench}" if self.maskbench else "")
+                + (f" --seeds {self.seeds}" if self.seeds else ""))
 
 
 @dataclass(frozen=True)

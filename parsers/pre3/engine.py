@@ -41,8 +41,10 @@ def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
 
 def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inline_max: int = 4,
                    leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
-                   max_edges: int = 2_000_000, dense_min: int = 512, context_split: bool = True) -> dict:
-    """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache)."""
+                   max_edges: int = 2_000_000, dense_min: int = 512, context_split: bool = True,
+                   conflicts: str = "refuse") -> dict:
+    """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache). ``conflicts="shift"`` keeps the shift
+    of each shift/reduce conflict of the grammar (reduce/reduce ones are still refused)."""
     from gcdbench.parsers.grammar import load_ir
 
     load_ir(grammar)   # the harness's loader first: a grammar it cannot read is the same refusal for every engine
@@ -50,8 +52,13 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
     deadline = t0 + max_build_s
     cfg, terms, ignore = lark_grammar(grammar)
     tables = build_tables(cfg, "grammar")
+    shift_resolved = 0
     if tables.conflicts:
-        raise CompileError(conflict_message("grammar", tables.conflicts))
+        if conflicts != "shift" or any(c.startswith("reduce/reduce") for c in tables.conflicts):
+            raise CompileError(conflict_message("grammar", tables.conflicts)
+                               + ("" if conflicts == "shift" else "; conflicts=shift resolves shift/reduce ones as "
+                                  "Lark's LALR parser does"))
+        shift_resolved = len(tables.conflicts)   # build_tables keeps the shift of a shift/reduce conflict
     t_lalr = time.monotonic()
     char_level: dict = {}
     used = "lexer"
@@ -119,6 +126,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
         "stats": {
             "front_end": used,
             "lalr_states": tables.n_states,
+            "shift_reduce_resolved_as_shift": shift_resolved,
             "terminals": tables.cfg.n_t - 1,
             "rules": len(tables.cfg.rules) - 1,
             "one_step": {"states": d0.stats["states"], "edges": d0.stats["edges"],
@@ -203,6 +211,11 @@ class Pre3Options:
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")
     context_split: bool = option(True, "character level: per LR state, decide at build time the tokens whose run "
                                  "never reads below that state (one mask row), run only the others per mask")
+    conflicts: str = option("refuse", "shift/reduce conflicts of the grammar: refuse (CompileError naming them) | "
+                            "shift (keep the shift, as Lark's LALR parser and yacc do, and seed 003 with SynCode's "
+                            "grammars: the engine follows that parser, whose language can be smaller than the "
+                            "grammar's; the audit shows where). Reduce/reduce conflicts are always refused",
+                            choices=("refuse", "shift"))
 
 
 class Pre3Engine(Engine):
@@ -273,13 +286,14 @@ class Pre3Engine(Engine):
             path = artifact_path("pre3", o["cache_dir"], grammar, tokenizer, o["front_end"],
                                  f"li{int(bool(o['leading_ignore']))}", f"k{int(o['inline_max'])}",
                                  f"c{int(o['chunk'])}", f"d{int(o['dense_min'])}",
-                                 f"x{int(bool(o['context_split']))}", fmt=FORMAT)
+                                 f"x{int(bool(o['context_split']))}",
+                                 *(["sr"] if o["conflicts"] == "shift" else []), fmt=FORMAT)
             art = load_artifact(path, FORMAT)
         cache_hit = art is not None
         if art is None:
             art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
                                  int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
-                                 int(o["dense_min"]), bool(o["context_split"]))
+                                 int(o["dense_min"]), bool(o["context_split"]), o["conflicts"])
             if path is not None:
                 save_artifact(path, art)
         self._shared = _Shared(art, tokenizer, o)

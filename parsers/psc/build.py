@@ -2,7 +2,8 @@
 
 Pieces, in order:
 
-1. ``lalr_tables``: Lark's LALR(1) analysis (``lark.Lark(..., parser="lalr")``); conflicts -> CompileError.
+1. ``lalr_tables``: Lark's LALR(1) analysis (``lark.Lark(..., parser="lalr")``); conflicts -> CompileError (or,
+   with ``conflicts="shift"``, shift/reduce ones resolved as shift, as Lark's parser does).
 2. ``realizable`` (in :mod:`gcdbench.parsers.lr.tokens`, shared with Pre³): for every lexer state q and
    token v the realizable terminal sequence R_q(v) (sec 3.1),
    computed over a byte trie of the vocabulary, one numpy pass per trie depth for all tokens at once.
@@ -57,8 +58,10 @@ class Progress:
 # --------------------------------------------------------------------------------------------------
 # 1. Lark's LALR(1) tables
 # --------------------------------------------------------------------------------------------------
-def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float = 60.0):
-    """(IntParseTable, terminals, ignored names). Lark's analysis runs in a child process (a fresh interpreter
+def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float = 60.0,
+                conflicts: str = "refuse"):
+    """(IntParseTable, terminals, ignored names, number of shift/reduce conflicts resolved as shift: 0 unless
+    ``conflicts="shift"``). Lark's analysis runs in a child process (a fresh interpreter
     under :class:`~gcdbench.parsers.limited.LimitedProcess`: the harness's worker may hold threads, so no fork),
     so a grammar whose LALR construction does not finish in ``timeout_s`` is refused instead of hanging."""
     import subprocess
@@ -72,7 +75,7 @@ def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float 
     deadline = time.monotonic() + timeout_s
     slr = None
     try:
-        proc.send((grammar.lark, grammar.start, max_rules))
+        proc.send((grammar.lark, grammar.start, max_rules, conflicts == "shift"))
         while True:
             ev = proc.wait(max(0.0, deadline - time.monotonic()))
             if ev.kind == "timeout":
@@ -89,19 +92,19 @@ def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float 
         proc.close()
     if res[0] == "error":
         raise CompileError(res[1])
-    _tag, plain, terms, ignore = res
-    return table_from_plain(plain), terms, ignore
+    _tag, plain, terms, ignore, n_shift = res
+    return table_from_plain(plain), terms, ignore, n_shift
 
 
 def _lalr_main():
-    """Child side of :func:`lalr_tables`: read (text, start, max_rules) from the channel, answer on it."""
+    """Child side of :func:`lalr_tables`: read (text, start, max_rules, shift) from the channel, answer on it."""
     from gcdbench.parsers.limited import Channel, die_with_parent
 
     die_with_parent()
     chan = Channel.from_env()
-    text, start, max_rules = chan.recv()
+    text, start, max_rules, shift = chan.recv()
     try:
-        res = _lalr_child_work(text, start, max_rules, chan.send)
+        res = _lalr_child_work(text, start, max_rules, chan.send, shift)
     except BaseException as err:   # report, never raise in the child
         res = ("error", f"psc: Lark LALR construction failed: {type(err).__name__}: {err}")
     chan.send(res)
@@ -135,7 +138,7 @@ def _slr_conflicts(rules, start: str) -> str:
             f"LALR(1) conflicts can be, e.g.: " + "; ".join(uniq[:10]))
 
 
-def _lalr_child_work(text: str, start: str, max_rules: int, send=None):
+def _lalr_child_work(text: str, start: str, max_rules: int, send=None, shift: bool = False):
     import lark
     from lark.exceptions import GrammarError, LarkError
 
@@ -182,12 +185,13 @@ def _lalr_child_work(text: str, start: str, max_rules: int, send=None):
         lark_logger.handlers = old_handlers
         lark_logger.setLevel(old_level)
         lark_logger.propagate = old_prop
-    if conflicts:
+    if conflicts and not shift:
         shown = "; ".join(conflicts[:20])
         more = f" (and {len(conflicts) - 20} more)" if len(conflicts) > 20 else ""
-        return ("error", f"not LALR(1): {len(conflicts)} shift/reduce conflict(s): {shown}{more}")
+        return ("error", f"not LALR(1): {len(conflicts)} shift/reduce conflict(s): {shown}{more}; conflicts=shift "
+                         "resolves them as Lark's LALR parser does")
     table = lk.parser.parser._parse_table
-    return ("ok", table_to_plain(table), lark_terminals(lk), list(lk.ignore_tokens))
+    return ("ok", table_to_plain(table), lark_terminals(lk), list(lk.ignore_tokens), len(conflicts))
 
 
 def table_to_plain(table) -> dict:

@@ -30,15 +30,17 @@ def _pack(ids: np.ndarray, n_words: int) -> np.ndarray:
 
 def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, max_states: int = 2_000_000,
                    leading_ignore: bool = False, lalr_timeout_s: float = 60.0, minimize: bool = True,
-                   max_lexer_states: int = 5000) -> dict:
+                   max_lexer_states: int = 5000, conflicts: str = "refuse") -> dict:
     """The compiled PSC artifact. Reports progress (``gcdbench.psc`` log records) and stays within its bounds:
-    ``max_build_s`` (CompileTimeout), ``max_lexer_states`` and ``max_states`` (CompileError)."""
+    ``max_build_s`` (CompileTimeout), ``max_lexer_states`` and ``max_states`` (CompileError). ``conflicts="shift"``
+    takes Lark's tables with its shift/reduce conflicts resolved as shift."""
     from gcdbench.parsers.grammar import load_ir
 
     load_ir(grammar)   # the harness's loader first: a grammar it cannot read is the same refusal for every engine
     t0 = time.monotonic()
     progress = Progress(t0 + max_build_s, max_build_s)
-    table, terms, ignore = lalr_tables(grammar, timeout_s=min(lalr_timeout_s, max_build_s))
+    table, terms, ignore, n_shift = lalr_tables(grammar, timeout_s=min(lalr_timeout_s, max_build_s),
+                                                conflicts=conflicts)
     lexer = ByteLexer(terms, ignore, leading_ignore=leading_ignore, max_states=max_lexer_states, progress=progress)
     names = lexer.names
     n_t = len(names)
@@ -154,6 +156,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, 
             "lexer_states": lexer.n_states,
             "lexer_classes": len(classes),
             "parser_states": len(table.states),
+            "shift_reduce_resolved_as_shift": n_shift,
             "terminal_sequences": len(seqs.parent),
             "automaton_states": len(states),
             "minimized_states": len(tr_list),
@@ -192,6 +195,11 @@ class PSCOptions:
                                    "exceeded -> CompileError")
     max_states: int = option(2_000_000, "size budget of the stack classifier; exceeded -> CompileError")
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
+    conflicts: str = option("refuse", "shift/reduce conflicts of the grammar: refuse (CompileError naming them) | "
+                            "shift (Lark's tables, each resolved as shift, as seed 003 ran SynCode's grammars: the "
+                            "engine follows Lark's LALR parser, whose language can be smaller than the grammar's; "
+                            "the audit shows where). Reduce/reduce conflicts are always refused",
+                            choices=("refuse", "shift"))
 
 
 class PSCEngine(Engine):
@@ -225,13 +233,14 @@ class PSCEngine(Engine):
         path = art = None
         if self.opts["cache"]:
             path = artifact_path("psc", self.opts["cache_dir"], grammar, tokenizer,
-                                 "li1" if self.opts["leading_ignore"] else "li0", fmt=FORMAT)
+                                 "li1" if self.opts["leading_ignore"] else "li0",
+                                 *(["sr"] if self.opts["conflicts"] == "shift" else []), fmt=FORMAT)
             art = load_artifact(path, FORMAT)
         cache_hit = art is not None
         if art is None:
             art = build_artifact(grammar, tokenizer, float(self.opts["max_build_s"]), int(self.opts["max_states"]),
                                  bool(self.opts["leading_ignore"]), float(self.opts["lalr_timeout_s"]),
-                                 max_lexer_states=int(self.opts["max_lexer_states"]))
+                                 max_lexer_states=int(self.opts["max_lexer_states"]), conflicts=self.opts["conflicts"])
             if path is not None:
                 save_artifact(path, art)
         self._load(art, tokenizer)
