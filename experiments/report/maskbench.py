@@ -69,12 +69,17 @@ def cell_schemas(run_dir: Path) -> tuple[dict, pd.DataFrame, Times]:
                 init_s[init["group"]] = init.get("init_s")
         failures.update(session.get("group_failures") or {})
     samples = samples.assign(schema=samples["sample_id"].map(schema_of))
-    first_mask = {}
+    first_mask, n_masks, sum_us = {}, {}, {}
     per_sample = summarize_sample_steps(steps) if steps is not None else sample_step_summary(run_dir)
-    if per_sample is not None and "first_us" in per_sample and len(per_sample):
-        first = (per_sample.dropna(subset=["first_us"]).assign(schema=lambda d: d["sample_id"].map(schema_of))
-                 .sort_values("sample_id").groupby("schema")["first_us"].first())
-        first_mask = first.to_dict()
+    if per_sample is not None and len(per_sample):
+        per_sample = per_sample.assign(schema=per_sample["sample_id"].map(schema_of),
+                                       sum_us=per_sample["masks"] * per_sample["mean_us"])
+        by_schema = per_sample.groupby("schema")
+        n_masks, sum_us = by_schema["masks"].sum().to_dict(), by_schema["sum_us"].sum().to_dict()
+        if "first_us" in per_sample:
+            first = (per_sample.dropna(subset=["first_us"]).sort_values("sample_id").groupby("schema")["first_us"]
+                     .first())
+            first_mask = first.to_dict()
     rows = []
     for schema, grp in samples.groupby("schema", sort=True):
         counts = grp["outcome"].value_counts().to_dict()
@@ -86,7 +91,9 @@ def cell_schemas(run_dir: Path) -> tuple[dict, pd.DataFrame, Times]:
                      "compile_error": not compiled, "compile_kind": fail.get("kind") if not compiled else None,
                      "crash": int(counts.get("crash", 0)), "oom": int(counts.get("oom", 0)),
                      "timeout": int(counts.get("timeout", 0)), "ok": int(counts.get("ok", 0)),
-                     "rejected": int(counts.get("rejected", 0)), "no_eos": int(counts.get("no_eos", 0)), "init_s": init_s.get(schema), "ttfm_s": ttfm})
+                     "rejected": int(counts.get("rejected", 0)), "no_eos": int(counts.get("no_eos", 0)),
+                     "masks": int(n_masks.get(schema, 0)), "mask_sum_us": float(sum_us.get(schema, 0.0)),
+                     "init_s": init_s.get(schema), "ttfm_s": ttfm})
     digest = (meta.get("restored") or {}).get("mask_digest")
     if steps is not None and len(steps):
         masks = Times(steps["mask_us"].to_numpy())

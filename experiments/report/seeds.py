@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments.report import maskbench
-from gcdbench.experiments.report.collect import (Unreadable, collect, engine_class, read_run, run_dirs, run_info,
-                                                 sample_step_summary)
+from gcdbench.experiments.report.collect import Unreadable, collect, engine_class, run_info
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
 
@@ -96,24 +95,16 @@ def json_entries(roots, drop: set[str] = frozenset(), listed: set[str] | None = 
     that did not compile fails its instances. With ``listed`` (the schemas a coverage file checked), a note counts
     the cells' schemas it does not list (kept: their exactness is unknown)."""
     parts: dict = {}
-    for d in run_dirs(roots):
-        meta = read_run(d)
-        if not maskbench.is_maskbench(str(meta.get("dataset", ""))):
-            continue
-        info, schemas, _ = maskbench.cell_schemas(d)
+    for info, schemas, _ in maskbench.collect_maskbench(roots):
         slot = parts.setdefault((info["config"], info["tokenizer"]), {"valid": None, "invalid": None, "sum": 0.0,
                                                                       "masks": 0, "commits": set(), "all": set()})
         slot["all"] |= set(schemas["schema"])
         schemas = schemas[~schemas["schema"].isin(drop)]
         slot[info["kind"]] = schemas
         slot["commits"].add(str(info["commit"])[:7])
-        if info["kind"] == "valid":
-            per = sample_step_summary(d)
-            if per is not None and len(per):
-                per = per.assign(schema=per["sample_id"].map(maskbench.schema_of))
-                per = per[~per["schema"].isin(drop)]
-                slot["sum"] += float((per["masks"] * per["mean_us"]).sum())
-                slot["masks"] += int(per["masks"].sum())
+        if info["kind"] == "valid" and len(schemas):
+            slot["sum"] += float(schemas["mask_sum_us"].sum())
+            slot["masks"] += int(schemas["masks"].sum())
     out = {}
     for key, slot in parts.items():
         passed = samples = 0
