@@ -10,6 +10,14 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_ROOT = REPO.parent / "shared" / "data"
 
 
+def pytest_collection_modifyitems(items):
+    """Tests marked ``first`` (one subprocess of half a minute or more, no shared fixtures) run before the rest:
+    under ``-n auto --dist worksteal`` a long test left to the end keeps one worker busy alone for its whole
+    length; started first, the other worker's queue and work stealing even the two out. The order is fixed, so
+    every worker collects the same list."""
+    items.sort(key=lambda item: item.get_closest_marker("first") is None)
+
+
 def _data_root() -> Path:
     return Path(os.environ.get("GCDBENCH_DATA_ROOT", DEFAULT_DATA_ROOT))
 

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.first
 def test_gpu_agenda_dry_run(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": os.environ.get("PYTHON", __import__("sys").executable)}
     r = subprocess.run(["bash", "experiments/gpu_agenda.sh", "--dry-run"], cwd=REPO, env=env, capture_output=True,

@@ -26,6 +26,7 @@ def test_engines_with_cuda_kernels_are_found_by_their_declaration():
 
 
 @pytest.mark.slow
+@pytest.mark.first
 def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90(tmp_path):
     from gcdbench.parsers.pre3.cuda_kernels import KERNELS as PRE3
     from gcdbench.parsers.valiant.cuda_kernels import KERNELS as VALIANT

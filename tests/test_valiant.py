@@ -943,6 +943,7 @@ for threads in (1, 2):
 
 
 @pytest.mark.slow
+@pytest.mark.first
 def test_no_out_of_bounds_access(data_root, tmp_path):
     """numba does not check indices: the longest TreeBank sample (more than 64 tiers: rows of two words, scratch
     and path buffers grown several times), a Spider query with '-' chains, an S-expression whose merged boundaries
