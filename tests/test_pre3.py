@@ -444,6 +444,66 @@ def test_dense_rows_equal_token_lists(bytes_tokenizer):
             assert rows.commit(t) and lists.commit(t)
 
 
+def test_jobs_share_prefixes_in_order_and_masks_equal_unshared():
+    """A class's jobs are in lexicographic order of their terminal sequences and ``job_lcp`` is the prefix each
+    shares with the one before it (0 for a class's first job). A mask runs a shared prefix once, skips the jobs
+    behind a failed one and memoises runs on the committed stack: with tokens of several bytes and terminals, every
+    mask along the samples and random walks equals the one with neither (``share_prefixes=false``,
+    ``run_memo=0``), on the character level (json, calc) and the lexer front end (Spider), with one thread's jobs
+    split into parts."""
+    import random
+
+    from test_valiant import multi_tokenizer
+
+    for name in ("json", "calc", "spider"):
+        spec = _sql(name) if name == "spider" else _spec(name, CASES[name][0])
+        samples = SQL_SAMPLES if name == "spider" else [x for x in CASES[name][1] if x]
+        tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"  ", b"   "])
+        eng = Pre3Engine(cache=False)
+        plain = Pre3Engine(cache=False, share_prefixes=False, run_memo=0)
+        for e in (eng, plain):
+            e.compile(spec, tok)
+        sh = eng._shared
+        assert not plain._shared.job_lcp.any() and plain._shared.memo_cap == 0 and sh.memo_cap == 1024
+        seq_ptr, seq_term, cls_ptr, job_seq = sh.job_arrays[0], sh.job_arrays[1], sh.job_arrays[5], sh.job_arrays[6]
+        seq = lambda j: seq_term[seq_ptr[job_seq[j]]:seq_ptr[job_seq[j] + 1]].tolist()   # noqa: E731
+        shared = 0
+        for c in range(len(cls_ptr) - 1):
+            for j in range(cls_ptr[c], cls_ptr[c + 1]):
+                if j == cls_ptr[c]:
+                    assert sh.job_lcp[j] == 0
+                    continue
+                a, b = seq(j - 1), seq(j)
+                assert a <= b, (name, c, j)
+                n = 0
+                while n < min(len(a), len(b)) and a[n] == b[n]:
+                    n += 1
+                assert sh.job_lcp[j] == n, (name, c, j)
+                shared += n
+        assert shared > 0, name
+        rng = random.Random(3)
+        steps = 0
+        for text in samples[:3] + [None] * 3:
+            eng.reset()
+            plain.reset()
+            stream = tok.encode(text) if text is not None else None
+            for k in range(60):
+                got = _ids(eng, tok)
+                assert got == _ids(plain, tok), (name, text, k)
+                steps += 1
+                if stream is not None:
+                    if k >= len(stream):
+                        break
+                    nxt = stream[k]
+                else:
+                    options = sorted(got - {tok.eos_id})
+                    if not options:
+                        break
+                    nxt = rng.choice(options)
+                assert eng.commit(nxt) and plain.commit(nxt)
+        assert steps > 60, name
+
+
 # -- batch: fork and fill_masks -----------------------------------------------------------------------------
 def _batch_equals_sequential(eng, tok, texts, rng_seed=0):
     seqs = [eng] + [eng.fork() for _ in texts[1:]]
@@ -524,6 +584,8 @@ def test_bad_options_are_named():
         Pre3Engine(backend="tpu")._check_options()
     with pytest.raises(ValueError, match="unknown option"):
         Pre3Engine(lexer="contextual")
+    with pytest.raises(ValueError, match="run_memo"):
+        Pre3Engine(run_memo=-1)._check_options()
 
 
 # -- Qwen3 (slow): the real vocabulary --------------------------------------------------------------------

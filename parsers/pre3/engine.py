@@ -21,7 +21,7 @@ from gcdbench.parsers.pre3.front import build_jobs, build_jobs_by_state, byte_cl
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
 from gcdbench.parsers.lr.lexer import final_terminal, lex_bytes
 
-FORMAT = 3   # bump when the cached artifact changes
+FORMAT = 4   # bump when the cached artifact changes
 FRONT_ENDS = ("lexer", "chars", "auto")
 
 
@@ -156,6 +156,11 @@ class _Shared:
         self.job_arrays = (j["seq_ptr"], j["seq_term"], j["pend_ptr"], j["pend_term"], self.end_sym, j["cls_ptr"],
                            j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], j["dense_id"], j["dense_mask"],
                            int(j["n_ch"]), int(j["chunk"]) // 32)
+        self.job_lcp = j["job_lcp"] if opts["share_prefixes"] else np.zeros_like(j["job_lcp"])
+        self.max_len = int(j["max_seq_len"])
+        # the memo's key packs (committed height, state, terminal) into 64 bits: 2^20 states, 2^12 terminals
+        fits = int(p.n_states) < 2**20 and self.n_sym < 2**12
+        self.memo_cap = 1 << max(0, int(opts["run_memo"]) - 1).bit_length() if fits and opts["run_memo"] > 0 else 0
         self.qclass = j["qclass"]
         self.state_class = j.get("state_class")   # character level, split by context: class of the top LR state
         self.step_state = art["step_state"].tolist()
@@ -184,8 +189,8 @@ class _Shared:
 
             n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
             numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
-            broken = masks_cpu(*self.dpda_arrays, self.n_sym, self.guard, *self.job_arrays,
-                               self.maxloc, 8 * n, base, lens, cls, out_u32)
+            broken = masks_cpu(*self.dpda_arrays, self.n_sym, self.guard, *self.job_arrays, self.job_lcp,
+                               self.max_len, self.memo_cap, self.maxloc, 8 * n, base, lens, cls, out_u32)
         if broken:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 
@@ -211,6 +216,11 @@ class Pre3Options:
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")
     context_split: bool = option(True, "character level: per LR state, decide at build time the tokens whose run "
                                  "never reads below that state (one mask row), run only the others per mask")
+    share_prefixes: bool = option(True, "cpu: a mask runs the terminal prefix jobs share once (a class's jobs in "
+                                  "lexicographic order) and skips the jobs behind a failed prefix; false runs every "
+                                  "job from the stack (the ablation; the same masks)")
+    run_memo: int = option(1024, "cpu: entries (a power of two) of the per-mask memo of runs on the committed stack "
+                           "(kernels.feed_memo; 0 = off, the ablation; the same masks)")
     conflicts: str = option("refuse", "shift/reduce conflicts of the grammar: refuse (CompileError naming them) | "
                             "shift (keep the shift, as Lark's LALR parser and yacc do, and seed 003 with SynCode's "
                             "grammars: the engine follows that parser, whose language can be smaller than the "
@@ -276,6 +286,8 @@ class Pre3Engine(Engine):
                              f"(NUMBA_NUM_THREADS), not {o['threads']}")
         if int(o["chunk"]) <= 0 or int(o["chunk"]) % 32:
             raise ValueError(f"engine pre3: chunk must be a positive multiple of 32, not {o['chunk']}")
+        if int(o["run_memo"]) < 0:
+            raise ValueError(f"engine pre3: run_memo must be 0 (off) or a number of entries, not {o['run_memo']}")
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         self._check_options()

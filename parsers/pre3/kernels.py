@@ -5,12 +5,15 @@ leave the same unfinished lexeme (pending terminals ``N``): the tokens are allow
 current stack and then some terminal of ``N`` can be shifted (``N`` empty: anything may follow), or, for the
 EOS job, ``w`` shifts and ``$END`` is accepted. Every job runs on its own *overlay* of the committed stack:
 the committed stack is read-only (``base[b, :bl]`` for sequence b, ``bl`` shrinks as the run pops below what
-it pushed) and the run's own states go to a small private array ``loc[:ll]``. Nothing is shared between
-jobs, so the jobs of every sequence of a batch run in parallel (numba ``prange`` on the CPU, one GPU thread
-each), and nothing is kept between steps: the sampled token is committed on the host.
+it pushed) and the run's own states go to a small private array ``loc[:ll]``. Jobs write nothing another
+reads, so the jobs of every sequence of a batch run in parallel (numba ``prange`` parts on the CPU, one GPU
+thread each), and nothing is kept between steps: the sampled token is committed on the host. Within one CPU part,
+consecutive jobs reuse the overlays of the prefix they share and a memo of runs on the committed stack
+(``masks_cpu``, ``feed_memo``); the results are those of running each job alone.
 
-The functions below are compiled twice by ``variant`` (``njit`` or ``cuda.jit(device=True)``); the CPU
-batch kernel is at the end, the CUDA kernels in ``cuda_kernels.py``.
+The functions below are compiled twice by ``variant`` (``njit`` or ``cuda.jit(device=True)``); ``edge_step`` is
+the one DPDA step every run (and the build-time sort of ``context.py``) is made of. The CPU batch kernel is at the
+end, the CUDA kernels in ``cuda_kernels.py``.
 """
 from __future__ import annotations
 
@@ -34,46 +37,67 @@ def peek(base, b, bl, loc, ll, d):
     return base[b, i]
 
 
+def edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+              n_sym, base, b, bl, loc, ll, a, st):
+    """One DPDA step of terminal ``a`` read in state ``st``: (code, st, bl, ll). code 0: ``a`` was shifted (its run
+    is over), 1: accepted (``$END``), -1: no edge matches, 2: not over yet (``st`` is the state to read next),
+    3: the step needs a state the stack does not know (``_peek`` gave UNKNOWN_STATE, a pop went below the
+    stack or the pushes would pass the end of ``loc``): never on a real stack, which has its bottom state and a
+    ``loc`` sized for every run; the build-time sort of ``context.py`` runs on a partly known stack."""
+    k = st * n_sym + a
+    found = -1
+    for jj in range(key_ptr[k], key_ptr[k + 1]):
+        e = key_edge[jj]
+        ok = True
+        for c in range(cond_ptr[e], cond_ptr[e + 1]):
+            v = _peek(base, b, bl, loc, ll, cond_depth[c])  # noqa: F821  (bound by `variant`)
+            if v == -2:
+                return 3, st, bl, ll
+            if v != cond_state[c]:
+                ok = False
+                break
+        if ok:
+            found = e
+            break
+    if found < 0:
+        return -1, st, bl, ll
+    p = pop[found]
+    if p <= ll:
+        ll -= p
+    else:
+        bl -= p - ll
+        ll = 0
+        if bl < 0:
+            return 3, st, bl, ll
+    if ll + push_ptr[found + 1] - push_ptr[found] + 1 > loc.size:
+        return 3, st, bl, ll
+    for x in range(push_ptr[found], push_ptr[found + 1]):
+        loc[ll] = push_state[x]
+        ll += 1
+    kd = kind[found]
+    if kd == 1:
+        return 1, st, bl, ll
+    if kd == 2:
+        return 2, arg[found], bl, ll
+    top = _peek(base, b, bl, loc, ll, 0)  # noqa: F821
+    if top < 0:
+        return 3, st, bl, ll
+    if kd == 0:
+        loc[ll] = shift_to[top * n_sym + a]
+        ll += 1
+        return 0, st, bl, ll
+    return 2, top, bl, ll
+
+
 def feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
          n_sym, guard, base, b, bl, loc, ll, a):
     """Run terminal ``a``: (OK | ACCEPTED | REJECT | BROKEN, bl, ll). One matching edge per DPDA step."""
-    st = _peek(base, b, bl, loc, ll, 0)  # noqa: F821  (bound per target by `variant`)
+    st = _peek(base, b, bl, loc, ll, 0)  # noqa: F821
     for _ in range(bl + ll + guard):
-        k = st * n_sym + a
-        found = -1
-        for jj in range(key_ptr[k], key_ptr[k + 1]):
-            e = key_edge[jj]
-            ok = True
-            for c in range(cond_ptr[e], cond_ptr[e + 1]):
-                if _peek(base, b, bl, loc, ll, cond_depth[c]) != cond_state[c]:  # noqa: F821
-                    ok = False
-                    break
-            if ok:
-                found = e
-                break
-        if found < 0:
-            return -1, bl, ll
-        p = pop[found]
-        if p <= ll:
-            ll -= p
-        else:
-            bl -= p - ll
-            ll = 0
-        for x in range(push_ptr[found], push_ptr[found + 1]):
-            loc[ll] = push_state[x]
-            ll += 1
-        kd = kind[found]
-        if kd == 0:
-            top = _peek(base, b, bl, loc, ll, 0)  # noqa: F821
-            loc[ll] = shift_to[top * n_sym + a]
-            ll += 1
-            return 0, bl, ll
-        if kd == 1:
-            return 1, bl, ll
-        if kd == 2:
-            st = arg[found]
-        else:
-            st = _peek(base, b, bl, loc, ll, 0)  # noqa: F821
+        r, st, bl, ll = _edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop,  # noqa: F821
+                                   push_ptr, push_state, kind, arg, shift_to, n_sym, base, b, bl, loc, ll, a, st)
+        if r != 2:
+            return (-2 if r == 3 else r), bl, ll
     return -2, bl, ll
 
 
@@ -129,10 +153,47 @@ def job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, p
                     pj, loc, loc2)
 
 
+def feed_memo(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+              n_sym, guard, base, b, bl, loc, ll, a, mkey, mval, mloc):
+    """``feed`` with a memo of runs on the committed stack (CPU). Once a run has popped every state of its own
+    overlay (``ll == 0``), the rest of it depends only on (committed height ``bl``, state, ``a``): closing a JSON
+    string pops the committed string state by state, and every token that closes it makes that same run. The memo
+    (direct-mapped, ``mkey.size`` a power of two, -1 = empty; the caller empties it when the committed stack
+    changes) keeps the result of such a run: code, ``bl``, ``ll`` and the states pushed after that point."""
+    st = _peek(base, b, bl, loc, ll, 0)  # noqa: F821
+    key = np.int64(-1)
+    slot = 0
+    cap = mkey.size
+    for _ in range(bl + ll + guard):
+        if ll == 0 and key < 0 and cap > 0:
+            key = (np.int64(bl) << 32) | (np.int64(st) << 12) | np.int64(a)
+            slot = ((key * np.int64(0x9E3779B1)) >> 7) & (cap - 1)
+            if mkey[slot] == key:
+                ll = mval[slot, 2]
+                for x in range(ll):
+                    loc[x] = mloc[slot, x]
+                return mval[slot, 0], mval[slot, 1], ll
+        r, st, bl, ll = _edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop,  # noqa: F821
+                                   push_ptr, push_state, kind, arg, shift_to, n_sym, base, b, bl, loc, ll, a, st)
+        if r != 2:
+            if r == 3:
+                return -2, bl, ll
+            if key >= 0 and ll <= mloc.shape[1]:
+                mkey[slot] = key
+                mval[slot, 0] = r
+                mval[slot, 1] = bl
+                mval[slot, 2] = ll
+                for x in range(ll):
+                    mloc[slot, x] = loc[x]
+            return r, bl, ll
+    return -2, bl, ll
+
+
 def compile_for(target: str) -> tuple:
     """(peek, feed, run_seq, tail_ok, job_ok) compiled for 'cpu' or 'cuda'."""
     pk = variant(peek, target)
-    fd = variant(feed, target, _peek=pk)
+    es = variant(edge_step, target, _peek=pk)
+    fd = variant(feed, target, _peek=pk, _edge_step=es)
     rs = variant(run_seq, target, _feed=fd)
     tk = variant(tail_ok, target, _feed=fd)
     jo = variant(job_ok, target, _run_seq=rs, _tail_ok=tk)
@@ -140,6 +201,7 @@ def compile_for(target: str) -> tuple:
 
 
 peek_cpu, feed_cpu, run_seq_cpu, tail_ok_cpu, job_ok_cpu = compile_for("cpu")
+feed_memo_cpu = variant(feed_memo, "cpu", _peek=peek_cpu, _edge_step=variant(edge_step, "cpu", _peek=peek_cpu))
 
 
 @numba.njit(cache=True)
@@ -165,12 +227,20 @@ def commit_terms(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_
 @numba.njit(parallel=True, cache=True)
 def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
               n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, cls_ptr, job_seq, job_pend, jt_ptr,
-              jt_tok, dense_id, dense_mask, n_ch, ch_words, maxloc, n_parts, base, lens, cls, out):
+              jt_tok, dense_id, dense_mask, n_ch, ch_words, job_lcp, max_len, memo_cap, maxloc, n_parts, base, lens,
+              cls, out):
     """Masks of B sequences (stacks ``base[b, :lens[b]]``, lexer classes ``cls[b]``, -1 = finished) into
     ``out[b]`` (uint32 words). Phase 1: every (sequence, job) pair, split over ``n_parts`` parallel parts;
     phase 2: every (sequence, token chunk) sets the bits of its allowed jobs' tokens, or ORs their mask rows
     (dense jobs), over the chunk's words (chunks own disjoint words, so no two threads write one word).
-    Returns the number of BROKEN runs (0 when all is well)."""
+    Returns the number of BROKEN runs (0 when all is well).
+
+    A class's jobs come in lexicographic order of their terminal sequences, ``job_lcp[j]`` terminals shared with
+    job j - 1 (at most ``max_len`` terminals a sequence). A part keeps the overlay after each terminal of the
+    sequence it ran last: a job resumes from the deepest one it shares, and a job that shares the terminal
+    where that run failed fails the same way without running (after a finished JSON value, every token that
+    starts with a space runs the space's reductions once, not once per token). Runs on the committed stack are
+    memoised per sequence (``feed_memo``, ``memo_cap`` entries, 0 = none)."""
     B = base.shape[0]
     offs = np.zeros(B + 1, dtype=np.int64)
     for b in range(B):
@@ -180,33 +250,78 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
     flags = np.zeros(total, dtype=np.int8)
     parts = min(n_parts, total)
     for p in prange(parts):
-        loc = np.empty(maxloc, dtype=np.int32)
+        locs = np.empty((max_len + 1, maxloc), dtype=np.int32)   # the overlay after d terminals: locs[d, :lls[d]]
+        bls = np.zeros(max_len + 1, dtype=np.int64)
+        lls = np.zeros(max_len + 1, dtype=np.int64)
         loc2 = np.empty(maxloc, dtype=np.int32)
+        mkey = np.full(memo_cap, -1, dtype=np.int64)
+        mval = np.empty((memo_cap, 3), dtype=np.int64)
+        mloc = np.empty((memo_cap, 8), dtype=np.int32)
         lo = total * p // parts
         hi = total * (p + 1) // parts
         b = 0
         prev_b = -1
-        prev_s = -1
-        r = 0
-        bl = 0
-        ll = 0
+        good = 0      # overlays 0..good are those of the last sequence run
+        fail = -1     # that run failed on its terminal `fail` (-1: it did not fail), with result `fail_r`
+        fail_r = 0
         for i in range(lo, hi):
             while i >= offs[b + 1]:
                 b += 1
             j = cls_ptr[cls[b]] + (i - offs[b])
-            sj = job_seq[j]
-            if b != prev_b or sj != prev_s:   # jobs of a class are sorted by sequence: run each one once
-                r, bl, ll = run_seq_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
-                                        push_state, kind, arg, shift_to, n_sym, guard, seq_ptr, seq_term, base, b,
-                                        lens[b], sj, loc)
+            if b != prev_b:
+                bls[0] = lens[b]
+                lls[0] = 0
                 prev_b = b
-                prev_s = sj
-            if r != 0:
-                flags[i] = -2 if r == -2 else 0
+                good = 0
+                fail = -1
+                mkey[:] = -1
+            shared = job_lcp[j] if i > lo and i > offs[b] else 0
+            if fail >= 0 and shared > fail:   # shares the terminal its predecessor failed on
+                flags[i] = fail_r
+                continue
+            d = min(shared, good)
+            n = seq_ptr[job_seq[j] + 1] - seq_ptr[job_seq[j]]
+            fail = -1
+            s0 = seq_ptr[job_seq[j]]
+            while d < n:
+                ll = lls[d]
+                for x in range(ll):
+                    locs[d + 1, x] = locs[d, x]
+                r, bl2, ll2 = feed_memo_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
+                                            push_state, kind, arg, shift_to, n_sym, guard, base, b, bls[d],
+                                            locs[d + 1], ll, seq_term[s0 + d], mkey, mval, mloc)
+                if r != 0:
+                    fail = d
+                    fail_r = -2 if r == -2 else 0
+                    break
+                bls[d + 1] = bl2
+                lls[d + 1] = ll2
+                d += 1
+            good = d
+            if fail >= 0:
+                flags[i] = fail_r
             else:
                 flags[i] = tail_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
                                        push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym,
-                                       base, b, bl, ll, job_pend[j], loc, loc2)
+                                       base, b, bls[n], lls[n], job_pend[j], locs[n], loc2)
+    # the allowed (sequence, job) pairs, grouped by sequence, so phase 2 passes over them only
+    acnt = np.zeros(B + 1, dtype=np.int64)
+    for b in prange(B):
+        k = 0
+        for i in range(offs[b], offs[b + 1]):
+            if flags[i] == 1:
+                k += 1
+        acnt[b + 1] = k
+    for b in range(B):
+        acnt[b + 1] += acnt[b]
+    allowed = np.empty(acnt[B], dtype=np.int64)
+    for b in prange(B):
+        k = acnt[b]
+        j0 = cls_ptr[cls[b]] - offs[b] if cls[b] >= 0 else 0
+        for i in range(offs[b], offs[b + 1]):
+            if flags[i] == 1:
+                allowed[k] = j0 + i
+                k += 1
     W = out.shape[1]
     one = np.uint32(1)
     for t in prange(B * n_ch):
@@ -216,23 +331,111 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
         w1 = min(w0 + ch_words, W)
         for w in range(w0, w1):
             out[b, w] = 0
-        c = cls[b]
-        if c < 0:
-            continue
-        j0 = cls_ptr[c]
-        for jj in range(offs[b + 1] - offs[b]):
-            if flags[offs[b] + jj] == 1:
-                j = j0 + jj
-                d = dense_id[j]
-                if d >= 0:
-                    for w in range(w0, w1):
-                        out[b, w] |= dense_mask[d, w]
-                    continue
-                for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
-                    v = jt_tok[x]
-                    out[b, v >> 5] |= one << np.uint32(v & 31)
+        for a in range(acnt[b], acnt[b + 1]):
+            j = allowed[a]
+            d = dense_id[j]
+            if d >= 0:
+                for w in range(w0, w1):
+                    out[b, w] |= dense_mask[d, w]
+                continue
+            for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
+                v = jt_tok[x]
+                out[b, v >> 5] |= one << np.uint32(v & 31)
     broken = 0
     for i in range(total):
         if flags[i] == -2:
             broken += 1
     return broken
+
+
+# -- the build-time sort of context.py: runs on a stack of which only the top part is known ------------------
+# (here, beside edge_step, because numba's cache of a function does not notice changes in another file)
+REJECTED, ACCEPTED, CONTEXT = 0, 1, 2
+_OK, _REJECT, _UNKNOWN = 0, -1, 3   # results of _feed_known
+
+
+def _peek_known(base, b, bl, loc, ll, d):
+    """``kernels.peek`` on a stack of which only ``loc[:ll]`` is known: -2 (unknown) below it."""
+    if d < ll:
+        return loc[ll - 1 - d]
+    return -2
+
+
+_edge_step_known = variant(edge_step, "cpu", _peek=variant(_peek_known, "cpu"))
+_NO_BASE = np.zeros((1, 1), dtype=np.int32)   # the committed stack _peek_known never reads
+
+
+@numba.njit(cache=True)
+def _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+                n_sym, guard, stk, sl, a):
+    """``kernels.feed`` on a stack of which only ``stk[:sl]`` is known (the same ``edge_step``, with nothing
+    below the known part): (OK | REJECT | UNKNOWN, new length). UNKNOWN: the run read or popped below the known
+    part, passed the end of ``stk``, reached ``$END``'s accept, or hit the guard."""
+    if sl == 0:
+        return _UNKNOWN, sl
+    st = stk[sl - 1]
+    bl = 0
+    ll = sl
+    for _ in range(sl + guard):
+        r, st, bl, ll = _edge_step_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
+                                         push_state, kind, arg, shift_to, n_sym, _NO_BASE, 0, bl, stk, ll, a, st)
+        if r == 2:
+            continue
+        if r == 0:
+            return _OK, ll
+        if r == -1:
+            return _REJECT, sl
+        return _UNKNOWN, sl
+    return _UNKNOWN, sl
+
+
+@numba.njit(cache=True)
+def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
+              n_sym, guard, s, child_ptr, child_node, child_term, job_of_node, sub_lo, sub_hi, job_by_pre, out,
+              max_depth, max_stack):
+    """Sort every job for LR state ``s`` into ``out`` (REJECTED, ACCEPTED, CONTEXT), walking the trie of class
+    sequences depth first from its root (node 0). ``job_of_node[n]``: the job whose sequence ends at node n
+    (-1: none); the jobs below node n (n included) are ``job_by_pre[sub_lo[n]:sub_hi[n]]``. Returns the number
+    of trie nodes visited."""
+    for j in range(out.size):
+        out[j] = REJECTED
+    stks = np.empty((max_depth + 2, max_stack), dtype=np.int32)
+    lens = np.zeros(max_depth + 2, dtype=np.int64)
+    node = np.zeros(max_depth + 2, dtype=np.int64)
+    cur = np.zeros(max_depth + 2, dtype=np.int64)
+    stks[0, 0] = s
+    lens[0] = 1
+    node[0] = 0
+    cur[0] = child_ptr[0]
+    depth = 0
+    visited = 0
+    while depth >= 0:
+        nd = node[depth]
+        c = cur[depth]
+        if c >= child_ptr[nd + 1]:
+            depth -= 1
+            continue
+        cur[depth] = c + 1
+        ch = child_node[c]
+        visited += 1
+        sl = lens[depth]
+        if depth + 1 > max_depth:
+            r = _UNKNOWN
+        else:
+            for x in range(sl):
+                stks[depth + 1, x] = stks[depth, x]
+            r, sl = _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state,
+                                kind, arg, shift_to, n_sym, guard, stks[depth + 1], sl, child_term[c])
+        if r == _OK:
+            j = job_of_node[ch]
+            if j >= 0:
+                out[j] = ACCEPTED
+            lens[depth + 1] = sl
+            node[depth + 1] = ch
+            cur[depth + 1] = child_ptr[ch]
+            depth += 1
+        elif r == _UNKNOWN:
+            for x in range(sub_lo[ch], sub_hi[ch]):
+                out[job_by_pre[x]] = CONTEXT
+        # REJECT: the subtree stays REJECTED
+    return visited
