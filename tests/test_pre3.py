@@ -464,7 +464,7 @@ def test_jobs_share_prefixes_in_order_and_masks_equal_unshared():
         for e in (eng, plain):
             e.compile(spec, tok)
         sh = eng._shared
-        assert not plain._shared.job_lcp.any() and plain._shared.memo_cap == 0 and sh.memo_cap == 1024
+        assert not plain._shared.job_lcp.any() and plain._shared.memo_cap == 0 and sh.memo_cap == 256
         seq_ptr, seq_term, cls_ptr, job_seq = sh.job_arrays[0], sh.job_arrays[1], sh.job_arrays[5], sh.job_arrays[6]
         seq = lambda j: seq_term[seq_ptr[job_seq[j]]:seq_ptr[job_seq[j] + 1]].tolist()   # noqa: E731
         shared = 0

@@ -190,7 +190,8 @@ class _Shared:
             n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
             numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
             broken = masks_cpu(*self.dpda_arrays, self.n_sym, self.guard, *self.job_arrays, self.job_lcp,
-                               self.max_len, self.memo_cap, self.maxloc, 8 * n, base, lens, cls, out_u32)
+                               self.max_len, self.memo_cap, self.maxloc, 8 * n if n > 1 else 1, base, lens, cls,
+                               out_u32)
         if broken:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 
@@ -219,7 +220,7 @@ class Pre3Options:
     share_prefixes: bool = option(True, "cpu: a mask runs the terminal prefix jobs share once (a class's jobs in "
                                   "lexicographic order) and skips the jobs behind a failed prefix; false runs every "
                                   "job from the stack (the ablation; the same masks)")
-    run_memo: int = option(1024, "cpu: entries (a power of two) of the per-mask memo of runs on the committed stack "
+    run_memo: int = option(256, "cpu: entries (a power of two) of the per-mask memo of runs on the committed stack "
                            "(kernels.feed_memo; 0 = off, the ablation; the same masks)")
     conflicts: str = option("refuse", "shift/reduce conflicts of the grammar: refuse (CompileError naming them) | "
                             "shift (keep the shift, as Lark's LALR parser and yacc do, and seed 003 with SynCode's "
