@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from gcdbench.parsers.base import CompileError
-from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, REJECTED, sort_jobs  # noqa: F401 - sorts, re-exported
+from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs
 
 
 class SeqWalk:

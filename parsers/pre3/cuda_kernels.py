@@ -17,7 +17,7 @@ from numba import cuda
 
 from gcdbench.parsers.pre3.kernels import compile_for
 
-_peek, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
+_peek, _edge_step, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
 
 
 @cuda.jit(device=True)

@@ -223,7 +223,7 @@ def _pack(cls_jobs, cls_tok_parts, qclass, seqs, to_dpda, pend_lists, n_pend, le
             job_lcp[j0 + pos] = n
             prev = cur
         inv, toks = cls_tok_parts[c]
-        inv = rank[inv] if len(jobs) else inv
+        inv = rank[inv]
         slot = (j0 + inv) * n_ch + toks // chunk
         order_keys.append(slot)
         tok_parts.append(toks)

@@ -190,18 +190,18 @@ def feed_memo(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
 
 
 def compile_for(target: str) -> tuple:
-    """(peek, feed, run_seq, tail_ok, job_ok) compiled for 'cpu' or 'cuda'."""
+    """(peek, edge_step, feed, run_seq, tail_ok, job_ok) compiled for 'cpu' or 'cuda'."""
     pk = variant(peek, target)
     es = variant(edge_step, target, _peek=pk)
     fd = variant(feed, target, _peek=pk, _edge_step=es)
     rs = variant(run_seq, target, _feed=fd)
     tk = variant(tail_ok, target, _feed=fd)
     jo = variant(job_ok, target, _run_seq=rs, _tail_ok=tk)
-    return pk, fd, rs, tk, jo
+    return pk, es, fd, rs, tk, jo
 
 
-peek_cpu, feed_cpu, run_seq_cpu, tail_ok_cpu, job_ok_cpu = compile_for("cpu")
-feed_memo_cpu = variant(feed_memo, "cpu", _peek=peek_cpu, _edge_step=variant(edge_step, "cpu", _peek=peek_cpu))
+peek_cpu, edge_step_cpu, feed_cpu, run_seq_cpu, tail_ok_cpu, job_ok_cpu = compile_for("cpu")
+feed_memo_cpu = variant(feed_memo, "cpu", _peek=peek_cpu, _edge_step=edge_step_cpu)
 
 
 @numba.njit(cache=True)
