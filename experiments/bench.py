@@ -20,7 +20,8 @@ dataset.samples=S.txt``). Samples are teacher-forced by the runner's own code (`
 same per prefix length (``per_prefix``), outcomes, and the engine's work counters per mask (its ``counters``
 attribute, if it has one); ``--counters`` leaves the timings out. ``init``: cold build (fresh cache) and cache
 load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
-per step, timed. ``instructions``: instructions per mask and per commit under callgrind
+per step, timed (``--processes P``: the sequences sharded over P processes that step together;
+:mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and per commit under callgrind
 (:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency against B. Every command prints one JSON
 line per record; ``--out`` also writes them with command, machine, versions and commit
 (:func:`gcdbench.experiments.benchfile.write_bench`).
@@ -28,7 +29,6 @@ line per record; ``--out`` also writes them with command, machine, versions and 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import subprocess
@@ -38,7 +38,9 @@ import tempfile
 import numpy as np
 
 
-from gcdbench.experiments.bench_setup import (parse_overrides, option_sets, load, _count, _peak_mib, _stats, per_prefix, _Steps, _compile)  # noqa: F401
+from gcdbench.experiments.bench_batch import time_batch
+from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, load, option_sets, parse_overrides,
+                                              per_prefix)
 
 
 def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
@@ -134,82 +136,17 @@ def init(args) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# batch: B sequences in lock-step
-# --------------------------------------------------------------------------------------------------------------
-class _Inbox:
-    """The channel :func:`worker.run_batch` reports to, kept in memory."""
-
-    def __init__(self):
-        self.messages: list[tuple] = []
-
-    def send(self, msg) -> None:
-        self.messages.append(msg)
-
-
-def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
-    """Per-step times of ``fill_masks`` over B sequences (the engine and its forks, or compiled copies), for
-    each ``--batch`` size: samples cycle so that the batch stays full for ``--warmup + --steps`` steps."""
-    from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY as SUMMARY
-    from gcdbench.experiments.steplog import SlotJournal, StepLog
-    from gcdbench.experiments.worker_batch import make_sequences, run_batch
-
-    live, step_us, commit_us = (SUMMARY.index[k] for k in ("live", "step_us", "commit_us"))
-
-    streams = [s.ids(tok) for s in ds.samples]
-    e, init_s = _compile(engine, opts, ds.grammar, tok, args.cache_dir)
-    records = []
-    for B in args.batch:
-        want = (args.warmup + args.steps + 1) * B + B * max(map(len, streams)) + B
-        work, total = [], 0
-        for k in itertools.count():
-            ids = streams[k % len(streams)]
-            work.append((str(k), ids, ()))
-            total += len(ids) + 1
-            if total >= want:
-                break
-        seqs, how = make_sequences(e, B, lambda: _compile(engine, opts, ds.grammar, tok, args.cache_dir)[0])
-        log = StepLog.create(capacity=1 << 14, layout=SUMMARY)
-        journal = SlotJournal.create(B, max(map(len, streams)) + 2)
-        inbox = _Inbox()
-        try:   # an untimed pass first: jitted functions and the batch path's buffers load outside the timings
-            run_batch(e, seqs, tok, work[:B], 1e9, 1e9, log, journal, _Inbox())
-            log.reset()
-            done = run_batch(e, seqs, tok, work, 1e9, 1e9, log, journal, inbox)
-            rows = [r for m in inbox.messages if m[0] == "bsteps" for r in m[1]] + log.raw_rows()
-        finally:
-            log.close(unlink=True)
-            journal.close(unlink=True)
-        full = [r for r in rows if int(r[live]) == B][args.warmup: args.warmup + args.steps]
-        outcomes: dict[str, int] = {}
-        for m in inbox.messages:
-            if m[0] == "seq":
-                outcomes[m[1]["outcome"]] = outcomes.get(m[1]["outcome"], 0) + 1
-        st = _stats([r[step_us] for r in full])
-        rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B,
-               "steps": len(full), "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
-               "commit_us_per_step": _stats([r[commit_us] for r in full]), "outcomes": outcomes,
-               "violations": sum(v for k, v in outcomes.items() if k != "ok"), "sequences": how,
-               "fallback_steps": done["fallback_steps"], "init_s": round(init_s, 3),
-               "cache_hit": e.info().get("cache_hit"), "cpu_count": os.cpu_count()}
-        print(json.dumps(rec, default=str), flush=True)
-        records.append(rec)
-        if how != "fork":   # compiled copies hold their own resources; forks share the engine's
-            for s in seqs[1:]:
-                s.close()
-    e.close()
-    return records
-
-
-# --------------------------------------------------------------------------------------------------------------
 # plot
 # --------------------------------------------------------------------------------------------------------------
 def _config_label(rec: dict) -> str:
-    opts = rec.get("options") or {}
+    opts = {**(rec.get("options") or {}), **({"processes": rec["processes"]} if rec.get("processes", 1) > 1 else {})}
     return rec["engine"] + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) + ")" if opts else "")
 
 
-def plot(path: str, out: str) -> list[str]:
-    """Batch step latency (p50, band to p90) against B, one line per engine configuration, per dataset."""
+def plot(paths, out: str) -> list[str]:
+    """Per dataset, against B, one line per engine configuration: batch step latency (p50, band to p90; top) and
+    throughput, masks per second (B / mean step; bottom), where threads or processes show as scaling. ``paths``:
+    one bench file or several (e.g. a processes run and a threads run; the title names their commits)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -217,30 +154,36 @@ def plot(path: str, out: str) -> list[str]:
 
     from gcdbench.experiments.schema import read_bench
 
-    doc = read_bench(path)
-    recs = [r for r in doc["records"] if "B" in r]
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    docs = [read_bench(p) for p in paths]
+    recs = [r for d in docs for r in d["records"] if "B" in r and r.get("step_us")]
     if not recs:
-        raise SystemExit(f"bench plot: {path} holds no batch records (bench batch writes them)")
+        raise SystemExit(f"bench plot: {', '.join(paths)} hold no batch records (bench batch writes them)")
     datasets = sorted({r["dataset"] for r in recs})
-    fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
-    for ax, ds in zip(axes[0], datasets):
+    fig, axes = plt.subplots(2, len(datasets), figsize=(5.5 * len(datasets), 7.5), squeeze=False)
+    for k, ds in enumerate(datasets):
+        top, bottom = axes[0][k], axes[1][k]
         for label in sorted({_config_label(r) for r in recs if r["dataset"] == ds}):
             rs = sorted((r for r in recs if r["dataset"] == ds and _config_label(r) == label), key=lambda r: r["B"])
             B = [r["B"] for r in rs]
             p50 = [r["step_us"]["p50"] / 1000 for r in rs]
             p90 = [r["step_us"]["p90"] / 1000 for r in rs]
-            ax.plot(B, p50, marker="o", label=label)
-            ax.fill_between(B, p50, p90, alpha=0.2)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("batch size B (sequences per step)")
-        ax.set_ylabel("mask step latency, ms (p50; band to p90)")
-        ax.set_title(f"{ds}, {recs[0]['tokenizer']}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    m = doc.get("machine", {})
-    fig.suptitle(f"{m.get('cpu', '')} ({m.get('cpu_count', '?')} cores), GPU {m.get('gpu')}, "
-                 f"commit {str(doc.get('git_commit', ''))[:10]}", fontsize=8)
+            top.plot(B, p50, marker="o", label=label)
+            top.fill_between(B, p50, p90, alpha=0.2)
+            bottom.plot(B, [1e6 * r["B"] / r["step_us"]["mean"] for r in rs], marker="o", label=label)
+        top.set_ylabel("mask step latency, ms (p50; band to p90)")
+        top.set_title(f"{ds}, {recs[0]['tokenizer']}")
+        bottom.set_ylabel("masks per second (B / mean step)")
+        for ax in (top, bottom):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("batch size B (sequences per step)")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+    m = docs[0].get("machine", {})
+    commits = ", ".join(sorted({str(d.get("git_commit", ""))[:10] for d in docs}))
+    fig.suptitle(f"{m.get('cpu', '')} ({m.get('cpu_count', '?')} cores), GPU {m.get('gpu')}, commit {commits}",
+                 fontsize=8)
     fig.tight_layout()
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     files = [f"{out}.png", f"{out}.pdf"]
@@ -277,11 +220,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
     b.add_argument("--steps", type=int, default=200, help="timed steps per batch size (full batch)")
     b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--processes", nargs="+", type=int, default=[1],
+                   help="shard the B sequences over this many processes, stepping together (one record per count)")
     i = sub.choices["instructions"]
     i.add_argument("--phases", action="store_true", help="also per part of a mask (the engine's instruction_phases)")
     i.add_argument("--count-child", default=None, help=argparse.SUPPRESS)
     p = sub.add_parser("plot")
-    p.add_argument("file")
+    p.add_argument("file", nargs="+", help="bench files of batch records (drawn together)")
     p.add_argument("--out", required=True, help="output path without extension (.png and .pdf are written)")
     return ap
 

@@ -67,6 +67,7 @@ class RunConfig:
     data_root: str = "../shared/data"
     out_dir: str = "outputs"
     fresh: bool = False                # true: discard the cell folder's earlier results instead of resuming
+    retry_compile_timeouts: bool = True  # resume: compile again a grammar whose compile ran out of time (false: it stands)
     warmup: bool = True                # one untimed warm-up sample after each compile
     limits: Limits = field(default_factory=Limits)
     audit: Audit = field(default_factory=Audit)

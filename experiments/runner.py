@@ -33,6 +33,7 @@ from gcdbench.experiments.runrecord import build_meta  # noqa: F401 - re-exporte
 from gcdbench.experiments.store import (Cell, CellBusy, CellDamaged, CellError, CellLock, CellMismatch,  # noqa: F401
                                         cell_identity, clear, engine_label, identity_diff, load_json, write_json)
 from gcdbench.experiments.supervisor import Supervised, ended, start_worker, switch_grammar
+from gcdbench.experiments.worker import COMPILE_TIMEOUTS, DETERMINISTIC_COMPILE_FAILURES
 from gcdbench.parsers.base import Outcome
 
 #: the columns of steps.parquet and samples.parquet (declared in experiments/schema.py)
@@ -127,14 +128,15 @@ def run(cfg) -> Path:
 def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict, probe) -> int | None:
     """Run the samples the folder does not hold yet; returns this session's id (None: nothing was left to do)."""
     version = probe.version()
-    reuse = cell.reusable_compile_error(version)
+    kinds = DETERMINISTIC_COMPILE_FAILURES + (() if cfg.retry_compile_timeouts else COMPILE_TIMEOUTS)
+    reuse = cell.reusable_compile_error(version, kinds)
     stored = cell.stored_outcomes()
     keep = {sid for sid, (oc, _) in stored.items()
             if Outcome(oc).attempted or (oc == Outcome.COMPILE_ERROR.value and reuse)}
     if dataset.groups:   # many grammars: a group's deterministic refusal stands, its other failures are retried
         reuse = None
         keep = {sid for sid, (oc, _) in stored.items() if Outcome(oc).attempted}
-        keep |= cell.reusable_group_errors(version, dataset.group_of())
+        keep |= cell.reusable_group_errors(version, dataset.group_of(), kinds)
     todo = [s for s in dataset.samples if s.id not in keep]
     label = cell.identity["config"]
     if not todo:
@@ -150,8 +152,8 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
     }
     failure = None
-    if reuse:   # a deterministic refusal of this grammar by this engine version: not compiled again
-        failure = session["compile_failure"] = {"message": reuse, "kind": "refused", "engine_version": version,
+    if reuse:   # a refusal of this grammar by this engine version (or, if asked, its time-out): not compiled again
+        failure = session["compile_failure"] = {"message": reuse[0], "kind": reuse[1], "engine_version": version,
                                                 "reused": True}
     batch_size = int(cfg.batch.size)
     if batch_size:

@@ -254,25 +254,28 @@ class Cell:
             got[sid] = (rec["outcome"], rec.get("session"))
         return got
 
-    def reusable_compile_error(self, engine_version: str) -> str | None:
-        """The stored compile error's message when it can stand for this run: every compile_error row comes from
-        a deterministic failure (see ``DETERMINISTIC_COMPILE_FAILURES``) of the same engine version."""
+    def reusable_compile_error(self, engine_version: str,
+                               kinds: tuple = DETERMINISTIC_COMPILE_FAILURES) -> tuple[str, str] | None:
+        """(message, kind) of the stored compile error when it can stand for this run: every compile_error row
+        comes from one failure of a kind in ``kinds`` (default: the deterministic ones, see
+        ``DETERMINISTIC_COMPILE_FAILURES``) under the same engine version."""
         rows = {s for oc, s in self.stored_outcomes().values() if oc == Outcome.COMPILE_ERROR.value}
         if not rows:
             return None
         sessions = {s["id"]: s for s in self.sessions()}
-        msgs = set()
+        found = set()
         for sid in rows:
             fail = (sessions.get(sid) or {}).get("compile_failure") or {}
-            if fail.get("kind") not in DETERMINISTIC_COMPILE_FAILURES or fail.get("engine_version") != engine_version:
+            if fail.get("kind") not in kinds or fail.get("engine_version") != engine_version:
                 return None
-            msgs.add(fail["message"])
-        return msgs.pop() if len(msgs) == 1 else None
+            found.add((fail["message"], fail["kind"]))
+        return found.pop() if len(found) == 1 else None
 
-    def reusable_group_errors(self, engine_version: str, group_of: dict) -> set[str]:
-        """A dataset of many grammars: the samples whose stored compile_error is their group's deterministic
-        failure (the engine refused that grammar) under the same engine version; a resume does not compile those
-        grammars again (their other failures, timeouts and crashes, are retried)."""
+    def reusable_group_errors(self, engine_version: str, group_of: dict,
+                              kinds: tuple = DETERMINISTIC_COMPILE_FAILURES) -> set[str]:
+        """A dataset of many grammars: the samples whose stored compile_error is their group's failure of a kind in
+        ``kinds`` (default: the deterministic ones, the engine refused that grammar) under the same engine version;
+        a resume does not compile those grammars again (their other failures are retried)."""
         sessions = {s["id"]: s for s in self.sessions()}
         keep = set()
         for sample_id, (oc, sid) in self.stored_outcomes().items():
@@ -280,7 +283,7 @@ class Cell:
             if oc != Outcome.COMPILE_ERROR.value or group is None:
                 continue
             fail = ((sessions.get(sid) or {}).get("group_failures") or {}).get(group.id) or {}
-            if fail.get("kind") in DETERMINISTIC_COMPILE_FAILURES and fail.get("engine_version") == engine_version:
+            if fail.get("kind") in kinds and fail.get("engine_version") == engine_version:
                 keep.add(sample_id)
         return keep
 

@@ -34,6 +34,9 @@ from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_m
 #: ``CompileError`` the engine raised. Time-outs (the runner's limit or the engine's own time budget, raised as
 #: ``CompileTimeout``), running out of memory, a dead worker and any other exception are not.
 DETERMINISTIC_COMPILE_FAILURES = ("refused",)
+#: ``kind`` of a compile that ran out of time: the runner's ``limits.compile_timeout_s`` (``timeout``) or the
+#: engine's own budget (``engine_timeout``). A resume compiles them again unless ``retry_compile_timeouts=false``.
+COMPILE_TIMEOUTS = ("timeout", "engine_timeout")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ class _Seq:
 
 
 def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s: float, log: StepLog,
-              journal: SlotJournal, chan) -> dict:
+              journal: SlotJournal, chan, on_step=None) -> dict:
     """Teacher-force ``work`` (``[(sample_id, token_ids, audit_steps)]``) over the slots ``seqs`` in lock-step.
 
     One batch step = one ``fill_masks`` call over the live sequences (rows ``0..live-1`` of the mask buffer),
@@ -125,7 +125,10 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
     * once ``run_left_s`` has passed, every sequence in flight ends ``timeout`` and no sample is started.
 
     At audited steps the row is kept for the reference audit, and the sequence's own ``fill_mask`` is compared
-    with it (untimed, after the timed call): batch and single path must give the same mask."""
+    with it (untimed, after the timed call): batch and single path must give the same mask.
+
+    ``on_step(batch_step)``, if given, is called before each step's timer starts (the bench's processes wait there
+    for each other, so that their steps run together)."""
     perf = time.perf_counter_ns
     B = len(seqs)
     vocab, eos, token_bytes = tokenizer.vocab_size, tokenizer.eos_id, tokenizer.token_bytes
@@ -170,6 +173,8 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
         rows = out[:L]
         failed: dict[int, tuple[Outcome, str]] = {}
         fallback = 0
+        if on_step is not None:
+            on_step(batch_step)
         try:
             t0 = perf()
             engine.fill_masks([seqs[i] for i in live], rows)

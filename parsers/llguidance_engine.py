@@ -127,10 +127,11 @@ class LLGuidanceEngine(Engine):
         return "start: %json " + json.dumps(schema, ensure_ascii=False) + "\n"
 
     def reset(self) -> None:
-        # an error in LLGuidance is sticky, so reset builds a fresh matcher
+        # a matcher rolls back to its start cheaply; an error in LLGuidance is sticky, so then reset builds a fresh one
         import llguidance
 
-        self.matcher = llguidance.LLMatcher(*self._args, limits=self._limits)
+        if self.matcher.is_error() or not self.matcher.reset():
+            self.matcher = llguidance.LLMatcher(*self._args, limits=self._limits)
 
     def fill_mask(self, out: np.ndarray) -> None:
         self._fill(self.matcher, self._buf, 0)

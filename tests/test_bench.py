@@ -49,6 +49,21 @@ def test_masks_and_batch_smoke(tmp_path):
 
 
 @pytest.mark.slow
+def test_batch_sharded_over_processes_steps_together(tmp_path):
+    """--processes 2: the 3 sequences run as shards of 2 and 1 in two spawned processes; the batch's step is the
+    slower shard's at each step, so its maximum is the shards' largest; no sequence fails."""
+    out = tmp_path / "batch.json"
+    bench.main(["batch", "--engine", "psc", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes", "--batch", "3",
+                "--processes", "1", "2", "4", "--steps", "6", "--warmup", "1", "--out", str(out)])
+    one, two = _records(out)    # 4 processes > B = 3: no record
+    assert (one["processes"], two["processes"]) == (1, 2) and "shards" not in one
+    assert [s["B"] for s in two["shards"]] == [2, 1]
+    assert two["steps"] == 6 and two["violations"] == 0 and two["outcomes"]["ok"] > 0
+    assert two["step_us"]["max"] == max(s["step_us"]["max"] for s in two["shards"])
+    assert two["per_sequence_us"] == round(two["step_us"]["mean"] / 3, 2)
+
+
+@pytest.mark.slow
 def test_init_phases_build_then_load_from_cache(tmp_path):
     out = tmp_path / "init.json"
     bench.main(["init", "--engine", "psc", "--dataset", "sample", "--tokenizer", "bytes", "--cache-dir",

@@ -304,6 +304,11 @@ def test_compile_time_out_is_retried_on_resume(tmp_path, words, marker, engine, 
     meta = meta_of(cell)
     assert meta["compile_error_kind"] == kind and message in meta["compile_error"]
     assert meta["outcomes"] == {"compile_error": 2}
+    # retry_compile_timeouts=false: the stored time-out stands (nothing compiled, no new session)
+    run(make_cfg(tmp_path, "engine=reference", f"engine.name={FAULTY}:{engine}", *words, "samples=2",
+                 "retry_compile_timeouts=false"))
+    assert meta_of(cell)["outcomes"] == {"compile_error": 2} and len(meta_of(cell)["sessions"]) == 1
+    assert marker.read_text().count("compile") == 1
     # the engine compiles the second time (under the default compile limit: a worker's start alone can take more
     # than 1.5 s on a loaded machine, and limits are no part of the cell's identity)
     run(make_cfg(tmp_path, "engine=reference", f"engine.name={FAULTY}:{engine}", *words, "samples=2"))

@@ -105,6 +105,11 @@ def test_a_group_whose_compile_hangs_is_a_timeout_and_the_next_group_runs(tmp_pa
     again = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
                          "limits.compile_timeout_s=3", "audit.per_sample=0"))
     assert len(json.loads((again / "run.json").read_text())["sessions"]) == 2
+    # retry_compile_timeouts=false: the stored time-out stands, nothing is left to run (no new session)
+    run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
+                 "limits.compile_timeout_s=3", "audit.per_sample=0", "retry_compile_timeouts=false"))
+    assert len(json.loads((again / "run.json").read_text())["sessions"]) == 2
+    assert outcomes(again)["slow#0"] == "compile_error"
 
 
 def test_the_audit_reads_the_profile_each_compiled_grammar_declared(tmp_path, monkeypatch):

@@ -146,7 +146,7 @@ def _show(got: set, want: set) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("cls", [r"\s", r"\w", r"\d", r".", r"[^\s\d]"])
 def test_llguidance_reads_regex_classes_as_its_declared_profile(bytes_tokenizer, cls):
-    """Every code point LLGuidance accepts for a one-character terminal ``/cls/`` is the set the reference's
+    r"""Every code point LLGuidance accepts for a one-character terminal ``/cls/`` is the set the reference's
     reading under LLGuidance's declared profile (``regex_classes="uts18"``) gives, exactly: walked over every
     UTF-8 byte sequence the class allows (about 22,000 masks for a negated class). Negation is walked once, on
     ``[^\s\d]`` (``.`` walks every code point); ``\S \W \D``, 100 s more of the suite, are its complements of

@@ -1,0 +1,202 @@
+"""``bench batch``: B sequences of one grammar teacher-forced in lock-step, one ``fill_masks`` call per step, timed
+(the runner's own :func:`~gcdbench.experiments.worker_batch.run_batch`), in one process or sharded over processes.
+
+With ``--processes P`` > 1 the B sequences are split into P shards, each in its own process (spawned: each loads
+the tokenizer and the compiled grammar from the artifact cache, and makes its shard's sequences). The processes
+step together: before each step's timer every process waits at a barrier in shared memory (it spins, yielding the
+core, until every other process has reached the step or finished), so a step of the whole batch is the step of
+its slowest shard. The record's ``step_us`` is that maximum at each step; ``per_sequence_us`` divides it by B, as
+for one process. This is how a CPU mask server scales past the GIL: an engine whose step holds the GIL between
+its compiled calls (Valiant's chart bookkeeping) gains nothing from threads, and one process per core gains for
+every engine. The barrier assumes one core per process: with more processes than cores, they wait for each
+other's time slices (``cpu_count`` is in the record).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+import traceback
+
+import numpy as np
+
+from gcdbench.experiments.bench_setup import _compile, _stats
+
+#: how long the parent waits for every shard of one ``--processes`` record (compile from cache, warm-up and run)
+SHARD_TIMEOUT_S = 3600
+
+
+class _Inbox:
+    """The channel :func:`worker.run_batch` reports to, kept in memory."""
+
+    def __init__(self):
+        self.messages: list[tuple] = []
+
+    def send(self, msg) -> None:
+        self.messages.append(msg)
+
+
+def _work(streams: list, B: int, args, offset: int = 0) -> list[tuple]:
+    """Samples cycled (from ``offset``) until the batch can stay full for ``--warmup + --steps`` steps."""
+    want = (args.warmup + args.steps + 1) * B + B * max(map(len, streams)) + B
+    work, total = [], 0
+    for k in itertools.count():
+        ids = streams[(k + offset) % len(streams)]
+        work.append((str(k), ids, ()))
+        total += len(ids) + 1
+        if total >= want:
+            return work
+
+
+def _timed(e, seqs, tok, work, max_len: int, ready=None, on_step=None) -> tuple[list, dict, dict]:
+    """(batch summary rows, outcome counts, run_batch's result) of one untimed pass over the first B samples (jitted
+    functions and the batch path's buffers load outside the timings), then the timed run over ``work``."""
+    from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY as SUMMARY
+    from gcdbench.experiments.steplog import SlotJournal, StepLog
+    from gcdbench.experiments.worker_batch import run_batch
+
+    B = len(seqs)
+    log = StepLog.create(capacity=1 << 14, layout=SUMMARY)
+    journal = SlotJournal.create(B, max_len + 2)
+    inbox = _Inbox()
+    try:
+        run_batch(e, seqs, tok, work[:B], 1e9, 1e9, log, journal, _Inbox())
+        log.reset()
+        if ready is not None:
+            ready()
+        done = run_batch(e, seqs, tok, work, 1e9, 1e9, log, journal, inbox, on_step=on_step)
+        rows = [r for m in inbox.messages if m[0] == "bsteps" for r in m[1]] + log.raw_rows()
+    finally:
+        log.close(unlink=True)
+        journal.close(unlink=True)
+    outcomes: dict[str, int] = {}
+    for m in inbox.messages:
+        if m[0] == "seq":
+            outcomes[m[1]["outcome"]] = outcomes.get(m[1]["outcome"], 0) + 1
+    return rows, outcomes, done
+
+
+def _full_steps(rows: list, B: int) -> dict[int, tuple[float, float]]:
+    """{batch step: (step µs, commit µs)} of the steps where all B sequences were live."""
+    from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY as SUMMARY
+
+    live, step_us, commit_us, bstep = (SUMMARY.index[k] for k in ("live", "step_us", "commit_us", "batch_step"))
+    return {int(r[bstep]): (r[step_us], r[commit_us]) for r in rows if int(r[live]) == B}
+
+
+def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
+    """Per-step times of ``fill_masks`` over B sequences (the engine and its forks, or compiled copies), for each
+    ``--batch`` size and each ``--processes`` count: samples cycle so that the batch stays full for ``--warmup +
+    --steps`` steps."""
+    from gcdbench.experiments.worker_batch import make_sequences
+
+    streams = [s.ids(tok) for s in ds.samples]
+    e, init_s = _compile(engine, opts, ds.grammar, tok, args.cache_dir)
+    records = []
+    for B, P in itertools.product(args.batch, getattr(args, "processes", None) or [1]):
+        if P > B:
+            continue
+        rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B, "processes": P}
+        if P > 1:
+            full, outcomes, how, fallbacks, shards = _sharded(engine, opts, ds.grammar, tok, streams, B, P, args)
+            rec["shards"] = shards
+        else:
+            seqs, how = make_sequences(e, B, lambda: _compile(engine, opts, ds.grammar, tok, args.cache_dir)[0])
+            rows, outcomes, done = _timed(e, seqs, tok, _work(streams, B, args), max(map(len, streams)))
+            fallbacks = done["fallback_steps"]
+            steps = _full_steps(rows, B)
+            full = [steps[k] for k in sorted(steps)][args.warmup: args.warmup + args.steps]
+            if how != "fork":   # compiled copies hold their own resources; forks share the engine's
+                for s in seqs[1:]:
+                    s.close()
+        st = _stats([s for s, _ in full])
+        rec.update({"steps": len(full), "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
+                    "commit_us_per_step": _stats([c for _, c in full]), "outcomes": outcomes,
+                    "violations": sum(v for k, v in outcomes.items() if k != "ok"), "sequences": how,
+                    "fallback_steps": fallbacks, "init_s": round(init_s, 3), "cache_hit": e.info().get("cache_hit"),
+                    "cpu_count": os.cpu_count()})
+        print(json.dumps(rec, default=str), flush=True)
+        records.append(rec)
+    e.close()
+    return records
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one process per shard
+# --------------------------------------------------------------------------------------------------------------
+def _sharded(engine, opts, grammar, tok, streams, B, P, args):
+    """(full steps [(max step µs over the shards, summed commit µs)], outcomes, how, fallback steps, shard records)
+    of B sequences split over P spawned processes that step together."""
+    import multiprocessing as mp
+    import queue
+
+    sizes = [B // P + (p < B % P) for p in range(P)]
+    ctx = mp.get_context("spawn")
+    raw = ctx.RawArray("q", 2 * P)   # shared memory, no lock: row 0 the step each shard has reached, row 1 finished
+    flags = np.frombuffer(raw, dtype=np.int64).reshape(2, P)
+    flags[0], flags[1] = -1, 0
+    start, results = ctx.Barrier(P), ctx.Queue()
+    procs = [ctx.Process(target=_shard_child, daemon=True, name=f"bench-shard-{p}",
+                         args=(p, P, sizes[p], engine, opts, grammar, tok.name, args.cache_dir,
+                               _work(streams, sizes[p], args, offset=p), max(map(len, streams)), raw, start, results))
+             for p in range(P)]
+    for pr in procs:
+        pr.start()
+    got = {}
+    deadline = time.monotonic() + SHARD_TIMEOUT_S
+    try:
+        while len(got) < P:
+            try:
+                msg = results.get(timeout=max(1.0, deadline - time.monotonic()))
+            except queue.Empty:
+                dead = [f"{pr.name} (exit {pr.exitcode})" for pr in procs if not pr.is_alive()]
+                raise SystemExit(f"bench batch --processes {P}: only {len(got)} of {P} shards reported within "
+                                 f"{SHARD_TIMEOUT_S} s; ended: {dead or 'none'}") from None
+            if msg[1] == "error":
+                raise SystemExit(f"bench batch --processes {P}: shard {msg[0]} failed:\n{msg[2]}")
+            got[msg[0]] = msg
+    finally:
+        for pr in procs:
+            pr.join(timeout=30)
+            if pr.is_alive():   # a shard still stepping after another failed: ours, ended by its own handle
+                pr.kill()
+    per = [_full_steps(got[p][1], sizes[p]) for p in range(P)]
+    common = sorted(set.intersection(*(set(d) for d in per)))[args.warmup: args.warmup + args.steps]
+    full = [(max(d[k][0] for d in per), sum(d[k][1] for d in per)) for k in common]
+    outcomes: dict[str, int] = {}
+    for p in range(P):
+        for k, v in got[p][2].items():
+            outcomes[k] = outcomes.get(k, 0) + v
+    shards = [{"B": sizes[p], "step_us": _stats([per[p][k][0] for k in common]), "init_s": round(got[p][5], 3)}
+              for p in range(P)]
+    return full, outcomes, got[0][4], sum(got[p][3]["fallback_steps"] for p in range(P)), shards
+
+
+def _shard_child(p, P, size, engine, opts, grammar, tok_name, cache_dir, work, max_len, raw, start, results):
+    """One shard: compile (from the artifact cache), make ``size`` sequences, then run them in lock-step, waiting
+    before each step until every other shard has reached it (or finished)."""
+    flags = np.frombuffer(raw, dtype=np.int64).reshape(2, P)
+    try:
+        from gcdbench.experiments.worker_batch import make_sequences
+        from gcdbench.parsers.tokenizers import load_tokenizer
+
+        tok = load_tokenizer(tok_name)
+        e, init_s = _compile(engine, opts, grammar, tok, cache_dir)
+        seqs, how = make_sequences(e, size, lambda: _compile(engine, opts, grammar, tok, cache_dir)[0])
+        others = [q for q in range(P) if q != p]
+        reached, finished, yield_ = flags[0], flags[1], os.sched_yield
+
+        def on_step(k: int) -> None:
+            reached[p] = k
+            for q in others:
+                while reached[q] < k and not finished[q]:
+                    yield_()
+
+        rows, outcomes, done = _timed(e, seqs, tok, work, max_len, ready=lambda: start.wait(600), on_step=on_step)
+        finished[p] = 1
+        results.put((p, rows, outcomes, done, how, init_s))
+    except BaseException:   # noqa: BLE001 - reported to the parent, which stops the bench with it
+        flags[1, p] = 1
+        start.abort()
+        results.put((p, "error", traceback.format_exc(limit=12)))
