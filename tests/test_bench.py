@@ -38,6 +38,8 @@ def test_masks_and_batch_smoke(tmp_path):
     (rec,) = _records(out)
     assert rec["engine"] == "psc" and rec["outcomes"] == {"ok": 2} and rec["steps"] > 2
     assert rec["mask_p99_us"] > 0 and rec["per_prefix"][0]["prefix_tokens"] == 0
+    assert rec["mask_p999_us"] >= rec["mask_p99_us"] and len(rec["per_sample"]) == 2
+    assert sum(s["masks"] for s in rec["per_sample"]) == rec["steps"]
     out = tmp_path / "batch.json"
     bench.main(["batch", "--engine", "pre3", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
                 "--batch", "1", "3", "--steps", "5", "--warmup", "1", "chunk=64", "--out", str(out)])
