@@ -22,7 +22,7 @@ attribute, if it has one); ``--counters`` leaves the timings out. ``init``: cold
 load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
 per step, timed (``--processes P``: the sequences sharded over P processes that step together;
 :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and per commit under callgrind
-(:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency against B. Every command prints one JSON
+(:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput against B. Every command prints one JSON
 line per record; ``--out`` also writes them with command, machine, versions and commit
 (:func:`gcdbench.experiments.benchfile.write_bench`).
 """
@@ -195,18 +195,11 @@ def plot(paths, out: str) -> list[str]:
     fig.suptitle(f"{m.get('cpu', '')} ({m.get('cpu_count', '?')} cores), GPU {m.get('gpu')}, commit {commits}",
                  fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    files = [f"{out}.png", f"{out}.pdf"]
-    import io
+    from gcdbench.experiments.report.plot import save_figure
 
-    from gcdbench.experiments.report.plot import compact_png
-
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=150, format="png")
-    compact_png(buf, files[0])   # 256 colours: a quarter of the size, for committed results
-    fig.savefig(files[1], dpi=150)
+    files = save_figure(fig, os.path.dirname(out) or ".", os.path.basename(out))   # 256-colour PNG, PDF
     plt.close(fig)
-    return files
+    return [str(f) for f in files]
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
     streams = [s.ids(tok) for s in ds.samples]
     e, init_s = _compile(engine, opts, ds.grammar, tok, args.cache_dir)
     records = []
-    for B, P in itertools.product(args.batch, getattr(args, "processes", None) or [1]):
+    for B, P in itertools.product(args.batch, args.processes):
         if P > B:
             continue
         rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B, "processes": P}
