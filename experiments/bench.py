@@ -22,8 +22,8 @@ attribute, if it has one); ``--counters`` leaves the timings out. ``init``: cold
 load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
 per step, timed (``--processes P``: the sequences sharded over P processes that step together;
 :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and per commit under callgrind
-(:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput against B. Every command prints one JSON
-line per record; ``--out`` also writes them with command, machine, versions and commit
+(:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput against B. Every command
+prints one JSON line per record; ``--out`` also writes them with command, machine, versions and commit
 (:func:`gcdbench.experiments.benchfile.write_bench`).
 """
 from __future__ import annotations
