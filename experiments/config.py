@@ -33,6 +33,8 @@ class Limits:
     run_timeout_s: float = 3600.0      # the whole cell; samples after it are "skipped"
     compile_timeout_s: float = 900.0   # engine init
     memory_mb: float = 16000.0         # resident memory of the worker process (and its children), else "oom"
+    warmup_timeout_s: Optional[float] = None   # the untimed warm-up sample (first-use costs such as a JIT on an
+                                               # empty cache); null: sample_timeout_s
 
 
 @dataclass
@@ -221,6 +223,8 @@ def validate(cfg) -> int | None:
                           f"{nested}; engine.<option> and dataset.<option> are checked by the engine and the dataset")
     n = sample_count(cfg.samples)
     for key, value in cfg.limits.items():
+        if value is None and key == "warmup_timeout_s":   # null: the sample limit
+            continue
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ConfigError(f"limits.{key}={value!r}: a limit must be a number > 0")
         if not math.isfinite(value):   # run.json would hold Infinity, which strict JSON readers refuse

@@ -180,6 +180,12 @@ def _record_failure(session, failure: dict, group: str | None) -> None:
         session.setdefault("group_failures", {})[group] = failure
 
 
+def warmup_timeout(limits) -> float:
+    """Seconds the untimed warm-up sample may take: ``limits.warmup_timeout_s``, else the sample limit."""
+    value = limits.get("warmup_timeout_s") if hasattr(limits, "get") else getattr(limits, "warmup_timeout_s", None)
+    return float(value if value is not None else limits.sample_timeout_s)
+
+
 def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm_ids, version, progress,
                  batch: dict | None = None, group: str | None = None):
     """(worker, None) once ``grammar`` is compiled and the worker warmed up, or (None, failure) -- recorded in the
@@ -204,7 +210,8 @@ def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm
             progress.set_postfix_str("")
             return None, failure
         progress.set_postfix_str("warm-up sample" if warm_ids is not None else "")
-        ev = worker.wait(float(limits.sample_timeout_s), mem)
+        warm_s = warmup_timeout(limits) if warm_ids is not None else float(limits.sample_timeout_s)
+        ev = worker.wait(warm_s, mem)
         progress.set_postfix_str("")
         if ev.kind == "message" and ev.value[0] == "ready":
             init.update(ev.value[1])
@@ -217,7 +224,7 @@ def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm
             return worker, None
         # the warm-up sample hung, ran out of memory or killed the worker: recorded, then one more compile
         # without warm-up (the same sample, timed, then gets its own typed outcome)
-        init["warmup_failed"] = {"timeout": f"no result within {limits.sample_timeout_s:g} s",
+        init["warmup_failed"] = {"timeout": f"no result within {warm_s:g} s",
                                  "oom": f"resident memory above {limits.memory_mb:g} MB",
                                  "exit": f"worker died ({exit_description(ev.value)})"}.get(ev.kind, repr(ev.value))
         session["inits"].append(init)

@@ -373,6 +373,22 @@ def test_warm_up_sample_takes_the_cold_path(tmp_path, words):
     assert meta_of(cell)["sessions"][0]["warmup"] is True
 
 
+def test_warm_up_has_its_own_time_limit(tmp_path, words):
+    """A warm-up longer than the sample limit (a JIT on an empty cache) fails, and the same sample is then timed
+    cold (here it times out); with ``limits.warmup_timeout_s`` above it, the warm-up pays it and every timed
+    sample is fast."""
+    cold = ["engine=reference", f"engine.name={FAULTY}:ColderEngine", *words, "samples=2", "seed=-1",
+            "limits.sample_timeout_s=2"]
+    cell = run(make_cfg(tmp_path / "tight", *cold))
+    init = meta_of(cell)["inits"][0]
+    assert init["warmup_failed"] == "no result within 2 s"
+    assert samples_of(cell)["outcome"].tolist()[0] == "timeout"
+    cell = run(make_cfg(tmp_path / "roomy", *cold, "limits.warmup_timeout_s=30"))
+    init = meta_of(cell)["inits"][0]
+    assert "warmup_failed" not in init and init["warmup_max_mask_us"] >= 2.7e6
+    assert set(samples_of(cell)["outcome"]) == {"ok"}
+
+
 # --------------------------------------------------------------------------------------------------------------
 # sweeps
 # --------------------------------------------------------------------------------------------------------------

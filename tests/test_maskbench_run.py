@@ -62,6 +62,9 @@ def test_maskbench_cells_and_their_section(tmp_path, root):
     assert table.loc["xgrammar_schema", "compile errors"] == 0 and "TBM p99.99" in table.columns
     text = (tmp_path / "report" / "README.md").read_text()
     assert "## MaskBench: JSON Schemas" in text and "maskbench_tbm_cdf" in text
+    header = next(ln for ln in text.splitlines() if "audited steps" in ln and ln.startswith("|"))
+    assert "Every cell at commit `" in text and [c.strip() for c in header.strip("|").split("|")][:5] == [
+        "engine", "audited steps", "equal", "looser", "stricter"]
 
     # seed 003's JSON column from the same cells: the coverage file beside the runs folder leaves out a schema whose
     # converted language is not exact (its 2 valid instances), and the note counts the schemas it does not list
@@ -117,3 +120,25 @@ def test_times_digest_percentiles():
         want = srt[int(np.ceil(q / 100 * srt.size)) - 1]
         assert abs(both.percentile(q) / want - 1) < 0.011, q
     assert both.cdf()[1][-1] == 1.0
+
+
+def test_audit_differences_and_provenance_of_the_cells():
+    """The section's difference table counts looser and stricter steps with their commonest tokens; cells of two
+    commits or machines are named, never reported as one run."""
+    from collections import Counter
+
+    from gcdbench.experiments.report.maskbench import audit_differences, difference_rows, provenance_line
+
+    audit = pd.DataFrame({"n_false_allow": [0, 2, 0], "n_false_block": [1, 0, 0],
+                          "false_allow_examples": [[], ["a", "b"], []], "false_block_examples": [["x"], [], []]})
+    got = audit_differences(audit)
+    assert (got["audit_looser"], got["audit_stricter"]) == (1, 1) and got["looser_examples"] == Counter("ab")
+    base = {"config": "e", "kind": "valid", "audit_steps": 3, "audit_language": 1, "commit": "a" * 40,
+            "machine": "cpu (2 cores, 8 GB)", **got}
+    rows = difference_rows([(base, None, None), ({**base, "kind": "invalid"}, None, None)])
+    assert rows.to_dict("records") == [{"engine": "e", "audited steps": 6, "equal": 2, "looser": 2, "stricter": 2,
+                                        "allowed, language refuses (steps)": "`a` 2, `b` 2",
+                                        "blocked, language allows (steps)": "`x` 2"}]
+    assert provenance_line([(base, None, None)]) == "Every cell at commit `aaaaaaa` on cpu (2 cores, 8 GB)."
+    mixed = provenance_line([(base, None, None), ({**base, "commit": "b" * 40, "kind": "invalid"}, None, None)])
+    assert mixed.startswith("**Cells of more than one commit or machine**") and "`bbbbbbb` on cpu" in mixed

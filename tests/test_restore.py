@@ -2,6 +2,7 @@
 cell folders it was made from; what is dropped and what is kept; provenance unchanged; a cell run again wins."""
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -49,7 +50,10 @@ def stored(tmp_path_factory) -> Path:
 
 def _report(root: Path, out: Path) -> dict[str, str]:
     write_report(root, out, batch=(root,))
-    return {p.name: p.read_text().replace(str(out), "OUT") for p in sorted(out.glob("*.*"))}
+    def text(p: Path) -> str:
+        return (gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text())
+
+    return {p.name: text(p).replace(str(out), "OUT") for p in sorted(out.glob("*.*"))}
 
 
 @pytest.mark.slow
@@ -163,6 +167,19 @@ def test_compact_json_keeps_the_content(tmp_path):
     p.write_text(json.dumps(doc, indent=1))
     got = compact_json(p)
     assert json.loads(p.read_text()) == doc and got["bytes_after"] < got["bytes_before"]
+
+
+def test_compact_json_rounds_floats_and_says_so(tmp_path):
+    doc = {"records": [{"us": 12.345678, "n": 3, "d": [0.000123456789, 2.0]}], "when": "x"}
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps(doc))
+    compact_json(p)
+    got = json.loads(p.read_text())
+    assert got["records"] == [{"us": 12.35, "n": 3, "d": [0.0001235, 2.0]}] and got["when"] == "x"
+    assert got["restored"]["float_digits"] == 4 and "commit" in got["restored"]
+    again = p.read_text()
+    compact_json(p)   # rounding twice changes nothing, and the stamp is not renewed
+    assert p.read_text() == again
 
 
 def test_cli_refuses_what_it_cannot_restore(tmp_path, capsys):

@@ -66,7 +66,7 @@ def test_beyond_section_from_stored_cells(results, tmp_path):
     assert sorted(growth[growth["config"] == "xgrammar"]["length"]) == [3, 6, 9, 12]
     assert growth["complete"].all()
     assert (out / "figures" / "ambiguity_growth.png").exists() and (out / "figures" / "ambiguity_growth.pdf").exists()
-    dis = pd.read_csv(out / "beyond_disagreements.csv")
+    dis = pd.read_csv(out / "beyond_disagreements.csv.gz")
     assert list(dis.columns)[:4] == ["dataset", "config", "tokenizer", "kind"]
     assert (out / "beyond.md").read_text().startswith("## Beyond Table 1")
 
@@ -203,7 +203,7 @@ def test_report_lists_each_disagreement_with_the_declared_profile(tmp_path):
         "llguidance", "spider", "qwen3", "lexing=longest_match", "4", "1", "2", "1", "2", "0", ""]
     old = next(ln for ln in table if ln.startswith("| xgrammar"))
     assert "audit stored before declared profiles" in old
-    dis = pd.read_csv(out / "disagreements.csv")
+    dis = pd.read_csv(out / "disagreements.csv.gz")
     assert list(zip(dis["sample_id"], dis["step"])) == [("spider-0000", 5), ("spider-0001", 2)]
     assert json.loads(dis["false_block"].iloc[1]) == ["\\xc4", "b", "c", "d", "e"]
     cells = pd.read_csv(out / "cells.csv")
@@ -222,5 +222,5 @@ def test_disagreements_are_capped_per_cell_in_the_section():
                          "path": "p"} for i in range(25)], columns=DISAGREEMENT_COLUMNS)
     lines = disagreement_section(cells, dis, limit=10)
     listed = [ln for ln in lines if ln.startswith("- ")]
-    assert len(listed) == 11 and listed[-1] == "- … and 15 more (`disagreements.csv`)"
+    assert len(listed) == 11 and listed[-1] == "- … and 15 more (`disagreements.csv.gz`)"
     assert listed[0] == "- `s00` step 1: after `…ab`, false allows 0; false blocks 1 (`q`)"

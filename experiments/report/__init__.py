@@ -4,7 +4,7 @@ the results folders given.
 ``python -m experiments.report [--results results/runs] [--out results] [--also DIR ...] [--batch DIR ...]
 [--before CSV ...] [--cliffs DIR] [--maskbench DIR] [--seeds DIR]`` (``gcdbench-report``) writes ``<out>/README.md`` with every section of
 :data:`build.SECTIONS`, in order: Table 1 (seed 000's layout; ``table1.md``, ``.csv``, ``.tex``), every cell
-(``cells.csv``), the disagreements with each engine's declared profile (``disagreements.csv``), unreadable cells,
+(``cells.csv``), the disagreements with each engine's declared profile (``disagreements.csv.gz``), unreadable cells,
 engine artifacts, machines, each ``--also`` folder (per-prefix-length tails, growth figure), "Beyond Table 1"
 (the grammar suite and sampled decoding), batch decoding (``batch.csv``), the fuzzed grammars (``--cliffs``),
 MaskBench (``--maskbench``), the other seeds' tables (``--seeds``) and the figures (``figures/``); and prints Table 1.

@@ -4,7 +4,7 @@
 ``python -m gcdbench.experiments.report.beyond ...``) writes
 ``beyond.md`` (the section), ``beyond_cells.csv`` (one row per suite or sampled cell),
 ``beyond_growth.csv`` (per-sample mean mask time against sentence length, the ambiguity family),
-``beyond_disagreements.csv`` (every refused sample and every audited step that differs from the engine's
+``beyond_disagreements.csv.gz`` (every refused sample and every audited step that differs from the engine's
 declared profile, with examples: :func:`..disagreements.disagreements`), ``beyond_profile_explained.csv``
 (per cell, the audited steps that differ from the harness's language but agree with the declared profile)
 and ``figures/ambiguity_growth.{png,pdf}``.
@@ -315,12 +315,12 @@ def beyond_section(roots, out: Path, tokenizer: str = "qwen3") -> list[str]:
             save_figure(fig, out / "figures", "ambiguity_growth")
             lines += [figure_link("ambiguity_growth"), ""]
     dis = disagreements(roots)
-    dis_mod.write_disagreements(dis, out / "beyond_disagreements.csv")
+    dis_mod.write_disagreements(dis, out / "beyond_disagreements.csv.gz")
     explained = profile_explained(cells)
     explained.to_csv(out / "beyond_profile_explained.csv", index=False)
     lines += ["### Where engines disagree with their declared profile", "",
               f"{len(dis)} refusals or audited steps that the engine's declared profile does not explain "
-              "(`beyond_disagreements.csv` lists them all, with examples). Refusals: the engine did not allow a "
+              "(`beyond_disagreements.csv.gz` lists them all, with examples). Refusals: the engine did not allow a "
               "token of the sequence (or EOS at its end), which the reference allows (every sequence is in the "
               "language); the runner audits each refused step, so a refusal whose mask agrees with the declared "
               "profile is counted with the differences the profile explains below instead. Audit rows: the "

@@ -1,5 +1,5 @@
 """Where an engine disagrees with its declared profile: every audited step whose mask differs from the profile's,
-and every refusal the profile does not explain, with examples (``disagreements.csv`` and a README section)."""
+and every refusal the profile does not explain, with examples (``disagreements.csv.gz`` and a README section)."""
 from __future__ import annotations
 
 import json
@@ -93,9 +93,12 @@ def _profile_diff(a) -> dict:
 
 
 def write_disagreements(dis: pd.DataFrame, path: Path) -> None:
-    """:func:`disagreements` as CSV, each list of examples as a JSON array."""
+    """:func:`disagreements` as CSV, each list of examples as a JSON array; gzipped when ``path`` ends in ``.gz``
+    (the committed report's lists run to hundreds of kB), with a fixed header time so the bytes depend only on
+    the rows."""
+    compression = {"method": "gzip", "mtime": 0} if str(path).endswith(".gz") else None
     dis.assign(**{c: dis[c].map(lambda v: json.dumps(list(v), ensure_ascii=False))
-                  for c in ("false_allow", "false_block")}).to_csv(path, index=False)
+                  for c in ("false_allow", "false_block")}).to_csv(path, index=False, compression=compression)
 
 
 def _examples(n, examples, k: int = SHOWN_EXAMPLES) -> str:
@@ -120,7 +123,7 @@ def disagreement_line(r: dict, width: int = 60) -> str:
     return f"- {head} ({r['kind']}): {tail + ' ' if tail else ''}the engine {what}{diff}"
 
 
-def disagreement_section(cells: pd.DataFrame, dis: pd.DataFrame, csv_name: str = "disagreements.csv",
+def disagreement_section(cells: pd.DataFrame, dis: pd.DataFrame, csv_name: str = "disagreements.csv.gz",
                          limit: int = MAX_LISTED) -> list[str]:
     """README lines of the "Disagreements" section: per cell, agreement with the language and with the declared
     profile, the differences the profile explains, and every disagreement with it (``limit`` listed per cell,
@@ -188,13 +191,13 @@ def disagreement_section(cells: pd.DataFrame, dis: pd.DataFrame, csv_name: str =
 
 def lines(ctx: Context) -> list[str]:
     """The "Disagreements" section over the --results and --also cells (suite and sampled cells have their own, in
-    "Beyond Table 1"); writes ``disagreements.csv``."""
+    "Beyond Table 1"); writes ``disagreements.csv.gz``."""
     main_cells = pd.concat([ctx.cells.assign(root=str(ctx.results)),
                             *(collect(Path(a)).assign(root=str(a)) for a in ctx.also)], ignore_index=True)
     main_cells = main_cells[~main_cells["dataset"].map(is_beyond)]
     dis = disagreements([Path(p) for p in main_cells["path"]])
-    write_disagreements(dis, ctx.out / "disagreements.csv")
+    write_disagreements(dis, ctx.out / "disagreements.csv.gz")
     return disagreement_section(main_cells, dis)
 
 
-SECTION = Section("disagreements", lines, "disagreements with the declared profiles (disagreements.csv)")
+SECTION = Section("disagreements", lines, "disagreements with the declared profiles (disagreements.csv.gz)")
