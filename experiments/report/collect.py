@@ -227,11 +227,13 @@ class Times:
 @functools.lru_cache(maxsize=None)
 def engine_class(name: str):
     """The engine class stored as ``name`` in run.json (a registry name or ``package.module:Class``), or
-    None when it does not import here (its table entries then say ``?``)."""
+    None when it does not import here (its table entries then say ``?``). An engine whose own package is not
+    installed here still gives its class (what the report reads, e.g. its complexity, is declared on it), so the
+    report of stored cells does not depend on which engines this machine has."""
     from gcdbench.parsers.registry import engine_class as lookup
 
     try:
-        return lookup(name)
+        return lookup(name, runnable=False)
     except (ValueError, ImportError, AttributeError):
         return None
 
