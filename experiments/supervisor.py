@@ -180,12 +180,6 @@ def _record_failure(session, failure: dict, group: str | None) -> None:
         session.setdefault("group_failures", {})[group] = failure
 
 
-def warmup_timeout(limits) -> float:
-    """Seconds the untimed warm-up sample may take: ``limits.warmup_timeout_s``, else the sample limit."""
-    value = limits.get("warmup_timeout_s") if hasattr(limits, "get") else getattr(limits, "warmup_timeout_s", None)
-    return float(value if value is not None else limits.sample_timeout_s)
-
-
 def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm_ids, version, progress,
                  batch: dict | None = None, group: str | None = None):
     """(worker, None) once ``grammar`` is compiled and the worker warmed up, or (None, failure) -- recorded in the
@@ -210,7 +204,8 @@ def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm
             progress.set_postfix_str("")
             return None, failure
         progress.set_postfix_str("warm-up sample" if warm_ids is not None else "")
-        warm_s = warmup_timeout(limits) if warm_ids is not None else float(limits.sample_timeout_s)
+        warm_s = float(limits.warmup_timeout_s if warm_ids is not None and limits.warmup_timeout_s is not None
+                       else limits.sample_timeout_s)   # the untimed warm-up may have its own limit
         ev = worker.wait(warm_s, mem)
         progress.set_postfix_str("")
         if ev.kind == "message" and ev.value[0] == "ready":

@@ -5,13 +5,12 @@ A MaskBench cell is one engine over a selection of schemas (a dataset of many gr
 section gives MaskBench's figures: TBM (time between masks: every mask of the valid instances) avg and
 p25/p50/p75/p90/p95/p99/p99.9/p99.99/max; TTFM per schema (its compile, ``inits[].init_s`` of its group, plus its
 first sample's first mask); schemas passing (compiled, no crash, OOM, timeout or engine error, no valid instance
-rejected, no invalid instance accepted), compile errors, crashes, OOM, timeouts (an instance's limit, or the cell's run limit
-reached before it), engine errors (an error state the engine reports, e.g. a work limit); valid instances rejected
-(a token or the final EOS refused) and invalid instances accepted (the engine allows every token and EOS, outcome
-``ok``); and what
-the harness adds: audited steps agreeing with the schema's language (the harness's JSON Schema -> Lark
-conversion) and with the engine's declared profile. Rows per category too, a TBM and a TTFM CDF per engine, and
-the published MaskBench figures beside ours.
+rejected, no invalid instance accepted), compile errors, crashes, OOM, timeouts (an instance's limit, or the cell's
+run limit reached before it), engine errors (an error state the engine reports, e.g. a work limit); valid
+instances rejected (a token or the final EOS refused) and invalid instances accepted (the engine allows every token
+and EOS, outcome ``ok``); and what the harness adds: audited steps agreeing with the schema's language (the
+harness's JSON Schema -> Lark conversion) and with the engine's declared profile. Rows per category too, a TBM
+and a TTFM CDF per engine, and the published MaskBench figures beside ours.
 
 ``python -m experiments.report ... --maskbench results/maskbench/runs`` adds it.
 """
@@ -239,7 +238,7 @@ def category_rows(cells) -> pd.DataFrame:
             rows.append({"engine": info["config"], "kind": info["kind"], "category": cat, "schemas": int(len(grp)),
                          "compile errors": int(grp["compile_error"].sum()),
                          "instances": int(grp["instances"].sum()), "ok": int(grp["ok"].sum()),
-                         "rejected": int(grp["rejected"].sum()),
+                         "rejected": int((grp["rejected"] + grp["no_eos"]).sum()),   # a token or the final EOS
                          "crash/oom/timeout/error": int(grp[["crash", "oom", "timeout", "engine_error"]]
                                                         .to_numpy().sum())})
     return pd.DataFrame(rows)

@@ -20,11 +20,11 @@ Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`)
   already records its command and options.
 
 A JSON file given (a bench file) is rewritten without indentation, each float to 4 significant digits (the
-machine's run-to-run spread is 20-30%; the file records ``restored.float_digits``), the rest unchanged. ``--keep-cells``
-removes only Hydra's copies, for folders whose every mask is still read (``results/runs``: the figures and the
-notebook draw from it). A folder cell run again after re-storing takes the packed cell's place (the report reads the folder). Re-storing a
-folder that already holds a pack adds its folder cells to the pack. Do not re-store the folder the figures are
-drawn from (``--results``): figures need every mask.
+machine's run-to-run spread is 20-30%; the file records ``restored.float_digits``), the rest unchanged.
+``--keep-cells`` removes only Hydra's copies, for folders whose every mask is still read (``results/runs``: the
+figures and the notebook draw from it). A folder cell run again after re-storing takes the packed cell's place
+(the report reads the folder). Re-storing a folder that already holds a pack adds its folder cells to the pack.
+Do not re-store the folder the figures are drawn from (``--results``): figures need every mask.
 """
 from __future__ import annotations
 
