@@ -11,8 +11,10 @@ hit still reports what the preprocessing cost).
 Per step: XGrammar fills a class-level bitmask, which we expand to the full vocabulary with a gather over
 ``token_classes`` (tokens cfgzip found invalid everywhere, special and padding ids stay masked).
 
-cfgzip's GBNF reader is narrower than XGrammar's EBNF: it silently drops ``{m,n}`` repetition and assumes
-the start rule is not recursive, so those raise :class:`CompileError` here instead of giving wrong classes.
+cfgzip's GBNF reader is narrower than XGrammar's EBNF: it silently drops ``{m,n}`` repetition, so the
+adapter writes each bounded repetition out as a plain sequence first (the same language; JSON strings'
+``\\u[0-9a-fA-F]{4}`` and every length bound of a JSON Schema need it), and it assumes the start rule is not
+recursive, which raises :class:`CompileError` here instead of giving wrong classes.
 cfgzip 0.2.0 also drops the empty match of any run of terminal items that can match ``""`` (e.g.
 ``ws ::= [ ]*``, which our converter inlines after every terminal) when it computes token classes, so a
 token that needs that empty match (``"(*)"``, ``",x"``, ``"selectors"`` on tiny SQL with Qwen3) is classed
@@ -38,6 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile, option
+from gcdbench.parsers.convert_dialects import written_out
 from gcdbench.parsers.limited import LimitedProcess
 
 
@@ -115,6 +118,90 @@ def escape_parens_in_literals(ebnf: str) -> str:
             out.append(c)
         i += 1
     return "".join(out)
+
+
+_BRACES = re.compile(r"\{\s*(\d*)\s*(,\s*(\d*)\s*)?\}")
+MAX_COPIES = 256   # the JSON Schema converter's own max_repeat: a larger bound never comes from it
+
+
+def expand_bounded_repetition(ebnf: str, max_copies: int = MAX_COPIES) -> tuple[str, int]:
+    """``X{m}``, ``X{m,}`` and ``X{m,n}`` written out as plain sequences; returns the text and how many it
+    rewrote.
+
+    cfgzip's GBNF reader drops ``{m,n}`` without a word, so each repetition is spelled out as KBNF's is
+    (:func:`~gcdbench.parsers.convert_dialects.written_out`). The language is the same for cfgzip and
+    XGrammar; a bound above ``max_copies`` raises :class:`CompileError`."""
+    count = 0
+
+    def item_end(rhs: str, i: int) -> int:
+        c = rhs[i]
+        if c in '"[':
+            close, j = ('"' if c == '"' else "]"), i + 1
+            while j < len(rhs) and rhs[j] != close:
+                j += 2 if rhs[j] == "\\" else 1
+            return j + 1
+        if c == "(":
+            depth, j = 1, i + 1
+            while j < len(rhs) and depth:
+                if rhs[j] in '"[':
+                    j = item_end(rhs, j)
+                    continue
+                depth += {"(": 1, ")": -1}.get(rhs[j], 0)
+                j += 1
+            return j
+        j = i + 1
+        while j < len(rhs) and (rhs[j].isalnum() or rhs[j] in "_-"):
+            j += 1
+        return j
+
+    def expand(rhs: str, rule: str) -> str:
+        nonlocal count
+        items: list[str] = []
+        i = 0
+        while i < len(rhs):
+            c = rhs[i]
+            if c.isspace():
+                i += 1
+            elif c == "#":
+                break
+            elif c in "|)" or not (c in '"[(' or c.isalpha() or c == "_" or c in "?*+{"):
+                items.append(c)
+                i += 1
+            elif c in "?*+":
+                items[-1] += c
+                i += 1
+            elif c == "{":
+                m = _BRACES.match(rhs, i)
+                if m is None or not items or items[-1] == "|":
+                    raise CompileError(f"cfgzip: cannot read the repetition at {rhs[i:i + 20]!r} in rule {rule!r}")
+                lo = int(m.group(1) or 0)
+                hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+                if max(lo, hi or 0) > max_copies:
+                    raise CompileError(f"cfgzip: the repetition {m.group(0)} in rule {rule!r} is above "
+                                       f"{max_copies} copies (cfgzip's GBNF reader has no {{m,n}}; the harness "
+                                       "writes repetitions out up to that bound)")
+                if hi is not None and hi < lo:
+                    raise CompileError(f"cfgzip: the repetition {m.group(0)} in rule {rule!r} has its upper bound "
+                                       "below its lower one")
+                x = items.pop()
+                seq = written_out(x if x[-1] not in "?*+" else f"({x})", lo, hi)
+                items.append("(" + " ".join(seq) + ")" if seq else '""')
+                count += 1
+                i = m.end()
+            else:
+                j = item_end(rhs, i)
+                items.append("(" + expand(rhs[i + 1:j - 1], rule) + ")" if c == "(" else rhs[i:j])
+                i = j
+        return " ".join(items)
+
+    lines = []
+    for line in ebnf.splitlines():
+        if " ::= " in line and _BRACES.search(_strip_literals(line)):
+            lhs, rhs = line.split(" ::= ", 1)
+            lines.append(f"{lhs} ::= {expand(rhs, lhs.strip())}")
+        else:
+            lines.append(line)
+    return "\n".join(lines) + ("\n" if ebnf.endswith("\n") else ""), count
 
 
 def fix_nullable_terminal_runs(ebnf: str) -> tuple[str, int]:
@@ -245,9 +332,10 @@ class CFGzipEngine(Engine):
         """Init from XGrammar/GBNF text directly (start rule ``root``); ``compile`` converts and calls this."""
         from gcdbench.parsers.hf_tokenizer import save_to_hf_cache
 
+        ebnf, n_repeats = expand_bounded_repetition(ebnf)
         check_gbnf_limits(ebnf)
         ebnf = escape_parens_in_literals(ebnf)
-        self._info: dict = {"grammar_form": "ebnf"}
+        self._info: dict = {"grammar_form": "ebnf", "bounded_repetitions_written_out": n_repeats}
         if self.opts["fix_nullable_terminals"]:
             ebnf, n = fix_nullable_terminal_runs(ebnf)
             self._info["nullable_terminal_runs_fixed"] = n

@@ -157,13 +157,17 @@ class KBNFRules(_Dialect):
             return super().rep(x, lo, hi)
         if hi is not None and hi < lo:
             raise CompileError(f"repetition {{{lo},{hi}}}: upper bound below lower bound")
-        head = [x] * lo
-        if hi is None:
-            return self.cat(head + [x + "*"])
-        tail = ""
-        for _ in range(hi - lo):   # x{0,k} = (x (x (...)?)?)?
-            tail = f"({x} {tail})?" if tail else f"({x})?"
-        return self.cat(head + ([tail] if tail else []))
+        return self.cat(written_out(x, lo, hi))
+
+
+def written_out(x: str, lo: int, hi: int | None) -> list[str]:
+    """The items of ``x{lo,hi}`` for a dialect without ``{m,n}`` (``x`` one item: a name or a group): ``lo``
+    copies, then ``x*`` (``hi`` None) or ``hi - lo`` nested optional copies, ``(x (x (...)?)?)?``, which keeps
+    the grammar as unambiguous as it was (``x? x?`` would not)."""
+    tail = ""
+    for _ in range(hi - lo if hi is not None else 0):
+        tail = f"({x} {tail})?" if tail else f"({x})?"
+    return [x] * lo + ([x + "*"] if hi is None else [tail] if tail else [])
 
 
 class _RegexWriter:

@@ -23,9 +23,9 @@ from gcdbench.parsers.cfgzip_engine import (
     CFGzipEngine,
     check_gbnf_limits,
     escape_parens_in_literals,
+    expand_bounded_repetition,
     fix_nullable_terminal_runs,
 )
-from gcdbench.parsers.reference import ReferenceChecker
 from gcdbench.parsers.tokenizers import Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +34,8 @@ CASES = {
     "tiny_sql": ((GRAMMARS / "tiny_sql.lark").read_text(), (GRAMMARS / "tiny_sql.txt").read_text().splitlines()),
     "ambiguous": ((GRAMMARS / "ambiguous.lark").read_text(), (GRAMMARS / "ambiguous.txt").read_text().splitlines()),
     "words": ('start: WORD ("-" WORD)* "."\nWORD: /[a-z]+/\n', ["ab-c.", "x."]),
+    "bounded": ('start: CODE ("," CODE)*\nCODE: /[a-c]{2,4}/ | /x{3}/ | /[0-9]{2,}/ | /"(\\\\u[0-9a-f]{4}|[a-z])*"/\n',
+                ["ab,xxx,123", "abcc,99", '"a\\u00e9b",ca']),
 }
 REPRO_EBNF = 'root ::= "a" ws "b"\nws ::= [ ]*\n'
 REPRO_LARK = 'start: "a" "b"\n%ignore " "\n'
@@ -77,6 +79,16 @@ def test_nullable_terminal_runs_get_an_explicit_empty_alternative():
 def test_format_limits_raise_compile_error(ebnf, why):
     with pytest.raises(CompileError, match=why):
         check_gbnf_limits(ebnf)
+
+
+def test_bounded_repetition_is_written_out_in_the_same_language():
+    text, n = expand_bounded_repetition('root ::= "a"{2,4} x{3} ([0-9] "-"?){1,} | "{2}" [{}]{0,1}\nx ::= "b"\n')
+    assert n == 4 and text.splitlines() == [
+        'root ::= ("a" "a" ("a" ("a")?)?) (x x x) (([0-9] "-"?) ([0-9] "-"?)*) | "{2}" (([{}])?)', 'x ::= "b"']
+    check_gbnf_limits(text)   # nothing left for cfgzip's reader to drop
+    assert expand_bounded_repetition('root ::= "a"?{2}')[0] == 'root ::= (("a"?) ("a"?))'
+    with pytest.raises(CompileError, match="above 256 copies"):
+        expand_bounded_repetition('root ::= [a-z]{1,300}')
 
 
 def test_braces_inside_literals_are_not_repetition():
