@@ -164,10 +164,7 @@ def expand_bounded_repetition(ebnf: str, max_copies: int = MAX_COPIES) -> tuple[
                 i += 1
             elif c == "#":
                 break
-            elif c in "|)" or not (c in '"[(' or c.isalpha() or c == "_" or c in "?*+{"):
-                items.append(c)
-                i += 1
-            elif c in "?*+":
+            elif c in "?*+" and items and items[-1] != "|":
                 items[-1] += c
                 i += 1
             elif c == "{":
@@ -180,18 +177,18 @@ def expand_bounded_repetition(ebnf: str, max_copies: int = MAX_COPIES) -> tuple[
                     raise CompileError(f"cfgzip: the repetition {m.group(0)} in rule {rule!r} is above "
                                        f"{max_copies} copies (cfgzip's GBNF reader has no {{m,n}}; the harness "
                                        "writes repetitions out up to that bound)")
-                if hi is not None and hi < lo:
-                    raise CompileError(f"cfgzip: the repetition {m.group(0)} in rule {rule!r} has its upper bound "
-                                       "below its lower one")
                 x = items.pop()
                 seq = written_out(x if x[-1] not in "?*+" else f"({x})", lo, hi)
                 items.append("(" + " ".join(seq) + ")" if seq else '""')
                 count += 1
                 i = m.end()
-            else:
+            elif c in '"[(' or c.isalpha() or c == "_":
                 j = item_end(rhs, i)
                 items.append("(" + expand(rhs[i + 1:j - 1], rule) + ")" if c == "(" else rhs[i:j])
                 i = j
+            else:   # "|", and anything else as it stands (XGrammar's reader judges it)
+                items.append(c)
+                i += 1
         return " ".join(items)
 
     lines = []

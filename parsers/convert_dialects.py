@@ -155,8 +155,6 @@ class KBNFRules(_Dialect):
     def rep(self, x, lo, hi):
         if (lo, hi) in ((0, None), (1, None), (0, 1)):
             return super().rep(x, lo, hi)
-        if hi is not None and hi < lo:
-            raise CompileError(f"repetition {{{lo},{hi}}}: upper bound below lower bound")
         return self.cat(written_out(x, lo, hi))
 
 
@@ -164,6 +162,8 @@ def written_out(x: str, lo: int, hi: int | None) -> list[str]:
     """The items of ``x{lo,hi}`` for a dialect without ``{m,n}`` (``x`` one item: a name or a group): ``lo``
     copies, then ``x*`` (``hi`` None) or ``hi - lo`` nested optional copies, ``(x (x (...)?)?)?``, which keeps
     the grammar as unambiguous as it was (``x? x?`` would not)."""
+    if hi is not None and hi < lo:
+        raise CompileError(f"repetition {{{lo},{hi}}}: upper bound below lower bound")
     tail = ""
     for _ in range(hi - lo if hi is not None else 0):
         tail = f"({x} {tail})?" if tail else f"({x})?"

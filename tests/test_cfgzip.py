@@ -89,6 +89,8 @@ def test_bounded_repetition_is_written_out_in_the_same_language():
     assert expand_bounded_repetition('root ::= "a"?{2}')[0] == 'root ::= (("a"?) ("a"?))'
     with pytest.raises(CompileError, match="above 256 copies"):
         expand_bounded_repetition('root ::= [a-z]{1,300}')
+    with pytest.raises(CompileError, match="upper bound below lower bound"):
+        expand_bounded_repetition('root ::= "a"{3,2}')
 
 
 def test_braces_inside_literals_are_not_repetition():
