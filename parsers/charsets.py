@@ -91,6 +91,11 @@ def _normalize(ranges) -> tuple:
     return tuple((a, b) for a, b in out)
 
 
+def union(range_sets) -> tuple:
+    """The union of several code point range tuples, normalized."""
+    return _normalize([r for rs in range_sets for r in rs])
+
+
 def complement(ranges) -> tuple:
     out, nxt = [], 0
     for lo, hi in ranges:

@@ -106,3 +106,22 @@ def test_explicit_classes_survive_larks_regex_literals():
         for _ in range(400):
             s = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4)))
             assert (re.fullmatch(new.terminals[name].regex, s) is None) == (re.fullmatch(old.terminals[name].regex, s) is None), (name, s)
+
+
+@pytest.mark.parametrize("regex", [r'"(?:[^"\\\x00-\x1f]|\\(?:["\\bfnrt]|u[0-9a-fA-F]{4}))*"', r"(ab|[xy]|c|d)*e",
+                                   r"(?:a|bc)+", r"y(?:(?:[0-3]|x9))*"])
+def test_starred_mixed_group_is_unrolled_with_the_same_language(regex):
+    """A starred group of single characters and longer alternatives is written C* (R C*)* (XGrammar runs a starred
+    class fast and a starred group of alternatives slowly): the same strings are accepted."""
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string
+
+    text = lark_to_xgrammar_ebnf(GrammarSpec("u", f"start: T\nT: /{regex}/\n"))
+    assert re.search(r"\]\* \(\(", text), text
+    xg = xgr.Grammar.from_ebnf(text)
+    rng = random.Random(regex)
+    alphabet = list('"\\/ubfnrtabcdexy0123456789A\x01é')
+    strings = ['"a\\u00e9b\\"c"', '"\\uZZ"', "", "e", "abxe", "abab", "bcabc", "y", "yx9012", "yx90x"]
+    strings += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for _ in range(400)]
+    for s in strings:
+        assert _is_grammar_accept_string(xg, s) == (re.fullmatch(regex, s) is not None), (regex, s, text)
