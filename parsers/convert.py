@@ -22,6 +22,7 @@ from gcdbench.parsers.grammar import GrammarIR, load_ir
 from gcdbench.parsers.charsets import AtomSets, complement, construct_name, union
 
 _MAXREPEAT = sre_c.MAXREPEAT
+_ONE_CHAR = (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY)   # regex nodes that match one character
 
 
 def _ebnf_char(cp: int, in_class: bool) -> str:
@@ -94,7 +95,7 @@ class _RegexToEBNF:
         return " ".join(parts) if parts else '""'
 
     def node(self, op, av, flags: int) -> str:
-        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY):
+        if op in _ONE_CHAR:
             return self.char_class(self.sets(op, av, flags))
         if op is sre_c.SUBPATTERN:
             _group, add_flags, del_flags, sub = av
@@ -103,8 +104,8 @@ class _RegexToEBNF:
             return "(" + " | ".join(self.seq(alt, flags) for alt in av[1]) + ")"
         if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
             lo, hi, sub = av
-            inner = "(" + self.seq(sub, flags) + ")"
             loop = self.unrolled_star(sub, flags) if hi == _MAXREPEAT and lo in (0, 1) else None
+            inner = "(" + self.seq(sub, flags) + ")"
             if loop is not None:
                 return loop if lo == 0 else f"{inner} {loop}"
             if (lo, hi) == (0, _MAXREPEAT):
@@ -128,9 +129,8 @@ class _RegexToEBNF:
         if len(items) != 1 or items[0][0] is not sre_c.BRANCH:
             return None
         alts = [list(a) for a in items[0][1][1]]
-        one_char = (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY)
-        chars = [a[0] for a in alts if len(a) == 1 and a[0][0] in one_char]
-        rest = [a for a in alts if not (len(a) == 1 and a[0][0] in one_char)]
+        chars = [a[0] for a in alts if len(a) == 1 and a[0][0] in _ONE_CHAR]
+        rest = [a for a in alts if not (len(a) == 1 and a[0][0] in _ONE_CHAR)]
         if not chars or not rest:
             return None
         cls = self.char_class(union(self.sets(op, av, flags) for op, av in chars)) + "*"
@@ -296,7 +296,7 @@ def regex_with_explicit_classes(name: str, regex: str, ignore_case: bool = False
         return "".join(node(op, av, flags) for op, av in items)
 
     def node(op, av, flags) -> str:
-        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY):
+        if op in _ONE_CHAR:
             return klass(conv.sets(op, av, flags))
         if op is sre_c.SUBPATTERN:
             _g, add, rm, sub = av

@@ -20,7 +20,7 @@ import re
 
 from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.charsets import complement
-from gcdbench.parsers.convert import _RegexToEBNF, sre_c, sre_parse
+from gcdbench.parsers.convert import _ONE_CHAR, _RegexToEBNF, sre_c, sre_parse
 from gcdbench.parsers.grammar import GrammarIR, load_ir
 
 _MAXREPEAT = sre_c.MAXREPEAT
@@ -197,7 +197,7 @@ class _RegexWriter:
 
     def node(self, op, av, icase) -> str:
         d = self.d
-        if op in (sre_c.LITERAL, sre_c.NOT_LITERAL, sre_c.IN, sre_c.ANY):
+        if op in _ONE_CHAR:
             # the exact code points Python's re matches (convert.py's sets), written as the shorter of the class
             # and its complement
             ranges = list(self.base.sets(op, av, re.IGNORECASE if icase else 0))
