@@ -655,6 +655,43 @@ def test_context_split_equals_plain_char_level(name):
     assert int(np.diff(jobs).max()) < plain.info()["jobs"]
 
 
+@pytest.mark.parametrize("name", ["json", "words", "open_keys"])
+def test_shared_subtree_sort_equals_the_plain_sort(name, monkeypatch):
+    """Sorting the jobs per LR state with the root children's subtrees shared (``sort_jobs_shared``: kept per
+    state shifted to, CONTEXT ones walked again on the fuller stack) gives exactly the sorts of every state's own
+    walk, with room for every subtree, for almost none (a 1-byte store), and on an object whose open keys are the
+    complement of its listed ones (thousands of states inside a key string, as MaskBench's schemas)."""
+    import gcdbench.parsers.pre3.context as ctx
+    from gcdbench.parsers.jsonschema import schema_to_lark
+    from test_valiant import multi_tokenizer
+
+    if name == "open_keys":
+        schema = {"type": "object", "properties": {k: {"type": "string"} for k in ("audiences", "token", "tag")}}
+        text, samples = schema_to_lark(schema), ['{"audiences":"a\\u00e9","tag":"x","tb":"y"}']
+    else:
+        text, samples = CASES[name]
+    samples = [x for x in samples if x]
+    tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"\"}", b"\"]", "é\"".encode()[:1], b"au", b"to"])
+    plain_sort = ctx.sort_states
+    seen = []
+
+    def both(*args, **kw):
+        assert kw.pop("shared_bytes") == 64 << 20        # the engine's default sort_share_mb
+        ref_k, ref_s, _ = plain_sort(*args, **kw, shared_bytes=0)
+        for room in (64 << 20, 1):
+            k, srt, stats = plain_sort(*args, **kw, shared_bytes=room)
+            assert np.array_equal(k, ref_k) and len(srt) == len(ref_s), (name, room)
+            assert all(np.array_equal(a, b) for a, b in zip(srt, ref_s)), (name, room)
+            seen.append(stats)
+        return k, srt, stats
+
+    monkeypatch.setattr(ctx, "sort_states", both)
+    eng = Pre3Engine(cache=False)
+    eng.compile(_spec(name, text), tok)
+    assert eng.info()["front_end"] == "chars" and len(seen) == 2
+    assert seen[0]["shared_bytes"] > 1 >= seen[1]["shared_bytes"]
+
+
 @pytest.mark.slow
 def test_qwen3_json_context_split_equals_reference(qwen3_tokenizer):
     """JSON with the Qwen3 vocabulary on the character level, split by context: every step of two documents

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from gcdbench.parsers.base import CompileError
-from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs
+from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs, sort_jobs_shared
 
 
 class SeqWalk:
@@ -63,6 +63,8 @@ class SeqWalk:
         self.job_of_node[job_seq_ids] = np.arange(job_seq_ids.size)
         jpre = pre[job_seq_ids]
         self.job_by_pre = np.argsort(jpre, kind="stable").astype(np.int64)
+        self.rank_of_node = np.full(n, -1, dtype=np.int64)   # a job's place in job_by_pre, by its node
+        self.rank_of_node[job_seq_ids[self.job_by_pre]] = np.arange(job_seq_ids.size)
         sorted_pre = jpre[self.job_by_pre]
         self.sub_lo = np.searchsorted(sorted_pre, pre).astype(np.int64)
         self.sub_hi = np.searchsorted(sorted_pre, pre + size).astype(np.int64)
@@ -73,10 +75,13 @@ class SeqWalk:
 
 
 def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list[int], job_seq_ids: np.ndarray,
-                to_dpda: np.ndarray, deadline: float | None = None) -> tuple[np.ndarray, list[np.ndarray], dict]:
+                to_dpda: np.ndarray, deadline: float | None = None, shared_bytes: int = 64 << 20
+                ) -> tuple[np.ndarray, list[np.ndarray], dict]:
     """Sort the jobs (class sequences ``job_seq_ids``, trie ``parent``/``last`` over lexer terminal indices
     mapped by ``to_dpda``) for every LR state. Returns (class of each LR state, per class its sort array,
-    stats)."""
+    stats). ``shared_bytes`` > 0: the subtrees of the trie root's children are sorted once per state they shift
+    to and shared (``kernels.sort_jobs_shared``, at most that many bytes of them kept); 0: every state walks the
+    whole trie (``kernels.sort_jobs``); both give the same sorts."""
     walk = SeqWalk(parent, last, job_seq_ids)
     child_term = to_dpda[walk.child_term].astype(np.int64) if walk.child_term.size else walk.child_term
     max_stack = 2 + (walk.max_depth + 2) * (max_push + 1) + 16
@@ -87,10 +92,22 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
     sorts: list[np.ndarray] = []
     visited = 0
     t0 = time.monotonic()
+    if shared_bytes > 0:
+        n_root = int(walk.child_ptr[1] - walk.child_ptr[0])
+        memo_off = np.full((packed.n_lr, max(n_root, 1)), -1, dtype=np.int32)
+        buf = np.empty(min(shared_bytes, 2**31 - 1), dtype=np.int8)
+        used = np.zeros(1, dtype=np.int64)
+        outp = np.empty(job_seq_ids.size, dtype=np.int8)
+        filt = np.zeros(job_seq_ids.size + 1, dtype=np.int64)
     for s in range(packed.n_lr):
-        visited += sort_jobs(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node, child_term,
-                             walk.job_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out, walk.max_depth,
-                             max_stack)
+        if shared_bytes > 0:
+            visited += sort_jobs_shared(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
+                                        child_term, walk.rank_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre,
+                                        out, walk.max_depth, max_stack, memo_off, buf, used, outp, filt)
+        else:
+            visited += sort_jobs(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
+                                 child_term, walk.job_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out,
+                                 walk.max_depth, max_stack)
         key = out.tobytes()
         c = index.get(key)
         if c is None:
@@ -103,6 +120,7 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
     counts = np.array([[np.count_nonzero(x == v) for v in (ACCEPTED, CONTEXT)] for x in sorts]) if sorts else \
         np.zeros((0, 2), dtype=np.int64)
     stats = {"states": int(packed.n_lr), "classes": len(sorts), "trie_nodes_visited": int(visited),
+             "shared_bytes": int(used[0]) if shared_bytes > 0 else 0,
              "seconds": round(time.monotonic() - t0, 3),
              "accepted_jobs_max": int(counts[:, 0].max()) if len(sorts) else 0,
              "context_jobs_max": int(counts[:, 1].max()) if len(sorts) else 0,

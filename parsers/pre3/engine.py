@@ -42,7 +42,7 @@ def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
 def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inline_max: int = 4,
                    leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
                    max_edges: int = 2_000_000, dense_min: int = 512, context_split: bool = True,
-                   conflicts: str = "refuse") -> dict:
+                   conflicts: str = "refuse", sort_share_mb: int = 64) -> dict:
     """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache). ``conflicts="shift"`` keeps the shift
     of each shift/reduce conflict of the grammar (reduce/reduce ones are still refused)."""
     from gcdbench.parsers.grammar import load_ir
@@ -101,7 +101,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
     split_note = "off"
     if used == "chars" and context_split:   # per top LR state: tokens decided without context (context.py)
         jobs = build_jobs_by_state(lexer, term_id, tokenizer, packed, 2 * packed.n_states + 8, max_push, chunk,
-                                   dense_min, deadline)
+                                   dense_min, deadline, sort_share_mb=sort_share_mb)
         if jobs is None:
             split_note = "skipped: over its size budget"
     if jobs is None:
@@ -217,6 +217,9 @@ class Pre3Options:
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")
     context_split: bool = option(True, "character level: per LR state, decide at build time the tokens whose run "
                                  "never reads below that state (one mask row), run only the others per mask")
+    sort_share_mb: int = option(64, "character level, context split: MB of subtree sorts shared between LR states "
+                                "at build time (context.sort_states; 0 = every state walks the whole token trie, "
+                                "the ablation; the same artifact)")
     share_prefixes: bool = option(True, "cpu: a mask runs the terminal prefix jobs share once (a class's jobs in "
                                   "lexicographic order) and skips the jobs behind a failed prefix; false runs every "
                                   "job from the stack (the ablation; the same masks)")
@@ -287,6 +290,8 @@ class Pre3Engine(Engine):
                              f"(NUMBA_NUM_THREADS), not {o['threads']}")
         if int(o["chunk"]) <= 0 or int(o["chunk"]) % 32:
             raise ValueError(f"engine pre3: chunk must be a positive multiple of 32, not {o['chunk']}")
+        if int(o["sort_share_mb"]) < 0:
+            raise ValueError(f"engine pre3: sort_share_mb must be 0 (off) or a number of MB, not {o['sort_share_mb']}")
         if int(o["run_memo"]) < 0:
             raise ValueError(f"engine pre3: run_memo must be 0 (off) or a number of entries, not {o['run_memo']}")
 
@@ -306,7 +311,8 @@ class Pre3Engine(Engine):
         if art is None:
             art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
                                  int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
-                                 int(o["dense_min"]), bool(o["context_split"]), o["conflicts"])
+                                 int(o["dense_min"]), bool(o["context_split"]), o["conflicts"],
+                                 int(o["sort_share_mb"]))
             if path is not None:
                 save_artifact(path, art)
         self._shared = _Shared(art, tokenizer, o)

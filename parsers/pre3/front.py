@@ -114,7 +114,7 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
 
 def build_jobs_by_state(lexer, term_id: dict[str, int], tokenizer, packed, guard: int, max_push: int,
                         chunk: int = 8192, dense_min: int = 512, deadline: float | None = None,
-                        max_pairs: int = 60_000_000) -> dict:
+                        max_pairs: int = 60_000_000, sort_share_mb: int = 64) -> dict:
     """The character-level jobs split by the LR state on top of the stack (``context.py``): per class of states,
     one always-allowed job holding the tokens accepted without context, then the context jobs and EOS. The
     result has ``state_class`` (LR state -> class) besides the arrays of ``build_jobs``; None when the split
@@ -130,7 +130,8 @@ def build_jobs_by_state(lexer, term_id: dict[str, int], tokenizer, packed, guard
     valid = job >= 0
     keys, inv = np.unique(job[valid], return_inverse=True)   # n_pend = 1: a key is a sequence id
     toks = tok_ids[valid]
-    klass, sorts, stats = sort_states(packed, guard, max_push, seqs.parent, seqs.last, keys, to_dpda, deadline)
+    klass, sorts, stats = sort_states(packed, guard, max_push, seqs.parent, seqs.last, keys, to_dpda, deadline,
+                                      shared_bytes=sort_share_mb << 20)
     by_job = np.argsort(inv, kind="stable")
     starts = np.searchsorted(inv[by_job], np.arange(keys.size + 1))
     cls_jobs: list[np.ndarray] = []
