@@ -671,7 +671,8 @@ def test_shared_subtree_sort_equals_the_plain_sort(name, monkeypatch):
     else:
         text, samples = CASES[name]
     samples = [x for x in samples if x]
-    tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"\"}", b"\"]", "é\"".encode()[:1], b"au", b"to"])
+    tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"\"}", b"\"]", "é\"".encode()[:1], b"au",
+                                          b"to"])
     plain_sort = ctx.sort_states
     seen = []
 
