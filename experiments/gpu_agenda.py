@@ -50,11 +50,17 @@ def plan(dry_run: bool) -> list[str]:
     lines = []
     for name, a in agendas(dry_run).items():
         option, values = a["sweep"]
-        sweep = " ".join([_overrides({k: v for k, v in a["cuda"].items() if k != option}),
-                          f"engine.{option}=" + ",".join(str(v) for v in values)])
+        rest = [v for v in values if v != a["default"]]     # the table's cell stands for the default value
+        sweep = "" if not rest else " ".join([_overrides({k: v for k, v in a["cuda"].items() if k != option}),
+                                              f"engine.{option}=" + ",".join(str(v) for v in rest)])
         lines.append("\t".join([name, _overrides(a["cuda"]), _overrides(a["cpu"]), sweep,
                                 f"tests/test_{name}_cuda.py"]))
     return lines
+
+
+def _count(x) -> int:
+    """A stored count (None or NaN where the cell has none: not audited, crashed) as an int."""
+    return 0 if x is None or pd.isna(x) else int(x)
 
 
 def _matches(opts: dict, want: dict, but: str | None = None) -> bool:
@@ -94,14 +100,16 @@ def summarize(results: Path, device: str, dry_run: bool = False) -> dict:
             if cpu.empty or gpu.empty:
                 continue
             c, g = cpu.iloc[0], gpu.iloc[0]
+            if pd.isna(c["mask_mean_us"]) or pd.isna(g["mask_mean_us"]):
+                continue       # no masks on one side (the grammar refused at compile, or every sample failed)
             ratios.append({"engine": name, "dataset": ds, "cpu_mean_us": c["mask_mean_us"],
                            "cuda_mean_us": g["mask_mean_us"], "cpu_p50_us": c["mask_p50_us"],
                            "cuda_p50_us": g["mask_p50_us"],
-                           "cpu_over_cuda_mean": f"{c['mask_mean_us'] / g['mask_mean_us']:.3g}",
-                           "cpu_over_cuda_p50": f"{c['mask_p50_us'] / g['mask_p50_us']:.3g}",
-                           "cuda_audit": f"{int(g.get('audit_agree') or 0)}/{int(g.get('audit_steps') or 0)}",
-                           "cpu_audit": f"{int(c.get('audit_agree') or 0)}/{int(c.get('audit_steps') or 0)}",
-                           "cuda_pass": f"{int(g.get('passed') or 0)}/{int(g.get('samples') or 0)}"})
+                           "cpu_over_cuda_mean": f"{c['mask_mean_us'] / g['mask_mean_us']:.3g}x",
+                           "cpu_over_cuda_p50": f"{c['mask_p50_us'] / g['mask_p50_us']:.3g}x",
+                           "cuda_audit": f"{_count(g.get('audit_agree'))}/{_count(g.get('audit_steps'))}",
+                           "cpu_audit": f"{_count(c.get('audit_agree'))}/{_count(c.get('audit_steps'))}",
+                           "cuda_pass": f"{_count(g.get('passed'))}/{_count(g.get('samples'))}"})
         sw = own[own["backend"] == "cuda"].sort_values(["dataset", "sweep_value"]).assign(engine=name, option=option)
         sweeps.append(sw[["engine", "dataset", "option", "sweep_value", "samples", "mask_n", "mask_mean_us",
                           "mask_p50_us", "mask_p99_us", "status"]])
@@ -119,9 +127,9 @@ def summarize(results: Path, device: str, dry_run: bool = False) -> dict:
     text = "\n".join([
         f"# GPU agenda: {', '.join(plans)} on {device}", "",
         "Built from the cells under `runs/` by `python -m gcdbench.experiments.gpu_agenda summary`; timings from",
-        "one run of `experiments/gpu_agenda.sh` on this machine (CPU and GPU rows from the same run).", "",
+        "`experiments/gpu_agenda.sh` (each cell's run record names its sessions, commits and machine).", "",
         "## Table 1 rows", "", md(table), "", *[f"[{i}] {n}" for i, n in enumerate(notes, 1)], "",
-        "## CPU / GPU, same run", "", md(pd.DataFrame(ratios)), "",
+        "## CPU / GPU (a ratio above 1x: the GPU is faster)", "", md(pd.DataFrame(ratios)), "",
         "## Occupancy: per-mask time against each engine's sweep option", "", md(sweep), "",
         "## Figures", "", *[f"- `{f}`" for f in figures if f.endswith(".png")], "",
     ])

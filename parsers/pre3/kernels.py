@@ -391,53 +391,25 @@ def _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_p
 
 @numba.njit(cache=True)
 def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-              n_sym, guard, s, child_ptr, child_node, child_term, job_of_node, sub_lo, sub_hi, job_by_pre, out,
-              max_depth, max_stack):
+              n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi, job_by_pre, out,
+              max_depth, max_stack, outp):
     """Sort every job for LR state ``s`` into ``out`` (REJECTED, ACCEPTED, CONTEXT), walking the trie of class
-    sequences depth first from its root (node 0). ``job_of_node[n]``: the job whose sequence ends at node n
-    (-1: none); the jobs below node n (n included) are ``job_by_pre[sub_lo[n]:sub_hi[n]]``. Returns the number
-    of trie nodes visited."""
-    for j in range(out.size):
-        out[j] = REJECTED
+    sequences depth first from its root (node 0) on the stack ``[s]`` (``_walk``; ``rank_of_node[n]``: the
+    preorder rank of the job whose sequence ends at node n, -1: none; ``job_by_pre[rank]``: that job).
+    ``outp``: scratch of n_jobs entries. Returns the number of trie nodes visited."""
     stks = np.empty((max_depth + 2, max_stack), dtype=np.int32)
     lens = np.zeros(max_depth + 2, dtype=np.int64)
     node = np.zeros(max_depth + 2, dtype=np.int64)
     cur = np.zeros(max_depth + 2, dtype=np.int64)
-    stks[0, 0] = s
-    lens[0] = 1
-    node[0] = 0
-    cur[0] = child_ptr[0]
-    depth = 0
-    visited = 0
-    while depth >= 0:
-        nd = node[depth]
-        c = cur[depth]
-        if c >= child_ptr[nd + 1]:
-            depth -= 1
-            continue
-        cur[depth] = c + 1
-        ch = child_node[c]
-        visited += 1
-        sl = lens[depth]
-        if depth + 1 > max_depth:
-            r = _UNKNOWN
-        else:
-            for x in range(sl):
-                stks[depth + 1, x] = stks[depth, x]
-            r, sl = _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state,
-                                kind, arg, shift_to, n_sym, guard, stks[depth + 1], sl, child_term[c])
-        if r == _OK:
-            j = job_of_node[ch]
-            if j >= 0:
-                out[j] = ACCEPTED
-            lens[depth + 1] = sl
-            node[depth + 1] = ch
-            cur[depth + 1] = child_ptr[ch]
-            depth += 1
-        elif r == _UNKNOWN:
-            for x in range(sub_lo[ch], sub_hi[ch]):
-                out[job_by_pre[x]] = CONTEXT
-        # REJECT: the subtree stays REJECTED
+    init = np.full(1, s, dtype=np.int32)
+    no_filt = np.zeros(1, dtype=np.int64)
+    for x in range(outp.size):
+        outp[x] = REJECTED
+    visited = _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
+                    shift_to, n_sym, guard, 0, init, 1, child_ptr, child_node, child_term, rank_of_node, sub_lo,
+                    sub_hi, outp, no_filt, False, stks, lens, node, cur)
+    for x in range(outp.size):
+        out[job_by_pre[x]] = outp[x]
     return visited
 
 
