@@ -94,8 +94,8 @@ assert entry_points(group='gcdbench.engines'), 'no engine entry points: the proj
   # on the GPU image: numba-cuda 0.30.4 with NumPy 2.5.2): the alias back, in a sitecustomize of this folder only
   if ! "$PYTHON" -c "import numpy; numpy.row_stack" 2>/dev/null; then
     mkdir -p "$SITE"
-    printf '%s\n' "# written by experiments/gpu_agenda.sh setup: NumPy >= 2.5 lacks the alias numba-cuda 0.30 overloads" \
-      "import numpy" "if not hasattr(numpy, 'row_stack'):" "    numpy.row_stack = numpy.vstack" > "$SITE/sitecustomize.py"
+    printf '%s\n' "# written by experiments/gpu_agenda.sh setup (numba-cuda 0.30 with NumPy >= 2.5)" "import numpy" \
+      "if not hasattr(numpy, 'row_stack'):" "    numpy.row_stack = numpy.vstack" > "$SITE/sitecustomize.py"
     echo "setup: numpy.row_stack = numpy.vstack in $SITE/sitecustomize.py (numba-cuda 0.30 with NumPy >= 2.5)"
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
     if "$PYTHON" -c "$check" 2>/dev/null; then return 0; fi
