@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from gcdbench.parsers.base import CompileError
-from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs, sort_jobs_shared
+from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs, sort_jobs_shared, walk_scratch
 
 
 class SeqWalk:
@@ -91,6 +91,7 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
     visited = 0
     t0 = time.monotonic()
     outp = np.empty(job_seq_ids.size, dtype=np.int8)
+    scratch = walk_scratch(walk.max_depth, max_stack)
     if shared_bytes > 0:
         n_root = int(walk.child_ptr[1] - walk.child_ptr[0])
         memo_off = np.full((packed.n_lr, max(n_root, 1)), -1, dtype=np.int32)
@@ -101,11 +102,11 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
         if shared_bytes > 0:
             visited += sort_jobs_shared(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
                                         child_term, walk.rank_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre,
-                                        out, walk.max_depth, max_stack, memo_off, buf, used, outp, filt)
+                                        out, memo_off, buf, used, outp, filt, *scratch)
         else:
             visited += sort_jobs(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
                                  child_term, walk.rank_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out,
-                                 walk.max_depth, max_stack, outp)
+                                 outp, *scratch)
         key = out.tobytes()
         c = index.get(key)
         if c is None:

@@ -389,18 +389,22 @@ def _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_p
     return _UNKNOWN, sl
 
 
+def walk_scratch(max_depth: int, max_stack: int) -> tuple:
+    """The arrays ``_walk`` keeps its depth-first path in (stacks, their lengths, nodes, next children), made once
+    for all the states a sort visits: ``_walk`` writes every entry before it reads it."""
+    return (np.empty((max_depth + 2, max_stack), dtype=np.int32), np.zeros(max_depth + 2, dtype=np.int64),
+            np.zeros(max_depth + 2, dtype=np.int64), np.zeros(max_depth + 2, dtype=np.int64))
+
+
 @numba.njit(cache=True)
 def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
               n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi, job_by_pre, out,
-              max_depth, max_stack, outp):
+              outp, stks, lens, node, cur):
     """Sort every job for LR state ``s`` into ``out`` (REJECTED, ACCEPTED, CONTEXT), walking the trie of class
     sequences depth first from its root (node 0) on the stack ``[s]`` (``_walk``; ``rank_of_node[n]``: the
     preorder rank of the job whose sequence ends at node n, -1: none; ``job_by_pre[rank]``: that job).
-    ``outp``: scratch of n_jobs entries. Returns the number of trie nodes visited."""
-    stks = np.empty((max_depth + 2, max_stack), dtype=np.int32)
-    lens = np.zeros(max_depth + 2, dtype=np.int64)
-    node = np.zeros(max_depth + 2, dtype=np.int64)
-    cur = np.zeros(max_depth + 2, dtype=np.int64)
+    ``outp``: scratch of n_jobs entries; ``stks, lens, node, cur``: the walk's (``walk_scratch``). Returns the
+    number of trie nodes visited."""
     init = np.full(1, s, dtype=np.int32)
     no_filt = np.zeros(1, dtype=np.int64)
     for x in range(outp.size):
@@ -472,14 +476,12 @@ def _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, pu
 @numba.njit(cache=True)
 def sort_jobs_shared(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
                      shift_to, n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi,
-                     job_by_pre, out, max_depth, max_stack, memo_off, buf, used, outp, filt):
+                     job_by_pre, out, memo_off, buf, used, outp, filt, stks, lens, node, cur):
     """``sort_jobs`` for state ``s`` with the subtrees of the root's children shared through ``memo_off[t, i]``
     (offset in ``buf`` of child i's ranks sorted on ``[t]``, -1: not yet) while ``buf`` has room; ``used[0]``:
-    its filled part. ``outp``, ``filt``: scratch of n_jobs and n_jobs + 1 entries. Returns nodes visited."""
-    stks = np.empty((max_depth + 2, max_stack), dtype=np.int32)
-    lens = np.zeros(max_depth + 2, dtype=np.int64)
-    node = np.zeros(max_depth + 2, dtype=np.int64)
-    cur = np.zeros(max_depth + 2, dtype=np.int64)
+    its filled part. ``outp``, ``filt``: scratch of n_jobs and n_jobs + 1 entries; ``stks, lens, node, cur``: the
+    walk's (``walk_scratch``). Returns nodes visited."""
+    max_stack = stks.shape[1]
     first = np.empty(max_stack, dtype=np.int32)
     init = np.empty(2, dtype=np.int32)
     for x in range(outp.size):
