@@ -129,8 +129,12 @@ class _RegexToEBNF:
         if len(items) != 1 or items[0][0] is not sre_c.BRANCH:
             return None
         alts = [list(a) for a in items[0][1][1]]
-        chars = [a[0] for a in alts if len(a) == 1 and a[0][0] in _ONE_CHAR]
-        rest = [a for a in alts if not (len(a) == 1 and a[0][0] in _ONE_CHAR)]
+        chars, rest = [], []
+        for a in alts:
+            if len(a) == 1 and a[0][0] in _ONE_CHAR:
+                chars.append(a[0])
+            else:
+                rest.append(a)
         if not chars or not rest:
             return None
         cls = self.char_class(union(self.sets(op, av, flags) for op, av in chars)) + "*"
