@@ -74,8 +74,35 @@ def launch_signatures(engines) -> dict:
     return out
 
 
+def _helper_ptx(ptx: str, cc: tuple[int, int]) -> list[tuple[str, bytes]]:
+    """The helper library numba-cuda links into a kernel whose PTX calls it (``reshape_funcs.cu``: an array
+    reshape inside a kernel), compiled to PTX with NVRTC as the dispatcher does at a launch; [] if none is called."""
+    import os
+
+    from numba.cuda import dispatcher
+
+    if not any(fn in ptx for fn in dispatcher.reshape_funcs):
+        return []
+    from cuda.bindings import nvrtc
+
+    path = os.path.join(os.path.dirname(dispatcher.__file__), "reshape_funcs.cu")
+    with open(path, "rb") as f:
+        src = f.read()
+    _, prog = nvrtc.nvrtcCreateProgram(src, b"reshape_funcs.cu", 0, [], [])
+    opts = [f"--gpu-architecture=compute_{cc[0]}{cc[1]}".encode(), b"-rdc=true"]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise RuntimeError(f"NVRTC could not compile {path}: {err}")
+    _, size = nvrtc.nvrtcGetPTXSize(prog)
+    buf = b" " * size
+    nvrtc.nvrtcGetPTX(prog, buf)
+    nvrtc.nvrtcDestroyProgram(prog)
+    return [("reshape_funcs.ptx", buf.rstrip(b"\x00"))]
+
+
 def _nvjitlink_report(ptx: str, cc: tuple[int, int]) -> dict | None:
-    """ptxas's resource report for the kernel in ``ptx`` (nvJitLink, -verbose), or None without nvJitLink."""
+    """ptxas's resource report for the kernel in ``ptx`` linked with the helpers it calls (nvJitLink, -verbose),
+    or None without nvJitLink."""
     try:
         from cuda.bindings import nvjitlink as nj
 
@@ -85,6 +112,8 @@ def _nvjitlink_report(ptx: str, cc: tuple[int, int]) -> dict | None:
     try:
         data = ptx.encode()
         nj.add_data(h, nj.InputType.PTX, data, len(data), "kernel.ptx")
+        for name, code in _helper_ptx(ptx, cc):
+            nj.add_data(h, nj.InputType.PTX, code, len(code), name)
         nj.complete(h)
         size = nj.get_info_log_size(h)
         buf = bytearray(size)

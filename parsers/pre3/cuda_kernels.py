@@ -6,18 +6,65 @@
 * ``scatter_kernel``: one thread per (pair, vocabulary chunk): the tokens of an allowed job set their bits,
   or its precomputed row (dense jobs) is OR-ed in, with ``atomic.or_`` (jobs of one sequence share words).
 
-The DPDA and job arrays are copied to the device once (at compile); per step only the stacks go up and the
-masks come back. Results are bit for bit those of the CPU backend (the same jobs decide the same tokens).
-With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator (tests keep vocabularies tiny).
+Transfers and launches, per step: the static tables (DPDA and jobs) are on the device from compile, packed into
+one int32 array ``tabs`` with an offset table ``hdr`` (:func:`pack_tables`; each kernel views them again first
+thing), so a launch passes about ten arguments. The step's inputs (stacks, lengths, lexer classes, job offsets)
+go up as one pinned int32 buffer (:func:`step_layout`), the masks and the count of broken runs (one extra row of
+the output) come back as one copy; every per-step buffer is grow-only, and each kernel is launched specialized
+to its first launch's types (``parsers.cuda_launch``). Results are bit for bit those of the CPU backend (the same
+jobs decide the same tokens). With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator (tests keep
+vocabularies tiny).
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import cuda
 
+from gcdbench.parsers.base import EngineError
+from gcdbench.parsers.cuda_launch import Launcher, grown
 from gcdbench.parsers.pre3.kernels import compile_for
 
 _peek, _edge_step, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
+
+#: the static 1-D tables in ``tabs``, in this order: the DPDA's (``PackedDPDA.arrays``), then the jobs'
+TABLES = ("key_ptr", "key_edge", "cond_ptr", "cond_depth", "cond_state", "pop", "push_ptr", "push_state", "kind",
+          "arg", "shift_to", "seq_ptr", "seq_term", "pend_ptr", "pend_term", "cls_ptr", "job_seq", "job_pend",
+          "jt_ptr", "jt_tok", "dense_id")
+
+
+def pack_tables(arrays) -> tuple[np.ndarray, np.ndarray]:
+    """``(tabs, hdr)``: the 1-D integer ``arrays`` (in :data:`TABLES` order) end to end as int32 (the CPU kernels'
+    type; 64-bit values would double the registers a thread holds them in), and the offsets (``hdr[k]:hdr[k + 1]``
+    is table k)."""
+    hdr = np.zeros(len(arrays) + 1, dtype=np.int64)
+    hdr[1:] = np.cumsum([np.asarray(a).size for a in arrays])
+    for name, a in zip(TABLES, arrays):
+        a = np.asarray(a)
+        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+            raise ValueError(f"pre3 cuda: table {name} has values outside int32")
+    tabs = np.concatenate([np.asarray(a, dtype=np.int32).ravel() for a in arrays]) if arrays else np.zeros(0, np.int32)
+    return tabs, hdr
+
+
+def step_layout(B: int, L: int) -> tuple[int, int, int, int]:
+    """Offsets of a step's int32 input buffer: stacks ``[0, B*L)`` (B rows of L), lengths, lexer classes, job
+    offsets (B+1); returns (lens, cls, offs, end)."""
+    o_lens = B * L
+    return o_lens, o_lens + B, o_lens + 2 * B, o_lens + 3 * B + 1
+
+
+@cuda.jit(device=True, inline=True)
+def _tab(tabs, hdr, k):
+    return tabs[hdr[k]:hdr[k + 1]]
+
+
+@cuda.jit(device=True, inline=True)
+def _step_views(step, B, L):
+    """(lengths, lexer classes, job offsets) viewed from the step buffer (:func:`step_layout`; the stacks, its
+    first ``B * L`` words, come as their own [B, L] view made on the host: a reshape inside a kernel calls a
+    helper function and costs registers)."""
+    o_lens = B * L
+    return step[o_lens:o_lens + B], step[o_lens + B:o_lens + 2 * B], step[o_lens + 2 * B:o_lens + 3 * B + 1]
 
 
 @cuda.jit(device=True)
@@ -35,14 +82,20 @@ def _seq_of(offs, B, i):
 
 
 @cuda.jit
-def flags_kernel(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-                 n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, cls_ptr, job_seq, job_pend,
-                 base, lens, cls, offs, flags, scratch, maxloc):
+def flags_kernel(tabs, hdr, n_sym, guard, end_sym, base, step, B, L, flags, out, scratch, maxloc):
+    """flags[i] of job pair i (1 allowed, 0 not, -2 a run did not terminate: counted in ``out[B, 0]``)."""
     tid = cuda.grid(1)
     if tid >= scratch.shape[0]:
         return
+    lens, cls, offs = _step_views(step, B, L)
+    key_ptr, key_edge, cond_ptr = _tab(tabs, hdr, 0), _tab(tabs, hdr, 1), _tab(tabs, hdr, 2)
+    cond_depth, cond_state, pop = _tab(tabs, hdr, 3), _tab(tabs, hdr, 4), _tab(tabs, hdr, 5)
+    push_ptr, push_state, kind = _tab(tabs, hdr, 6), _tab(tabs, hdr, 7), _tab(tabs, hdr, 8)
+    arg, shift_to = _tab(tabs, hdr, 9), _tab(tabs, hdr, 10)
+    seq_ptr, seq_term, pend_ptr, pend_term = _tab(tabs, hdr, 11), _tab(tabs, hdr, 12), _tab(tabs, hdr, 13), \
+        _tab(tabs, hdr, 14)
+    cls_ptr, job_seq, job_pend = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17)
     stride = scratch.shape[0]
-    B = lens.size
     total = offs[B]
     loc = scratch[tid, :maxloc]
     loc2 = scratch[tid, maxloc:]
@@ -50,9 +103,12 @@ def flags_kernel(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_
     while i < total:
         b = _seq_of(offs, B, i)
         j = cls_ptr[cls[b]] + (i - offs[b])
-        flags[i] = _job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
-                           shift_to, n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, lens[b],
-                           job_seq[j], job_pend[j], loc, loc2)
+        f = _job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
+                    shift_to, n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, lens[b],
+                    job_seq[j], job_pend[j], loc, loc2)
+        flags[i] = f
+        if f == -2:
+            cuda.atomic.add(out, (B, 0), np.uint32(1))
         i += stride
 
 
@@ -68,10 +124,13 @@ def zero_kernel(out):
 
 
 @cuda.jit
-def scatter_kernel(cls_ptr, jt_ptr, jt_tok, dense_id, dense_mask, n_ch, ch_words, cls, offs, flags, out):
+def scatter_kernel(tabs, hdr, dense_mask, n_ch, ch_words, step, B, L, flags, out):
+    """The tokens of the allowed job pairs into rows 0..B-1 of ``out``."""
     t = cuda.grid(1)
     stride = cuda.gridsize(1)
-    B = cls.size
+    lens, cls, offs = _step_views(step, B, L)
+    cls_ptr, jt_ptr, jt_tok, dense_id = _tab(tabs, hdr, 15), _tab(tabs, hdr, 18), _tab(tabs, hdr, 19), \
+        _tab(tabs, hdr, 20)
     n = offs[B] * n_ch
     one = np.uint32(1)
     while t < n:
@@ -99,13 +158,14 @@ KERNELS = {"flags_kernel": flags_kernel, "zero_kernel": zero_kernel, "scatter_ke
 class CudaMasks:
     """Device copies of a compiled grammar and the launches of one batch step. ``dry=True`` touches no device:
     "device" arrays are numpy arrays and each launch is recorded in ``launched`` as (kernel, arguments) instead
-    of running (the PTX report reads the argument types of real launches from it)."""
+    of running (the PTX report reads the argument types of real launches from it). ``stats`` counts launches,
+    copies and per-step allocations."""
 
     def __init__(self, shared, threads: int = 16384, block: int = 128, dry: bool = False):
         if block <= 0 or threads <= 0:
             raise ValueError("pre3: cuda_threads and cuda_block must be positive")
         self.dry = dry
-        self.launched: list[tuple] = []
+        self.launch = Launcher(dry)
         self.block = int(block)
         self.threads = max(self.block, (int(threads) + self.block - 1) // self.block * self.block)
         self.maxloc = shared.maxloc
@@ -114,53 +174,81 @@ class CudaMasks:
          dense_mask, n_ch, ch_words) = shared.job_arrays
         self.cls_ptr_host = np.asarray(cls_ptr, dtype=np.int64)
         self.n_ch, self.ch_words = int(n_ch), int(ch_words)
-        up = self._up
-        self.d_dpda = tuple(up(a) for a in shared.dpda_arrays)
-        self.d_seq = tuple(up(a) for a in (seq_ptr, seq_term, pend_ptr, pend_term))
-        self.d_jobs = tuple(up(a) for a in (cls_ptr, job_seq, job_pend))
-        self.d_tok = tuple(up(a) for a in (jt_ptr, jt_tok, dense_id, dense_mask))
-        self.scratch = self._empty((self.threads, 2 * self.maxloc), np.int32)
+        tabs, hdr = pack_tables(tuple(shared.dpda_arrays) + (seq_ptr, seq_term, pend_ptr, pend_term, cls_ptr,
+                                                             job_seq, job_pend, jt_ptr, jt_tok, dense_id))
+        self.d_tabs, self.d_hdr = self._up(tabs), self._up(hdr)
+        self.d_dense = self._up(np.asarray(dense_mask, dtype=np.uint32))
+        self.scratch = self._device((self.threads, 2 * self.maxloc), np.int32)
+        self.stats = {"steps": 0, "h2d": 0, "d2h": 0, "allocs": 0}
+        self._h_step = self._d_step = self._d_flags = self._h_out = self._d_out = None
+
+    @property
+    def launched(self) -> list:
+        return self.launch.launched
 
     def _up(self, a):
         a = np.ascontiguousarray(a)
         return a if self.dry else cuda.to_device(a)
 
-    def _empty(self, shape, dtype):
+    def _device(self, shape, dtype):
         return np.zeros(shape, dtype=dtype) if self.dry else cuda.device_array(shape, dtype=dtype)
 
-    def _launch(self, kernel, grid: int, block: int, *args) -> None:
-        if self.dry:
-            self.launched.append((kernel, args))
-        else:
-            kernel[grid, block](*args)
+    def _pinned(self, shape, dtype):
+        return np.zeros(shape, dtype=dtype) if self.dry else cuda.pinned_array(shape, dtype=dtype)
+
+    def _grow(self, name: str, shape: tuple, dtype, alloc) -> None:
+        old = getattr(self, name)
+        new = grown(old, shape, dtype, alloc)
+        if new is not old:
+            self.stats["allocs"] += 1
+            setattr(self, name, new)
 
     def masks(self, base: np.ndarray, lens: np.ndarray, cls: np.ndarray, out: np.ndarray) -> int:
-        B = base.shape[0]
+        B, L = base.shape
         cp = self.cls_ptr_host
         counts = np.where(cls >= 0, cp[np.maximum(cls, 0) + 1] - cp[np.maximum(cls, 0)], 0)
-        offs = np.zeros(B + 1, dtype=np.int64)
-        offs[1:] = np.cumsum(counts)
-        total = int(offs[-1])
-        d_base, d_lens = self._up(base), self._up(np.asarray(lens, np.int64))
-        d_cls, d_offs = self._up(np.asarray(cls, np.int32)), self._up(offs)
-        d_flags = self._empty(max(total, 1), np.int8)
-        d_out = self._empty(out.shape, np.uint32)
+        o_lens, o_cls, o_offs, end = step_layout(B, L)
+        W = out.shape[1]
+        self._grow("_h_step", (end,), np.int32, self._pinned)
+        self._grow("_d_step", (end,), np.int32, self._device)
+        self._grow("_h_out", (B + 1, W), np.uint32, self._pinned)
+        self._grow("_d_out", (B + 1, W), np.uint32, self._device)
+        h = self._h_step
+        h[:o_lens].reshape(B, L)[...] = base
+        h[o_lens:o_cls] = lens
+        h[o_cls:o_offs] = cls
+        h[o_offs] = 0
+        offs = np.cumsum(counts)
+        total = int(offs[-1]) if B else 0
+        if total >= 2**31:
+            raise EngineError(f"pre3 cuda: {total} (sequence, job) pairs in one step exceed int32")
+        h[o_offs + 1:end] = offs
+        self._grow("_d_flags", (max(total, 1),), np.int8, self._device)
+        self.stats["steps"] += 1
+        self.stats["h2d"] += 1
+        if self.dry:
+            self._d_step[:end] = h[:end]
+        else:
+            self._d_step[:end].copy_to_device(h[:end])
+        d_out = self._d_out[:B + 1]
         bl = self.block
-        self._launch(zero_kernel, max(1, min(1024, (out.size + bl - 1) // bl)), bl, d_out)
+        self.launch(zero_kernel, max(1, min(1024, ((B + 1) * W + bl - 1) // bl)), bl, d_out)
         if total:
             n = min(self.threads, (total + bl - 1) // bl * bl)
-            self._launch(flags_kernel, n // bl, bl, *self.d_dpda, self.n_sym, self.guard, *self.d_seq, self.end_sym,
-                         *self.d_jobs, d_base, d_lens, d_cls, d_offs, d_flags, self.scratch[:n], self.maxloc)
+            d_base = self._d_step[:o_lens].reshape(B, L)
+            self.launch(flags_kernel, n // bl, bl, self.d_tabs, self.d_hdr, self.n_sym, self.guard, self.end_sym,
+                        d_base, self._d_step, B, L, self._d_flags, d_out, self.scratch[:n], self.maxloc)
             m = min(self.threads, (total * self.n_ch + bl - 1) // bl * bl)
-            self._launch(scatter_kernel, m // bl, bl, self.d_jobs[0], *self.d_tok, self.n_ch, self.ch_words, d_cls,
-                         d_offs, d_flags, d_out)
+            self.launch(scatter_kernel, m // bl, bl, self.d_tabs, self.d_hdr, self.d_dense, self.n_ch, self.ch_words,
+                        self._d_step, B, L, self._d_flags, d_out)
         if self.dry:
             return 0
-        d_out.copy_to_host(out)
-        if not total:
-            return 0
-        return int((d_flags.copy_to_host()[:total] == -2).sum())
+        self.stats["d2h"] += 1
+        got = self._h_out[:B + 1]
+        d_out.copy_to_host(got)
+        out[...] = got[:B]
+        return int(got[B, 0])
 
     def close(self) -> None:
-        self.scratch = None
-        self.d_dpda = self.d_seq = self.d_jobs = self.d_tok = ()
+        self.scratch = self._h_step = self._d_step = self._d_flags = self._h_out = self._d_out = None
+        self.d_tabs = self.d_hdr = self.d_dense = None

@@ -4,7 +4,11 @@ Device logic comes from ``kernels_common.py`` (the chart step and the DFS, the s
 runs), compiled here as device functions with the CUDA primitives bound (atomic ORs, ``syncthreads``);
 the kernels below only pick work items and compute offsets. Each kernel takes the arena and a few records
 (:data:`Job`, :data:`Scratch`, :data:`Tree`, ``kernels_common.Grammar``; :data:`Step` for the test kernel), each
-passed as a plain tuple (numba's fast dispatch path) and rebuilt as its namedtuple on the kernel's first line.
+passed as a plain tuple and rebuilt as its namedtuple on the kernel's first line. (The grammar stays one device
+array per table: viewed inside a kernel from the CPU's three packed arrays, ``PackedGrammar.packed``, the views
+held 255 registers a thread with spills, against 128-143, in ptxas's report.) Launches go through
+``parsers.cuda_launch.Launcher`` (each kernel specialized to its first launch's argument types, so later
+launches skip numba's typing of every argument).
 
 * One thread block per worker; the threads of a block share each chart step (rule pairs and chart entries
   handed out round-robin, ``atomic.or_`` on packed words, ``syncthreads`` between the phases of a step).
@@ -28,6 +32,8 @@ from collections import namedtuple
 import numba
 import numpy as np
 from numba import cuda
+
+from gcdbench.parsers.cuda_launch import Launcher, grown
 
 from .kernels_common import INFO_OLD, N_STATS, DfsOut, DfsScratch, DfsStart, DfsState, Grammar, Trie, for_cuda
 
@@ -282,7 +288,8 @@ class CudaSearch:
         self.bfs_depth = max(0, int(bfs_depth))
         self.threads = int(threads)
         self.dry = dry
-        self.launched: list = []
+        self._launcher = Launcher(dry)
+        self.launched = self._launcher.launched
         self.stats = {"searches": 0, "launches": 0, "h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0,
                       "arena_allocs": 0, "arena_words": 0, "arena_recopied": 0, "bfs_nodes_max": 0}
         self.D = al.max_depth
@@ -314,10 +321,7 @@ class CudaSearch:
     # -- every launch and copy goes through these (counted) --------------------------------------------------
     def _launch(self, kernel, grid: int, *args) -> None:
         self.stats["launches"] += 1
-        if self.dry:
-            self.launched.append((kernel, args))
-        else:
-            kernel[grid, self.threads](*args)
+        self._launcher(kernel, grid, self.threads, *args)
 
     def _h2d(self, dst, src: np.ndarray) -> None:
         self.stats["h2d"] += 1
@@ -345,11 +349,11 @@ class CudaSearch:
         if store is not self._store:     # reset() made a new arena: the device copy is stale
             self._store = store
             self.synced = 0
-        if self.dmem is None or self.dmem.size < need:
+        dmem = grown(self.dmem, (need,), np.uint64, self._alloc)
+        if dmem is not self.dmem:
             # between searches the device holds nothing but the committed words: a bigger arena is a new one
             # filled from the host (nothing computed on the device is alive at this point)
-            size = max(need, 2 * (self.dmem.size if self.dmem is not None else 0))
-            self.dmem = self._alloc(size, np.uint64)
+            self.dmem = dmem
             self.stats["arena_allocs"] += 1
             self.stats["arena_recopied"] += self.synced
             self.synced = 0
@@ -367,9 +371,8 @@ class CudaSearch:
             pw = max(2 * Lt + 1, 2 * (s[2].shape[1] if s else 0))
             self._scratch = s = (self._alloc((self.workers, cw), np.uint64), self._alloc((self.workers, g.WN), np.uint64),
                                  self._alloc((self.workers, pw), np.int64))
-        if self._job is None or self._job[1].size < job_words:
-            size = max(job_words, 2 * (self._job[1].size if self._job else 0))
-            self._job = (self._alloc(size, np.int64), np.zeros(size, dtype=np.int64))
+        djob, job = self._job or (None, None)
+        self._job = (grown(djob, (job_words,), np.int64, self._alloc), grown(job, (job_words,), np.int64, np.zeros))
         return s
 
     # -- one search ---------------------------------------------------------------------------------------------
