@@ -45,3 +45,34 @@ def test_every_kernel_compiles_to_ptx_for_sm80_and_sm90(tmp_path):
         if rec["toolchain"] == "nvvm+nvjitlink":    # ptxas's own report, read through nvJitLink
             assert rec["registers"] > 0 and rec["stack_frame_bytes"] >= 0 and rec["spill_stores_bytes"] >= 0
     assert doc["toolchain"]["nvidia-nvvm"], "the NVVM wheel is what compiled the kernels"
+
+
+RESHAPE_KERNEL = r'''
+import json
+from numba import cuda, types
+from numba.cuda import compile_ptx
+from gcdbench.experiments.ptx_report import _nvjitlink_report, compute_capability
+
+def kern(flat, out):
+    a = flat[0:6].reshape((2, 3))     # a reshape inside a kernel calls numba-cuda's helper library
+    out[0] = a[1, 2]
+
+with compute_capability((9, 0)):
+    ptx, _ = compile_ptx(kern, (types.int64[::1], types.int64[::1]), cc=(9, 0))
+assert "numba_attempt_nocopy_reshape" in ptx
+print(json.dumps({k: v for k, v in (_nvjitlink_report(ptx, (9, 0)) or {}).items() if k != "ptxas_log"}))
+'''
+
+
+@pytest.mark.slow
+def test_report_links_the_helper_a_kernel_with_a_reshape_calls():
+    """A kernel that reshapes an array calls a helper (``numba_attempt_nocopy_reshape``) that numba-cuda links
+    from ``reshape_funcs.cu`` at a launch; the report links it too, so ptxas's report reads the kernel (nvJitLink
+    stopped with ERROR_INTERNAL on the undefined reference before)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", RESHAPE_KERNEL], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rep, "no nvJitLink report: the test extra installs nvidia-nvjitlink"
+    assert rep["registers"] > 0
