@@ -208,6 +208,27 @@ def _close_row(cur, rows, rk, r, pa, mem, W, acc, tid, nth, G):
     _sync()
 
 
+@_cpu_inline
+def _count_full(cur, voff, n, full, v):
+    """Raise ``full[v]`` to the number of top rows n, n-1, ... of V's working column that are all set (a lower
+    bound: rows are only ever added, so any count seen stays true, and a thread that writes a smaller count
+    than another's only makes a later split skip less). A split at row r reaches rows r+1..n only, so once
+    ``full[v] >= n - r`` it adds nothing to V (on a fully ambiguous grammar every column fills at its first
+    split and the step's other n-1 splits cost a compare each)."""
+    f = np.int64(full[v])
+    k = n - f                         # the highest row not known to be set
+    while k >= 0:
+        word = cur[voff + (k >> 6)]
+        if (k & 63) == 63 and word == np.uint64(0xFFFFFFFFFFFFFFFF):
+            k -= 64
+        elif (word >> np.uint64(k & 63)) & np.uint64(1):
+            k -= 1
+        else:
+            break
+    if n - k > f:
+        full[v] = np.uint64(n - k)
+
+
 @_cpu
 def chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G):
     """One chart step for terminal ``t`` after the chart whose tiers are ``tier_offs``: :func:`_step_core` with no
@@ -248,8 +269,11 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
     rs = n_nt * W + (n + 1) * WN      # row summary (W words) after the row-major copy, then a flag word
     rowsum = cur[rs:]
     acc = cur[rs + W + 1:]            # then WN words for _close_row
+    full = cur[rs + W + 1 + WN:]      # then n_nt words: f[V] = how many top rows n, n-1, ... of V are all set
     for i in range(tid, rs + W + 1, nth):
         cur[i] = 0
+    for i in range(tid, n_nt, nth):
+        full[i] = 0
     for i in range(tid, WN, nth):
         seeds[i] = 0
     _sync()
@@ -327,6 +351,8 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
                             for q in range(G.ab_start[pid], G.ab_start[pid + 1]):
                                 v = G.ab_parent[q]
                                 voff = v * W
+                                if np.int64(full[v]) >= n - r:
+                                    continue     # rows r+1..n of V, all this split can reach, are set already
                                 for w in range(We):
                                     val = mem[aoff + w]
                                     if val == 0:
@@ -337,6 +363,7 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
                                     if sb != 0 and d + 1 < W:
                                         _or_track(cur, voff, d + 1, val >> (np.uint64(64) - sb), rows, WN, v,
                                                   rowsum)
+                                _count_full(cur, voff, n, full, v)
         _sync()
         r += 1
     return step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G)
@@ -713,7 +740,7 @@ def dfs(mem, start, state, scr, needed, out, cnt, T, G):
 
 
 # Shared functions in dependency order: what for_cuda compiles, each seeing the CUDA versions of the others.
-SHARED = (_or_track, _close_row, step_epilogue, _step_core, chart_step, chart_step_edges, _has_self_item,
+SHARED = (_or_track, _close_row, _count_full, step_epilogue, _step_core, chart_step, chart_step_edges, _has_self_item,
           _in_first_of_rights, certify, _row0_certifies, edges_viable, dfs)
 
 
