@@ -8,7 +8,7 @@
 
 Transfers and launches, per step: the static tables (DPDA and jobs) are on the device from compile, packed into
 one int32 array ``tabs`` with an offset table ``hdr`` (:func:`pack_tables`; each kernel views them again first
-thing), so a launch passes about ten arguments. The step's inputs (stacks, lengths, lexer classes, job offsets)
+thing), so a launch passes 10-13 arguments (28 before). The step's inputs (stacks, lengths, lexer classes, job offsets)
 go up as one pinned int32 buffer (:func:`step_layout`), the masks and the count of broken runs (one extra row of
 the output) come back as one copy; every per-step buffer is grow-only, and each kernel is launched specialized
 to its first launch's types (``parsers.cuda_launch``). Results are bit for bit those of the CPU backend (the same

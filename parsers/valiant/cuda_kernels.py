@@ -6,7 +6,7 @@ the kernels below only pick work items and compute offsets. Each kernel takes th
 (:data:`Job`, :data:`Scratch`, :data:`Tree`, ``kernels_common.Grammar``; :data:`Step` for the test kernel), each
 passed as a plain tuple and rebuilt as its namedtuple on the kernel's first line. (The grammar stays one device
 array per table: viewed inside a kernel from the CPU's three packed arrays, ``PackedGrammar.packed``, the views
-held 255 registers a thread with spills, against 128-143, in ptxas's report.) Launches go through
+held 255 registers a thread with spills, against 136-157, in ptxas's report.) Launches go through
 ``parsers.cuda_launch.Launcher`` (each kernel specialized to its first launch's argument types, so later
 launches skip numba's typing of every argument).
 
