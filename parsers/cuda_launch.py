@@ -16,16 +16,14 @@ import numpy as np
 
 class Launcher:
     """``launcher(kernel, grid, block, *args)``: launch ``kernel`` specialized to its first launch's argument
-    types; ``dry=True`` touches no device and appends ``(kernel, args)`` to ``launched``. ``launches`` counts both."""
+    types; ``dry=True`` touches no device and appends ``(kernel, args)`` to ``launched``."""
 
     def __init__(self, dry: bool = False):
         self.dry = dry
         self.launched: list[tuple] = []
-        self.launches = 0
         self._spec: dict = {}
 
     def __call__(self, kernel, grid: int, block: int, *args) -> None:
-        self.launches += 1
         if self.dry:
             self.launched.append((kernel, args))
             return

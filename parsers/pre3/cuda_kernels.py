@@ -166,6 +166,7 @@ class CudaMasks:
             raise ValueError("pre3: cuda_threads and cuda_block must be positive")
         self.dry = dry
         self.launch = Launcher(dry)
+        self.launched = self.launch.launched
         self.block = int(block)
         self.threads = max(self.block, (int(threads) + self.block - 1) // self.block * self.block)
         self.maxloc = shared.maxloc
@@ -181,10 +182,6 @@ class CudaMasks:
         self.scratch = self._device((self.threads, 2 * self.maxloc), np.int32)
         self.stats = {"steps": 0, "h2d": 0, "d2h": 0, "allocs": 0}
         self._h_step = self._d_step = self._d_flags = self._h_out = self._d_out = None
-
-    @property
-    def launched(self) -> list:
-        return self.launch.launched
 
     def _up(self, a):
         a = np.ascontiguousarray(a)
