@@ -33,12 +33,15 @@ class Launcher:
         spec[grid, block](*args)
 
 
-def grown(buf, shape: tuple, dtype, alloc):
-    """``buf`` if it holds at least ``shape`` (same dtype and trailing dimensions), else a new
-    ``alloc(shape, dtype)``, its first dimension at least double ``buf``'s when only that was too small (so a run
-    of growing steps reallocates O(log n) times)."""
-    alike = buf is not None and buf.dtype == np.dtype(dtype) and buf.shape[1:] == tuple(shape[1:])
-    if alike and buf.shape[0] >= shape[0]:
+def grown(buf, shape: tuple, dtype, alloc, axis: int = 0):
+    """``buf`` if it holds at least ``shape`` (same dtype and other dimensions), else a new ``alloc(shape, dtype)``,
+    its ``axis`` dimension at least double ``buf``'s when only that one was too small (so a run of growing steps
+    reallocates O(log n) times)."""
+    shape = tuple(int(x) for x in shape)
+    others = shape[:axis] + shape[axis + 1:]
+    alike = (buf is not None and buf.dtype == np.dtype(dtype) and buf.ndim == len(shape)
+             and buf.shape[:axis] + buf.shape[axis + 1:] == others)
+    if alike and buf.shape[axis] >= shape[axis]:
         return buf
-    first = max(int(shape[0]), 2 * buf.shape[0] if alike else 0)
-    return alloc((first,) + tuple(shape[1:]), dtype)
+    size = max(shape[axis], 2 * buf.shape[axis] if alike else 0)
+    return alloc(shape[:axis] + (size,) + shape[axis + 1:], dtype)

@@ -57,6 +57,14 @@ def test_grown_keeps_a_buffer_that_fits_and_doubles_one_that_does_not():
     assert made == [(5, 3), (10, 3), (2, 4), (2, 4)]
 
 
+def test_grown_along_the_second_axis_keeps_the_rows_and_doubles_the_width():
+    a = grown(None, (4, 5), np.uint64, np.zeros, axis=1)
+    assert grown(a, (4, 3), np.uint64, np.zeros, axis=1) is a
+    assert grown(a, (4, 7), np.uint64, np.zeros, axis=1).shape == (4, 10)
+    assert grown(a, (2, 7), np.uint64, np.zeros, axis=1).shape == (2, 7)   # other rows: the asked size
+    assert grown(a, (4, 7), np.uint64, np.zeros).shape == (4, 7)           # axis 0 grows only rows
+
+
 def test_valiant_search_launches_keep_their_types_across_depths():
     from gcdbench.parsers.base import GrammarSpec
     from gcdbench.parsers.tokenizers import byte_level

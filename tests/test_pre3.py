@@ -210,11 +210,11 @@ def lr_feed(t, stack: list, a: int):
 
 def _numba_feed(p, stack: list, a: int):
     """The compiled kernel's run of one terminal on a committed stack (the host commit path)."""
-    from gcdbench.parsers.pre3.kernels import commit_terms
+    from gcdbench.parsers.pre3.kernels import commit_terms, pack_tables
 
     arr = np.zeros((1, len(stack) + 8), dtype=np.int32)
     arr[0, : len(stack)] = stack
-    r, L = commit_terms(*p.arrays(), p.n_sym, 2 * p.n_states + 8, arr, len(stack), np.array([a], np.int32),
+    r, L = commit_terms(*pack_tables(p.arrays()), p.n_sym, 2 * p.n_states + 8, arr, len(stack), np.array([a], np.int32),
                         np.empty(8, np.int32))
     if r == 0:
         stack[:] = arr[0, :L].tolist()

@@ -22,29 +22,9 @@ from numba import cuda
 
 from gcdbench.parsers.base import EngineError
 from gcdbench.parsers.cuda_launch import Launcher, grown
-from gcdbench.parsers.pre3.kernels import compile_for
+from gcdbench.parsers.pre3.kernels import compile_for, pack_tables
 
 _peek, _edge_step, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
-
-#: the static 1-D tables in ``tabs``, in this order: the DPDA's (``PackedDPDA.arrays``), then the jobs'
-TABLES = ("key_ptr", "key_edge", "cond_ptr", "cond_depth", "cond_state", "pop", "push_ptr", "push_state", "kind",
-          "arg", "shift_to", "seq_ptr", "seq_term", "pend_ptr", "pend_term", "cls_ptr", "job_seq", "job_pend",
-          "jt_ptr", "jt_tok", "dense_id")
-
-
-def pack_tables(arrays) -> tuple[np.ndarray, np.ndarray]:
-    """``(tabs, hdr)``: the 1-D integer ``arrays`` (in :data:`TABLES` order) end to end as int32 (the CPU kernels'
-    type; 64-bit values would double the registers a thread holds them in), and the offsets (``hdr[k]:hdr[k + 1]``
-    is table k)."""
-    hdr = np.zeros(len(arrays) + 1, dtype=np.int64)
-    hdr[1:] = np.cumsum([np.asarray(a).size for a in arrays])
-    for name, a in zip(TABLES, arrays):
-        a = np.asarray(a)
-        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
-            raise ValueError(f"pre3 cuda: table {name} has values outside int32")
-    tabs = np.concatenate([np.asarray(a, dtype=np.int32).ravel() for a in arrays]) if arrays else np.zeros(0, np.int32)
-    return tabs, hdr
-
 
 def step_layout(B: int, L: int) -> tuple[int, int, int, int]:
     """Offsets of a step's int32 input buffer: stacks ``[0, B*L)`` (B rows of L), lengths, lexer classes, job

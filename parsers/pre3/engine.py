@@ -157,6 +157,14 @@ class _Shared:
                            j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], j["dense_id"], j["dense_mask"],
                            int(j["n_ch"]), int(j["chunk"]) // 32)
         self.job_lcp = j["job_lcp"] if opts["share_prefixes"] else np.zeros_like(j["job_lcp"])
+        # the CPU kernels' tables in one pack (kernels.CPU_TABLES): one array argument instead of 22 per call
+        from gcdbench.parsers.pre3.kernels import CPU_TABLES, pack_tables
+
+        self.tabs, self.hdr = pack_tables(tuple(self.dpda_arrays) + (
+            j["seq_ptr"], j["seq_term"], j["pend_ptr"], j["pend_term"], j["cls_ptr"], j["job_seq"], j["job_pend"],
+            j["jt_ptr"], j["jt_tok"], j["dense_id"], self.job_lcp), CPU_TABLES, wide=True)
+        self.dense_mask = j["dense_mask"]
+        self.n_ch, self.ch_words = int(j["n_ch"]), int(j["chunk"]) // 32
         self.max_len = int(j["max_seq_len"])
         # the memo's key packs (committed height, state, terminal) into 64 bits: 2^20 states, 2^12 terminals
         fits = int(p.n_states) < 2**20 and self.n_sym < 2**12
@@ -185,13 +193,15 @@ class _Shared:
         else:
             import numba
 
-            from gcdbench.parsers.pre3.kernels import masks_cpu
+            from gcdbench.parsers.pre3.kernels import masks_cpu, masks_cpu_serial
 
             n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
-            numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
-            broken = masks_cpu(*self.dpda_arrays, self.n_sym, self.guard, *self.job_arrays, self.job_lcp,
-                               self.max_len, self.memo_cap, self.maxloc, 8 * n if n > 1 else 1, base, lens, cls,
-                               out_u32)
+            kernel = masks_cpu_serial if n == 1 else masks_cpu
+            if n > 1:
+                numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
+            broken = kernel(self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch,
+                            self.ch_words, self.max_len, self.memo_cap, self.maxloc, 8 * n if n > 1 else 1, base, lens,
+                            cls, out_u32)
         if broken:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 
@@ -394,7 +404,7 @@ class Pre3Engine(Engine):
             grown[0, : self._L] = self._stack[0, : self._L]
             self._stack = grown
         loc = np.empty((len(terms) + 1) * (sh.max_push + 1) + 2, dtype=np.int32)
-        r, L = commit_terms(*sh.dpda_arrays, sh.n_sym, sh.guard, self._stack, self._L,
+        r, L = commit_terms(sh.tabs, sh.hdr, sh.n_sym, sh.guard, self._stack, self._L,
                             np.asarray(terms, dtype=np.int32), loc)
         if r == -2:
             raise EngineError("pre3: a DPDA run did not terminate (a construction bug)")

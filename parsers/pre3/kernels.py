@@ -9,7 +9,7 @@ it pushed) and the run's own states go to a small private array ``loc[:ll]``. Jo
 reads, so the jobs of every sequence of a batch run in parallel (numba ``prange`` parts on the CPU, one GPU
 thread each), and nothing is kept between steps: the sampled token is committed on the host. Within one CPU part,
 consecutive jobs reuse the overlays of the prefix they share and a memo of runs on the committed stack
-(``masks_cpu``, ``feed_memo``); the results are those of running each job alone.
+(``masks_batch``, ``feed_memo``); the results are those of running each job alone.
 
 The functions below are compiled twice by ``variant`` (``njit`` or ``cuda.jit(device=True)``); ``edge_step`` is
 the one DPDA step every run (and the build-time sort of ``context.py``) is made of. The CPU batch kernel is at the
@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from gcdbench.parsers.targets import variant
+from gcdbench.parsers.targets import rebind, variant
 
 SHIFT, ACCEPT, TO_R = 0, 1, 2   # edge kinds (dpda.py)
 OK, REJECT, ACCEPTED, BROKEN = 0, -1, 1, -2   # results of feed
@@ -204,12 +204,51 @@ peek_cpu, edge_step_cpu, feed_cpu, run_seq_cpu, tail_ok_cpu, job_ok_cpu = compil
 feed_memo_cpu = variant(feed_memo, "cpu", _peek=peek_cpu, _edge_step=edge_step_cpu)
 
 
+#: the static 1-D tables of the kernels, packed end to end by :func:`pack_tables` in this order: the DPDA's
+#: (``PackedDPDA.arrays``), then the jobs' (the CUDA kernels read these; the CPU's add ``job_lcp``)
+TABLES = ("key_ptr", "key_edge", "cond_ptr", "cond_depth", "cond_state", "pop", "push_ptr", "push_state", "kind",
+          "arg", "shift_to", "seq_ptr", "seq_term", "pend_ptr", "pend_term", "cls_ptr", "job_seq", "job_pend",
+          "jt_ptr", "jt_tok", "dense_id")
+CPU_TABLES = TABLES + ("job_lcp",)
+
+
+def pack_tables(arrays, names=TABLES, wide: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(tabs, hdr)``: the 1-D integer ``arrays`` (in ``names`` order) end to end as int32, and the offsets
+    (``tabs[hdr[k]:hdr[k + 1]]`` is table k). A value outside int32 is an error (the CUDA kernels: 64-bit values
+    would double the registers a thread holds them in) or, with ``wide``, makes the whole pack int64 (CPU)."""
+    arrays = [np.asarray(a).ravel() for a in arrays]
+    hdr = np.zeros(len(arrays) + 1, dtype=np.int64)
+    hdr[1:] = np.cumsum([a.size for a in arrays])
+    dtype = np.int32
+    for name, a in zip(names, arrays):
+        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+            if not wide:
+                raise ValueError(f"pre3: table {name} has values outside int32")
+            dtype = np.int64
+    tabs = np.concatenate([a.astype(dtype, copy=False) for a in arrays]) if arrays else np.zeros(0, dtype)
+    return tabs, hdr
+
+
+@numba.njit(inline="always")
+def _tab(tabs, hdr, k):
+    return tabs[hdr[k]:hdr[k + 1]]
+
+
+@numba.njit(inline="always")
+def dpda_views(tabs, hdr):
+    """The DPDA's tables (the first 11 of :data:`TABLES`) viewed from a pack."""
+    return (_tab(tabs, hdr, 0), _tab(tabs, hdr, 1), _tab(tabs, hdr, 2), _tab(tabs, hdr, 3), _tab(tabs, hdr, 4),
+            _tab(tabs, hdr, 5), _tab(tabs, hdr, 6), _tab(tabs, hdr, 7), _tab(tabs, hdr, 8), _tab(tabs, hdr, 9),
+            _tab(tabs, hdr, 10))
+
+
 @numba.njit(cache=True)
-def commit_terms(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
-                 shift_to, n_sym, guard, stack, L, terms, loc):
+def commit_terms(tabs, hdr, n_sym, guard, stack, L, terms, loc):
     """Feed ``terms`` to the committed stack ``stack[0, :L]`` in place: (status, new length). status is OK,
     ACCEPTED (only for ``$END``), REJECT or BROKEN. ``stack`` must have room for the growth (the caller
-    sizes it)."""
+    sizes it). The DPDA's tables come packed (:func:`pack_tables`)."""
+    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = \
+        dpda_views(tabs, hdr)
     bl = L
     ll = 0
     r = 0
@@ -224,11 +263,8 @@ def commit_terms(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_
     return r, bl + ll
 
 
-@numba.njit(parallel=True, cache=True)
-def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-              n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, cls_ptr, job_seq, job_pend, jt_ptr,
-              jt_tok, dense_id, dense_mask, n_ch, ch_words, job_lcp, max_len, memo_cap, maxloc, n_parts, base, lens,
-              cls, out):
+def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, max_len, memo_cap, maxloc, n_parts,
+                base, lens, cls, out):
     """Masks of B sequences (stacks ``base[b, :lens[b]]``, lexer classes ``cls[b]``, -1 = finished) into
     ``out[b]`` (uint32 words). Phase 1: every (sequence, job) pair, split over ``n_parts`` parallel parts;
     phase 2: every (sequence, token chunk) sets the bits of its allowed jobs' tokens, or ORs their mask rows
@@ -240,7 +276,17 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
     sequence it ran last: a job resumes from the deepest one it shares, and a job that shares the terminal
     where that run failed fails the same way without running (after a finished JSON value, every token that
     starts with a space runs the space's reductions once, not once per token). Runs on the committed stack are
-    memoised per sequence (``feed_memo``, ``memo_cap`` entries, 0 = none)."""
+    memoised per sequence (``feed_memo``, ``memo_cap`` entries, 0 = none).
+
+    The static tables come packed (:func:`pack_tables`: ``tabs``, ``hdr``, in :data:`CPU_TABLES` order) and are
+    viewed here: each array argument costs its unboxing on every call from Python (36 arguments before)."""
+    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = \
+        dpda_views(tabs, hdr)
+    seq_ptr, seq_term, pend_ptr, pend_term = _tab(tabs, hdr, 11), _tab(tabs, hdr, 12), _tab(tabs, hdr, 13), \
+        _tab(tabs, hdr, 14)
+    cls_ptr, job_seq, job_pend, jt_ptr = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17), \
+        _tab(tabs, hdr, 18)
+    jt_tok, dense_id, job_lcp = _tab(tabs, hdr, 19), _tab(tabs, hdr, 20), _tab(tabs, hdr, 21)
     B = base.shape[0]
     offs = np.zeros(B + 1, dtype=np.int64)
     for b in range(B):
@@ -346,6 +392,12 @@ def masks_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
         if flags[i] == -2:
             broken += 1
     return broken
+
+
+#: the batch kernel on numba's thread pool, and the same code compiled without it for one thread (there ``prange``
+#: is ``range``): a parallel region costs its launch on every call even when one thread runs it
+masks_cpu = numba.njit(parallel=True, cache=True)(masks_batch)
+masks_cpu_serial = numba.njit(cache=True)(rebind(masks_batch, {}, suffix="_serial"))
 
 
 # -- the build-time sort of context.py: runs on a stack of which only the top part is known ------------------

@@ -364,15 +364,12 @@ class CudaSearch:
 
     def _buffers(self, n: int, Lt: int, job_words: int):
         g = self.g
-        cur_w = g.scratch_words(n + self.D)
-        s = self._scratch
-        if s is None or s[0].shape[1] < cur_w or s[2].shape[1] < 2 * Lt + 1:
-            cw = max(cur_w, 2 * (s[0].shape[1] if s else 0))
-            pw = max(2 * Lt + 1, 2 * (s[2].shape[1] if s else 0))
-            self._scratch = s = (self._alloc((self.workers, cw), np.uint64), self._alloc((self.workers, g.WN), np.uint64),
-                                 self._alloc((self.workers, pw), np.int64))
+        w, a = self.workers, self._alloc
+        cur, seeds, paths = self._scratch or (None, None, None)
+        self._scratch = s = (grown(cur, (w, g.scratch_words(n + self.D)), np.uint64, a, axis=1),
+                             grown(seeds, (w, g.WN), np.uint64, a), grown(paths, (w, 2 * Lt + 1), np.int64, a, axis=1))
         djob, job = self._job or (None, None)
-        self._job = (grown(djob, (job_words,), np.int64, self._alloc), grown(job, (job_words,), np.int64, np.zeros))
+        self._job = (grown(djob, (job_words,), np.int64, a), grown(job, (job_words,), np.int64, np.zeros))
         return s
 
     # -- one search ---------------------------------------------------------------------------------------------
