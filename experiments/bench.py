@@ -41,6 +41,7 @@ import numpy as np
 from gcdbench.experiments.bench_batch import time_batch
 from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, load, option_sets, parse_overrides,
                                               per_prefix)
+from gcdbench.parsers.base import CompileError
 
 
 def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
@@ -268,7 +269,12 @@ def main(argv=None) -> None:
             ds = load(name, dopts, args.data_root, args.n, args.seed)
             for engine in args.engine:
                 for opts in sets[engine]:
-                    out = run(engine, opts, name, ds, tok, args)
+                    try:
+                        out = run(engine, opts, name, ds, tok, args)
+                    except CompileError as exc:   # a refused grammar is a record, and the other cells still run
+                        out = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts,
+                               "compile_error": str(exc)}
+                        print(json.dumps(out, default=str), flush=True)
                     records.extend(out if isinstance(out, list) else [out])
     if args.out:
         from gcdbench.experiments.benchfile import write_bench

@@ -51,6 +51,19 @@ def test_masks_and_batch_smoke(tmp_path):
 
 
 @pytest.mark.slow
+def test_masks_records_a_refused_grammar_and_runs_the_other_cells(tmp_path):
+    """Pre3's character level refuses the SQL grammar (not LALR(1) there): that cell is a record with the error,
+    and the lexer front end's cell after it still runs."""
+    out = tmp_path / "masks.json"
+    bench.main(["masks", "--engine", "pre3", "--dataset", "sample", "--n", "1", "--tokenizer", "bytes",
+                "--sweep", "pre3.front_end=chars,lexer", "--out", str(out)])
+    chars, lexer = _records(out)
+    assert chars["options"] == {"front_end": "chars"} and "not LALR(1)" in chars["compile_error"]
+    assert "mask_p99_us" not in chars
+    assert lexer["options"] == {"front_end": "lexer"} and lexer["outcomes"] == {"ok": 1}
+
+
+@pytest.mark.slow
 def test_batch_sharded_over_processes_steps_together(tmp_path):
     """--processes 2: the 3 sequences run as shards of 2 and 1 in two spawned processes; the batch's step is the
     slower shard's at each step, so its maximum is the shards' largest; no sequence fails."""
