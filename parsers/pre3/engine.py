@@ -193,15 +193,13 @@ class _Shared:
         else:
             import numba
 
-            from gcdbench.parsers.pre3.kernels import masks_cpu, masks_cpu_serial
+            from gcdbench.parsers.pre3.kernels import masks_cpu, masks_cpu_one
 
             n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
-            kernel = masks_cpu_serial if n == 1 else masks_cpu
-            if n > 1:
-                numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
-            broken = kernel(self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch,
-                            self.ch_words, self.max_len, self.memo_cap, self.maxloc, 8 * n if n > 1 else 1, base, lens,
-                            cls, out_u32)
+            numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
+            broken = (masks_cpu if n > 1 else masks_cpu_one)(
+                self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch, self.ch_words,
+                self.max_len, self.memo_cap, self.maxloc, 8 * n if n > 1 else 1, base, lens, cls, out_u32)
         if broken:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 
@@ -348,6 +346,7 @@ class Pre3Engine(Engine):
         self._L = 1
         self._q = 0
         self._finished = False
+        self._one = (np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int32))   # fill_mask's length and class
 
     def fork(self) -> "Pre3Engine":
         other = type(self)(**self.opts)
@@ -372,9 +371,10 @@ class Pre3Engine(Engine):
     def fill_mask(self, out: np.ndarray) -> None:
         if not out.flags.c_contiguous:
             raise ValueError("pre3: the mask buffer must be a C-contiguous int32 array")
-        out2 = out.reshape(1, -1)
-        self._shared.masks(self._stack, np.array([self._L], dtype=np.int64), np.array([self._cls()], dtype=np.int32),
-                           out2.view(np.uint32))
+        lens, cls = self._one
+        lens[0] = self._L
+        cls[0] = self._cls()
+        self._shared.masks(self._stack, lens, cls, out.reshape(1, -1).view(np.uint32))
 
     def fill_masks(self, seqs: Sequence["Pre3Engine"], out: np.ndarray) -> None:
         sh = self._shared

@@ -279,14 +279,11 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
     memoised per sequence (``feed_memo``, ``memo_cap`` entries, 0 = none).
 
     The static tables come packed (:func:`pack_tables`: ``tabs``, ``hdr``, in :data:`CPU_TABLES` order) and are
-    viewed here: each array argument costs its unboxing on every call from Python (36 arguments before)."""
-    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = \
-        dpda_views(tabs, hdr)
-    seq_ptr, seq_term, pend_ptr, pend_term = _tab(tabs, hdr, 11), _tab(tabs, hdr, 12), _tab(tabs, hdr, 13), \
-        _tab(tabs, hdr, 14)
-    cls_ptr, job_seq, job_pend, jt_ptr = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17), \
-        _tab(tabs, hdr, 18)
-    jt_tok, dense_id, job_lcp = _tab(tabs, hdr, 19), _tab(tabs, hdr, 20), _tab(tabs, hdr, 21)
+    viewed where they are read: each array argument costs its unboxing on every call from Python (36 arguments
+    before). The work of a part and of a chunk are written once (:func:`run_part`, :func:`scatter_chunk`, inlined):
+    :data:`masks_cpu` runs both phases in parallel regions, :data:`masks_cpu_one` (one thread) phase 2 in a plain
+    loop (a region costs its launch on every call)."""
+    cls_ptr = _tab(tabs, hdr, 15)
     B = base.shape[0]
     offs = np.zeros(B + 1, dtype=np.int64)
     for b in range(B):
@@ -296,97 +293,25 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
     flags = np.zeros(total, dtype=np.int8)
     parts = min(n_parts, total)
     for p in prange(parts):
-        locs = np.empty((max_len + 1, maxloc), dtype=np.int32)   # the overlay after d terminals: locs[d, :lls[d]]
-        bls = np.zeros(max_len + 1, dtype=np.int64)
-        lls = np.zeros(max_len + 1, dtype=np.int64)
-        loc2 = np.empty(maxloc, dtype=np.int32)
-        mkey = np.full(memo_cap, -1, dtype=np.int64)
-        mval = np.empty((memo_cap, 3), dtype=np.int64)
-        mloc = np.empty((memo_cap, 8), dtype=np.int32)
-        lo = total * p // parts
-        hi = total * (p + 1) // parts
-        b = 0
-        prev_b = -1
-        good = 0      # overlays 0..good are those of the last sequence run
-        fail = -1     # that run failed on its terminal `fail` (-1: it did not fail), with result `fail_r`
-        fail_r = 0
-        for i in range(lo, hi):
-            while i >= offs[b + 1]:
-                b += 1
-            j = cls_ptr[cls[b]] + (i - offs[b])
-            if b != prev_b:
-                bls[0] = lens[b]
-                lls[0] = 0
-                prev_b = b
-                good = 0
-                fail = -1
-                mkey[:] = -1
-            shared = job_lcp[j] if i > lo and i > offs[b] else 0
-            if fail >= 0 and shared > fail:   # shares the terminal its predecessor failed on
-                flags[i] = fail_r
-                continue
-            d = min(shared, good)
-            n = seq_ptr[job_seq[j] + 1] - seq_ptr[job_seq[j]]
-            fail = -1
-            s0 = seq_ptr[job_seq[j]]
-            while d < n:
-                ll = lls[d]
-                for x in range(ll):
-                    locs[d + 1, x] = locs[d, x]
-                r, bl2, ll2 = feed_memo_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
-                                            push_state, kind, arg, shift_to, n_sym, guard, base, b, bls[d],
-                                            locs[d + 1], ll, seq_term[s0 + d], mkey, mval, mloc)
-                if r != 0:
-                    fail = d
-                    fail_r = -2 if r == -2 else 0
-                    break
-                bls[d + 1] = bl2
-                lls[d + 1] = ll2
-                d += 1
-            good = d
-            if fail >= 0:
-                flags[i] = fail_r
-            else:
-                flags[i] = tail_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
-                                       push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym,
-                                       base, b, bls[n], lls[n], job_pend[j], locs[n], loc2)
+        run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, lens, cls, offs, flags, p, parts)
     # the allowed (sequence, job) pairs, grouped by sequence, so phase 2 passes over them only
     acnt = np.zeros(B + 1, dtype=np.int64)
-    for b in prange(B):
+    for b in range(B):
         k = 0
         for i in range(offs[b], offs[b + 1]):
             if flags[i] == 1:
                 k += 1
-        acnt[b + 1] = k
-    for b in range(B):
-        acnt[b + 1] += acnt[b]
+        acnt[b + 1] = acnt[b] + k
     allowed = np.empty(acnt[B], dtype=np.int64)
-    for b in prange(B):
+    for b in range(B):
         k = acnt[b]
         j0 = cls_ptr[cls[b]] - offs[b] if cls[b] >= 0 else 0
         for i in range(offs[b], offs[b + 1]):
             if flags[i] == 1:
                 allowed[k] = j0 + i
                 k += 1
-    W = out.shape[1]
-    one = np.uint32(1)
-    for t in prange(B * n_ch):
-        b = t // n_ch
-        k = t - b * n_ch
-        w0 = k * ch_words
-        w1 = min(w0 + ch_words, W)
-        for w in range(w0, w1):
-            out[b, w] = 0
-        for a in range(acnt[b], acnt[b + 1]):
-            j = allowed[a]
-            d = dense_id[j]
-            if d >= 0:
-                for w in range(w0, w1):
-                    out[b, w] |= dense_mask[d, w]
-                continue
-            for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
-                v = jt_tok[x]
-                out[b, v >> 5] |= one << np.uint32(v & 31)
+    for t in chunk_range(B * n_ch):
+        scatter_chunk(tabs, hdr, dense_mask, n_ch, ch_words, acnt, allowed, out, t)
     broken = 0
     for i in range(total):
         if flags[i] == -2:
@@ -394,10 +319,106 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
     return broken
 
 
-#: the batch kernel on numba's thread pool, and the same code compiled without it for one thread (there ``prange``
-#: is ``range``): a parallel region costs its launch on every call even when one thread runs it
+@numba.njit(inline="always")
+def run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, lens, cls, offs, flags, p, parts):
+    """Phase 1 of :func:`masks_batch`, part ``p`` of ``parts``: the flags of its share of the (sequence, job)
+    pairs (``flags[i]``: 1 allowed, 0 not, -2 a run did not terminate)."""
+    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = \
+        dpda_views(tabs, hdr)
+    seq_ptr, seq_term, pend_ptr, pend_term = _tab(tabs, hdr, 11), _tab(tabs, hdr, 12), _tab(tabs, hdr, 13), \
+        _tab(tabs, hdr, 14)
+    cls_ptr, job_seq, job_pend, job_lcp = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17), \
+        _tab(tabs, hdr, 21)
+    total = offs[offs.size - 1]
+    locs = np.empty((max_len + 1, maxloc), dtype=np.int32)   # the overlay after d terminals: locs[d, :lls[d]]
+    bls = np.zeros(max_len + 1, dtype=np.int64)
+    lls = np.zeros(max_len + 1, dtype=np.int64)
+    loc2 = np.empty(maxloc, dtype=np.int32)
+    mkey = np.full(memo_cap, -1, dtype=np.int64)
+    mval = np.empty((memo_cap, 3), dtype=np.int64)
+    mloc = np.empty((memo_cap, 8), dtype=np.int32)
+    lo = total * p // parts
+    hi = total * (p + 1) // parts
+    b = 0
+    prev_b = -1
+    good = 0      # overlays 0..good are those of the last sequence run
+    fail = -1     # that run failed on its terminal `fail` (-1: it did not fail), with result `fail_r`
+    fail_r = 0
+    for i in range(lo, hi):
+        while i >= offs[b + 1]:
+            b += 1
+        j = cls_ptr[cls[b]] + (i - offs[b])
+        if b != prev_b:
+            bls[0] = lens[b]
+            lls[0] = 0
+            prev_b = b
+            good = 0
+            fail = -1
+            mkey[:] = -1
+        shared = job_lcp[j] if i > lo and i > offs[b] else 0
+        if fail >= 0 and shared > fail:   # shares the terminal its predecessor failed on
+            flags[i] = fail_r
+            continue
+        d = min(shared, good)
+        n = seq_ptr[job_seq[j] + 1] - seq_ptr[job_seq[j]]
+        fail = -1
+        s0 = seq_ptr[job_seq[j]]
+        while d < n:
+            ll = lls[d]
+            for x in range(ll):
+                locs[d + 1, x] = locs[d, x]
+            r, bl2, ll2 = feed_memo_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
+                                        push_state, kind, arg, shift_to, n_sym, guard, base, b, bls[d],
+                                        locs[d + 1], ll, seq_term[s0 + d], mkey, mval, mloc)
+            if r != 0:
+                fail = d
+                fail_r = -2 if r == -2 else 0
+                break
+            bls[d + 1] = bl2
+            lls[d + 1] = ll2
+            d += 1
+        good = d
+        if fail >= 0:
+            flags[i] = fail_r
+        else:
+            flags[i] = tail_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
+                                   push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym,
+                                   base, b, bls[n], lls[n], job_pend[j], locs[n], loc2)
+
+
+@numba.njit(inline="always")
+def scatter_chunk(tabs, hdr, dense_mask, n_ch, ch_words, acnt, allowed, out, t):
+    """Phase 2 of :func:`masks_batch`, item ``t`` = (sequence, vocabulary chunk): zero the chunk's words of the
+    sequence's mask, then OR in the rows of its allowed dense jobs and set the bits of the other allowed jobs'
+    tokens in the chunk."""
+    jt_ptr, jt_tok, dense_id = _tab(tabs, hdr, 18), _tab(tabs, hdr, 19), _tab(tabs, hdr, 20)
+    W = out.shape[1]
+    one = np.uint32(1)
+    b = t // n_ch
+    k = t - b * n_ch
+    w0 = k * ch_words
+    w1 = min(w0 + ch_words, W)
+    for w in range(w0, w1):
+        out[b, w] = 0
+    for a in range(acnt[b], acnt[b + 1]):
+        j = allowed[a]
+        d = dense_id[j]
+        if d >= 0:
+            for w in range(w0, w1):
+                out[b, w] |= dense_mask[d, w]
+            continue
+        for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
+            v = jt_tok[x]
+            out[b, v >> 5] |= one << np.uint32(v & 31)
+
+
+chunk_range = prange
+#: the batch kernel on numba's thread pool (``threads`` > 1); for one thread the same source with phase 2 in a plain
+#: loop (``chunk_range``): one parallel region a call instead of two. Phase 1 stays a parallel region even there:
+#: compiled without ``parallel`` the job loop ran 2.4x slower (Spider p50 144 vs 60 µs a mask, back to back on
+#: this 2-core VM), and the CPU time of a region's launch is smaller than that
 masks_cpu = numba.njit(parallel=True, cache=True)(masks_batch)
-masks_cpu_serial = numba.njit(cache=True)(rebind(masks_batch, {}, suffix="_serial"))
+masks_cpu_one = numba.njit(parallel=True, cache=True)(rebind(masks_batch, {"chunk_range": range}, suffix="_one"))
 
 
 # -- the build-time sort of context.py: runs on a stack of which only the top part is known ------------------
