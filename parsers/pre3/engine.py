@@ -186,20 +186,23 @@ class _Shared:
             from gcdbench.parsers.pre3.cuda_kernels import CudaMasks
 
             self.cuda = CudaMasks(self, threads=int(opts["cuda_threads"]), block=int(opts["cuda_block"]))
-
-    def masks(self, base: np.ndarray, lens: np.ndarray, cls: np.ndarray, out_u32: np.ndarray) -> None:
-        if self.cuda is not None:
-            broken = self.cuda.masks(base, lens, cls, out_u32)
         else:
             import numba
 
             from gcdbench.parsers.pre3.kernels import masks_cpu, masks_cpu_one
 
-            n = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
-            numba.set_num_threads(n)   # per calling thread; another engine in this thread may have changed it
-            broken = (masks_cpu if n > 1 else masks_cpu_one)(
-                self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch, self.ch_words,
-                self.max_len, self.memo_cap, self.maxloc, 8 * n if n > 1 else 1, base, lens, cls, out_u32)
+            self.set_threads = numba.set_num_threads
+            self.threads = numba.config.NUMBA_NUM_THREADS if self.threads <= 0 else self.threads
+            self.kernel = masks_cpu if self.threads > 1 else masks_cpu_one
+
+    def masks(self, base: np.ndarray, lens: np.ndarray, cls: np.ndarray, out_u32: np.ndarray) -> None:
+        if self.cuda is not None:
+            broken = self.cuda.masks(base, lens, cls, out_u32)
+        else:
+            self.set_threads(self.threads)   # per calling thread; another engine here may have changed it
+            broken = self.kernel(self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch,
+                                 self.ch_words, self.max_len, self.memo_cap, self.maxloc, self.threads, base, lens, cls,
+                                 out_u32)
         if broken:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 

@@ -263,10 +263,12 @@ def commit_terms(tabs, hdr, n_sym, guard, stack, L, terms, loc):
     return r, bl + ll
 
 
-def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, max_len, memo_cap, maxloc, n_parts,
+def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, max_len, memo_cap, maxloc, threads,
                 base, lens, cls, out):
     """Masks of B sequences (stacks ``base[b, :lens[b]]``, lexer classes ``cls[b]``, -1 = finished) into
-    ``out[b]`` (uint32 words). Phase 1: every (sequence, job) pair, split over ``n_parts`` parallel parts;
+    ``out[b]`` (uint32 words), ``threads`` being the thread count the caller set (``numba.set_num_threads``;
+    called here, it would make the function uncachable: numba reads it through a ctypes pointer). Phase 1: every
+    (sequence, job) pair, split over ``8 * threads`` parallel parts (one for one thread);
     phase 2: every (sequence, token chunk) sets the bits of its allowed jobs' tokens, or ORs their mask rows
     (dense jobs), over the chunk's words (chunks own disjoint words, so no two threads write one word).
     Returns the number of BROKEN runs (0 when all is well).
@@ -291,7 +293,7 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
         offs[b + 1] = offs[b] + (cls_ptr[c + 1] - cls_ptr[c] if c >= 0 else 0)
     total = offs[B]
     flags = np.zeros(total, dtype=np.int8)
-    parts = min(n_parts, total)
+    parts = min(8 * threads if threads > 1 else 1, total)
     for p in prange(parts):
         run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, lens, cls, offs, flags, p, parts)
     # the allowed (sequence, job) pairs, grouped by sequence, so phase 2 passes over them only
