@@ -9,6 +9,8 @@ from __future__ import annotations
 import types
 
 import numba
+from numba.core import types as nbtypes
+from numba.core.extending import intrinsic
 
 
 def rebind(fn, bind: dict, suffix: str = ""):
@@ -29,3 +31,35 @@ def variant(fn, target: str, **bind):
     from numba import cuda
 
     return cuda.jit(device=True)(f)
+
+
+# -- arrays without reference counting, for hot CPU loops ------------------------------------------------------
+# numba counts references to every array it copies or passes, with an atomic add on the array's memory record
+# (NRT_incref/NRT_decref); inside a job loop that inlines a DPDA step over 11 table views that cost half of a
+# serially compiled Pre³ mask (perf: 52% in those two functions). A parallel region's body does not pay it, as its
+# arrays come in without a record. ``borrowed`` gives the same: a view without a record, whose owner must outlive
+# it (an argument of the caller, or an array passed to ``keep_alive`` after the last use of the view).
+@intrinsic
+def borrowed(typingctx, arr):
+    """The array ``arr`` without its memory record: copies and passes cost no atomic operations."""
+    if not isinstance(arr, nbtypes.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, value=args[0])
+        out = context.make_array(sig.return_type)(context, builder)
+        context.populate_array(out, data=src.data, shape=src.shape, strides=src.strides, itemsize=src.itemsize,
+                               meminfo=None)
+        return out._getvalue()
+
+    return arr(arr), codegen
+
+
+@intrinsic
+def keep_alive(typingctx, arrs):
+    """A use of the arrays ``arrs`` (a tuple) that does nothing: numba frees an array after its last use, so the
+    owners of ``borrowed`` views are passed here after the views' last use."""
+    def codegen(context, builder, sig, args):
+        return context.get_dummy_value()
+
+    return nbtypes.none(arrs), codegen

@@ -465,7 +465,7 @@ def test_jobs_share_prefixes_in_order_and_masks_equal_unshared():
             e.compile(spec, tok)
         sh = eng._shared
         assert not plain._shared.job_lcp.any() and plain._shared.memo_cap == 0 and sh.memo_cap == 256
-        seq_ptr, seq_term, cls_ptr, job_seq = sh.job_arrays[0], sh.job_arrays[1], sh.job_arrays[5], sh.job_arrays[6]
+        seq_ptr, seq_term, cls_ptr, job_seq = (sh.jobs[k] for k in ("seq_ptr", "seq_term", "cls_ptr", "job_seq"))
         seq = lambda j: seq_term[seq_ptr[job_seq[j]]:seq_ptr[job_seq[j] + 1]].tolist()   # noqa: E731
         shared = 0
         for c in range(len(cls_ptr) - 1):
@@ -651,7 +651,7 @@ def test_context_split_equals_plain_char_level(name):
             if nxt == tok.eos_id:
                 break
     assert steps > 20
-    jobs = split._shared.job_arrays[5]   # cls_ptr
+    jobs = split._shared.jobs["cls_ptr"]
     assert int(np.diff(jobs).max()) < plain.info()["jobs"]
 
 

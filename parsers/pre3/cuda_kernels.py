@@ -7,13 +7,13 @@
   or its precomputed row (dense jobs) is OR-ed in, with ``atomic.or_`` (jobs of one sequence share words).
 
 Transfers and launches, per step: the static tables (DPDA and jobs) are on the device from compile, packed into
-one int32 array ``tabs`` with an offset table ``hdr`` (:func:`pack_tables`; each kernel views them again first
-thing), so a launch passes 10-13 arguments (28 before). The step's inputs (stacks, lengths, lexer classes, job offsets)
-go up as one pinned int32 buffer (:func:`step_layout`), the masks and the count of broken runs (one extra row of
-the output) come back as one copy; every per-step buffer is grow-only, and each kernel is launched specialized
-to its first launch's types (``parsers.cuda_launch``). Results are bit for bit those of the CPU backend (the same
-jobs decide the same tokens). With ``NUMBA_ENABLE_CUDASIM=1`` the kernels run in numba's simulator (tests keep
-vocabularies tiny).
+one int32 array ``tabs`` with an offset table ``hdr`` (the CPU backend's own pack, ``kernels.pack_tables``; each
+kernel views them again first thing), so a launch passes 10-13 arguments (28 before). The step's inputs (stacks,
+lengths, lexer classes, job offsets) go up as one pinned int32 buffer (:func:`step_layout`), the masks and the
+count of broken runs (one extra row of the output) come back as one copy; every per-step buffer is grow-only,
+and each kernel is launched specialized to its first launch's types (``parsers.cuda_launch``). Results are bit
+for bit those of the CPU backend (the same jobs decide the same tokens). With ``NUMBA_ENABLE_CUDASIM=1`` the
+kernels run in numba's simulator (tests keep vocabularies tiny).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from numba import cuda
 
 from gcdbench.parsers.base import EngineError
 from gcdbench.parsers.cuda_launch import Launcher, grown
-from gcdbench.parsers.pre3.kernels import compile_for, pack_tables
+from gcdbench.parsers.pre3.kernels import compile_for
 
 _peek, _edge_step, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
 
@@ -151,14 +151,13 @@ class CudaMasks:
         self.threads = max(self.block, (int(threads) + self.block - 1) // self.block * self.block)
         self.maxloc = shared.maxloc
         self.n_sym, self.guard, self.end_sym = shared.n_sym, shared.guard, shared.end_sym
-        (seq_ptr, seq_term, pend_ptr, pend_term, _end, cls_ptr, job_seq, job_pend, jt_ptr, jt_tok, dense_id,
-         dense_mask, n_ch, ch_words) = shared.job_arrays
-        self.cls_ptr_host = np.asarray(cls_ptr, dtype=np.int64)
-        self.n_ch, self.ch_words = int(n_ch), int(ch_words)
-        tabs, hdr = pack_tables(tuple(shared.dpda_arrays) + (seq_ptr, seq_term, pend_ptr, pend_term, cls_ptr,
-                                                             job_seq, job_pend, jt_ptr, jt_tok, dense_id))
-        self.d_tabs, self.d_hdr = self._up(tabs), self._up(hdr)
-        self.d_dense = self._up(np.asarray(dense_mask, dtype=np.uint32))
+        self.cls_ptr_host = np.asarray(shared.jobs["cls_ptr"], dtype=np.int64)
+        self.n_ch, self.ch_words = shared.n_ch, shared.ch_words
+        if shared.tabs.dtype != np.int32:   # the CPU's pack went to int64: a table holds a value outside int32
+            raise ValueError("pre3: a table has values outside int32, which the CUDA kernels do not take; "
+                             "use backend=cpu for this grammar")
+        self.d_tabs, self.d_hdr = self._up(shared.tabs), self._up(shared.hdr)
+        self.d_dense = self._up(np.asarray(shared.dense_mask, dtype=np.uint32))
         self.scratch = self._device((self.threads, 2 * self.maxloc), np.int32)
         self.stats = {"steps": 0, "h2d": 0, "d2h": 0, "allocs": 0}
         self._h_step = self._d_step = self._d_flags = self._h_out = self._d_out = None

@@ -153,16 +153,15 @@ class _Shared:
         self.end_sym = int(art["end_sym"])
         self.max_push = int(art["max_push"])
         self.maxloc = int((j["max_seq_len"] + 2) * (self.max_push + 1) + 4)
-        self.job_arrays = (j["seq_ptr"], j["seq_term"], j["pend_ptr"], j["pend_term"], self.end_sym, j["cls_ptr"],
-                           j["job_seq"], j["job_pend"], j["jt_ptr"], j["jt_tok"], j["dense_id"], j["dense_mask"],
-                           int(j["n_ch"]), int(j["chunk"]) // 32)
+        self.jobs = j
         self.job_lcp = j["job_lcp"] if opts["share_prefixes"] else np.zeros_like(j["job_lcp"])
-        # the CPU kernels' tables in one pack (kernels.CPU_TABLES): one array argument instead of 22 per call
-        from gcdbench.parsers.pre3.kernels import CPU_TABLES, pack_tables
+        # the kernels' tables in one pack (in kernels.TABLES order): one array argument instead of 22 per call; the
+        # CUDA backend uploads the same pack
+        from gcdbench.parsers.pre3.kernels import pack_tables
 
         self.tabs, self.hdr = pack_tables(tuple(self.dpda_arrays) + (
             j["seq_ptr"], j["seq_term"], j["pend_ptr"], j["pend_term"], j["cls_ptr"], j["job_seq"], j["job_pend"],
-            j["jt_ptr"], j["jt_tok"], j["dense_id"], self.job_lcp), CPU_TABLES, wide=True)
+            j["jt_ptr"], j["jt_tok"], j["dense_id"], self.job_lcp))
         self.dense_mask = j["dense_mask"]
         self.n_ch, self.ch_words = int(j["n_ch"]), int(j["chunk"]) // 32
         self.max_len = int(j["max_seq_len"])
@@ -199,7 +198,8 @@ class _Shared:
         if self.cuda is not None:
             broken = self.cuda.masks(base, lens, cls, out_u32)
         else:
-            self.set_threads(self.threads)   # per calling thread; another engine here may have changed it
+            if self.threads > 1:   # per calling thread (another engine here may have changed it); ~1 µs a call
+                self.set_threads(self.threads)
             broken = self.kernel(self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch,
                                  self.ch_words, self.max_len, self.memo_cap, self.maxloc, self.threads, base, lens, cls,
                                  out_u32)
@@ -222,7 +222,8 @@ class Pre3Options:
     cuda_threads: int = option(16384, "cuda: threads per launch (grid-stride over jobs), each with its own overlay "
                                "stack (not the cpu thread count: a launch size)")
     cuda_block: int = option(128, "cuda: threads per block")
-    cache_dir: str | None = option(None, "compiled artifacts (grammar, tokenizer, options); null: $GCDBENCH_CACHE/pre3 (default ~/.cache/gcdbench)")
+    cache_dir: str | None = option(None, "compiled artifacts (grammar, tokenizer, options); "
+                                   "null: $GCDBENCH_CACHE/pre3 (default ~/.cache/gcdbench)")
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
     max_build_s: float = option(600.0, "construction time budget (checked between steps); exceeded -> CompileError")
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")

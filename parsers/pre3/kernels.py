@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from gcdbench.parsers.targets import rebind, variant
+from gcdbench.parsers.targets import borrowed, keep_alive, rebind, variant
 
 SHIFT, ACCEPT, TO_R = 0, 1, 2   # edge kinds (dpda.py)
 OK, REJECT, ACCEPTED, BROKEN = 0, -1, 1, -2   # results of feed
@@ -205,26 +205,21 @@ feed_memo_cpu = variant(feed_memo, "cpu", _peek=peek_cpu, _edge_step=edge_step_c
 
 
 #: the static 1-D tables of the kernels, packed end to end by :func:`pack_tables` in this order: the DPDA's
-#: (``PackedDPDA.arrays``), then the jobs' (the CUDA kernels read these; the CPU's add ``job_lcp``)
+#: (``PackedDPDA.arrays``), then the jobs' (the CUDA kernels read the first 21; ``job_lcp`` is the CPU's alone)
 TABLES = ("key_ptr", "key_edge", "cond_ptr", "cond_depth", "cond_state", "pop", "push_ptr", "push_state", "kind",
           "arg", "shift_to", "seq_ptr", "seq_term", "pend_ptr", "pend_term", "cls_ptr", "job_seq", "job_pend",
-          "jt_ptr", "jt_tok", "dense_id")
-CPU_TABLES = TABLES + ("job_lcp",)
+          "jt_ptr", "jt_tok", "dense_id", "job_lcp")
 
 
-def pack_tables(arrays, names=TABLES, wide: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``(tabs, hdr)``: the 1-D integer ``arrays`` (in ``names`` order) end to end as int32, and the offsets
-    (``tabs[hdr[k]:hdr[k + 1]]`` is table k). A value outside int32 is an error (the CUDA kernels: 64-bit values
-    would double the registers a thread holds them in) or, with ``wide``, makes the whole pack int64 (CPU)."""
+def pack_tables(arrays) -> tuple[np.ndarray, np.ndarray]:
+    """``(tabs, hdr)``: the 1-D integer ``arrays`` end to end, and the offsets (``tabs[hdr[k]:hdr[k + 1]]`` is
+    table k). The pack is int32 unless a value lies outside it, then int64 (the CPU kernels take either; the CUDA
+    backend refuses int64: 64-bit values would double the registers a thread holds them in)."""
     arrays = [np.asarray(a).ravel() for a in arrays]
     hdr = np.zeros(len(arrays) + 1, dtype=np.int64)
     hdr[1:] = np.cumsum([a.size for a in arrays])
-    dtype = np.int32
-    for name, a in zip(names, arrays):
-        if a.size and (a.min() < -2**31 or a.max() >= 2**31):
-            if not wide:
-                raise ValueError(f"pre3: table {name} has values outside int32")
-            dtype = np.int64
+    wide = any(a.size and (a.min() < -2**31 or a.max() >= 2**31) for a in arrays)
+    dtype = np.int64 if wide else np.int32
     tabs = np.concatenate([a.astype(dtype, copy=False) for a in arrays]) if arrays else np.zeros(0, dtype)
     return tabs, hdr
 
@@ -280,31 +275,38 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
     starts with a space runs the space's reductions once, not once per token). Runs on the committed stack are
     memoised per sequence (``feed_memo``, ``memo_cap`` entries, 0 = none).
 
-    The static tables come packed (:func:`pack_tables`: ``tabs``, ``hdr``, in :data:`CPU_TABLES` order) and are
+    The static tables come packed (:func:`pack_tables`: ``tabs``, ``hdr``, in :data:`TABLES` order) and are
     viewed where they are read: each array argument costs its unboxing on every call from Python (36 arguments
     before). The work of a part and of a chunk are written once (:func:`run_part`, :func:`scatter_chunk`, inlined):
-    :data:`masks_cpu` runs both phases in parallel regions, :data:`masks_cpu_one` (one thread) phase 2 in a plain
-    loop (a region costs its launch on every call)."""
+    :data:`masks_cpu` runs both phases in parallel regions, :data:`masks_cpu_one` (one thread) runs plain loops
+    (a region costs its launch on every call). Every array is used through a view without reference counting
+    (``targets.borrowed``): the atomic counts on the tables' views cost half a serial mask."""
+    tabs, hdr, dense_mask, base, lens, cls, out = borrowed(tabs), borrowed(hdr), borrowed(dense_mask), \
+        borrowed(base), borrowed(lens), borrowed(cls), borrowed(out)   # the caller's: no counting (targets.borrowed)
     cls_ptr = _tab(tabs, hdr, 15)
     B = base.shape[0]
-    offs = np.zeros(B + 1, dtype=np.int64)
+    offs_o = np.zeros(B + 1, dtype=np.int64)
+    offs = borrowed(offs_o)
     for b in range(B):
         c = cls[b]
         offs[b + 1] = offs[b] + (cls_ptr[c + 1] - cls_ptr[c] if c >= 0 else 0)
     total = offs[B]
-    flags = np.zeros(total, dtype=np.int8)
+    flags_o = np.zeros(total, dtype=np.int8)
+    flags = borrowed(flags_o)
     parts = min(8 * threads if threads > 1 else 1, total)
     for p in prange(parts):
         run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, lens, cls, offs, flags, p, parts)
     # the allowed (sequence, job) pairs, grouped by sequence, so phase 2 passes over them only
-    acnt = np.zeros(B + 1, dtype=np.int64)
+    acnt_o = np.zeros(B + 1, dtype=np.int64)
+    acnt = borrowed(acnt_o)
     for b in range(B):
         k = 0
         for i in range(offs[b], offs[b + 1]):
             if flags[i] == 1:
                 k += 1
         acnt[b + 1] = acnt[b] + k
-    allowed = np.empty(acnt[B], dtype=np.int64)
+    allowed_o = np.empty(acnt[B], dtype=np.int64)
+    allowed = borrowed(allowed_o)
     for b in range(B):
         k = acnt[b]
         j0 = cls_ptr[cls[b]] - offs[b] if cls[b] >= 0 else 0
@@ -318,6 +320,7 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
     for i in range(total):
         if flags[i] == -2:
             broken += 1
+    keep_alive((offs_o, acnt_o, allowed_o, flags_o))
     return broken
 
 
@@ -332,13 +335,16 @@ def run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, 
     cls_ptr, job_seq, job_pend, job_lcp = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17), \
         _tab(tabs, hdr, 21)
     total = offs[offs.size - 1]
-    locs = np.empty((max_len + 1, maxloc), dtype=np.int32)   # the overlay after d terminals: locs[d, :lls[d]]
-    bls = np.zeros(max_len + 1, dtype=np.int64)
-    lls = np.zeros(max_len + 1, dtype=np.int64)
-    loc2 = np.empty(maxloc, dtype=np.int32)
-    mkey = np.full(memo_cap, -1, dtype=np.int64)
-    mval = np.empty((memo_cap, 3), dtype=np.int64)
-    mloc = np.empty((memo_cap, 8), dtype=np.int32)
+    # scratch, used through views that are not reference counted (targets.borrowed; the owners live to the end)
+    locs_o = np.empty((max_len + 1, maxloc), dtype=np.int32)   # the overlay after d terminals: locs[d, :lls[d]]
+    bls_o = np.zeros(max_len + 1, dtype=np.int64)
+    lls_o = np.zeros(max_len + 1, dtype=np.int64)
+    loc2_o = np.empty(maxloc, dtype=np.int32)
+    mkey_o = np.full(memo_cap, -1, dtype=np.int64)
+    mval_o = np.empty((memo_cap, 3), dtype=np.int64)
+    mloc_o = np.empty((memo_cap, 8), dtype=np.int32)
+    locs, bls, lls, loc2 = borrowed(locs_o), borrowed(bls_o), borrowed(lls_o), borrowed(loc2_o)
+    mkey, mval, mloc = borrowed(mkey_o), borrowed(mval_o), borrowed(mloc_o)
     lo = total * p // parts
     hi = total * (p + 1) // parts
     b = 0
@@ -386,6 +392,7 @@ def run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, 
             flags[i] = tail_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
                                    push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym,
                                    base, b, bls[n], lls[n], job_pend[j], locs[n], loc2)
+    keep_alive((locs_o, loc2_o, mloc_o, bls_o, lls_o, mkey_o, mval_o))
 
 
 @numba.njit(inline="always")
@@ -415,12 +422,12 @@ def scatter_chunk(tabs, hdr, dense_mask, n_ch, ch_words, acnt, allowed, out, t):
 
 
 chunk_range = prange
-#: the batch kernel on numba's thread pool (``threads`` > 1); for one thread the same source with phase 2 in a plain
-#: loop (``chunk_range``): one parallel region a call instead of two. Phase 1 stays a parallel region even there:
-#: compiled without ``parallel`` the job loop ran 2.4x slower (Spider p50 144 vs 60 µs a mask, back to back on
-#: this 2-core VM), and the CPU time of a region's launch is smaller than that
+#: the batch kernel on numba's thread pool (``threads`` > 1), and for one thread the same source compiled without
+#: parallel regions (a region's launch cost ~3 µs a call). The serial build was 2.4x slower in the job loop until
+#: its arrays went through ``targets.borrowed``: half its time was reference counting, which a region's body
+#: does not do (perf, this 2-core VM)
 masks_cpu = numba.njit(parallel=True, cache=True)(masks_batch)
-masks_cpu_one = numba.njit(parallel=True, cache=True)(rebind(masks_batch, {"chunk_range": range}, suffix="_one"))
+masks_cpu_one = numba.njit(cache=True)(rebind(masks_batch, {"chunk_range": range, "prange": range}, suffix="_one"))
 
 
 # -- the build-time sort of context.py: runs on a stack of which only the top part is known ------------------
