@@ -55,6 +55,8 @@ from llvmlite import ir as llvm_ir
 from numba.core import types as nbtypes
 from numba.core.extending import intrinsic
 
+from gcdbench.parsers.targets import borrowed
+
 #: The grammar record's fields in order, each (name, kind, what it holds), the one place they are declared:
 #: :data:`Grammar` is built from it, and so are the CPU packing (:func:`pack_grammar`, :func:`unpack_grammar`) and
 #: the CUDA arguments (``PackedGrammar.dev``). Kind ``int``: a scalar; ``u64[2]``: uint64 [rows, cols];
@@ -800,13 +802,13 @@ def pack_grammar(G) -> tuple:
 @_cpu_inline
 def _tab2(flat, gm, k):
     o, r, c = gm[_GM_HEAD + 3 * k], gm[_GM_HEAD + 3 * k + 1], gm[_GM_HEAD + 3 * k + 2]
-    return flat[o:o + r * c].reshape((r, c))
+    return borrowed(flat)[o:o + r * c].reshape((r, c))   # not reference counted (targets.borrowed)
 
 
 @_cpu_inline
 def _tab1(flat, gm, k):
     o, r = gm[_GM_HEAD + 3 * k], gm[_GM_HEAD + 3 * k + 1]
-    return flat[o:o + r]
+    return borrowed(flat)[o:o + r]
 
 
 def _unpack_source() -> str:
@@ -849,6 +851,7 @@ def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, pre
     """:func:`chart_step` on the CPU (one thread) from chart node ``node`` (rows of ``nodes``; ``pathbuf`` int64
     scratch of 2 (n + 2)), then :func:`certify` against that parent chart (last terminal ``prev_term``). Returns
     the INFO word."""
+    mem, nodes, pathbuf, cur, seeds = borrowed(mem), borrowed(nodes), borrowed(pathbuf), borrowed(cur), borrowed(seeds)
     n = nodes[node, 1]
     tier_offs = pathbuf[:n + 1]
     p_offs = pathbuf[n + 1:2 * n + 3]
@@ -868,6 +871,8 @@ def extend_edges(mem, nodes, node, t, e_rows, e_terms, out_tier, out_p, out_e, c
     """A merged boundary after chart node ``node`` (CPU, one thread): terminal ``t`` (or none if < 0) from
     ``node`` itself and terminal ``e_terms[k]`` over row ``e_rows[k]`` (from an older node of the chain). No idem
     mark (the new node has no single last terminal); INFO_OLD is set, so nothing is certified from it."""
+    mem, nodes, pathbuf, cur, seeds = borrowed(mem), borrowed(nodes), borrowed(pathbuf), borrowed(cur), borrowed(seeds)
+    e_rows, e_terms = borrowed(e_rows), borrowed(e_terms)
     n = nodes[node, 1]
     tier_offs = pathbuf[:n + 1]
     p_offs = pathbuf[n + 1:2 * n + 3]
@@ -1016,7 +1021,7 @@ _GM_LEN = GM_LEN
 @_cpu_inline
 def _v(flat, sl, k):
     o = sl[_GM_LEN + 2 * k]
-    return flat[o:o + sl[_GM_LEN + 2 * k + 1]]
+    return borrowed(flat)[o:o + sl[_GM_LEN + 2 * k + 1]]
 
 
 @_cpu_inline
@@ -1140,6 +1145,9 @@ def mask_base(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable, nv
     once ``out`` holds all of them, searches the chain nodes of the tokens ``out`` does not allow yet
     (:func:`_second_phase`; ``xflag``: a zeroed uint8 scratch over lexer states). A first phase depends on its base
     only (memoised by the engine), a second phase on the whole mask."""
+    out, mem, nodes, xs, viable, work = borrowed(out), borrowed(mem), borrowed(nodes), borrowed(xs), borrowed(viable), \
+        borrowed(work)   # the caller's arrays, used without reference counts (targets.borrowed)
+    flags, scr, tot, xflag, dense = borrowed(flags), borrowed(scr), borrowed(tot), borrowed(xflag), borrowed(dense)
     A = unpack_tables(si, sl)
     N = A.node_parent.size
     if clear:
@@ -1189,6 +1197,8 @@ def mask_virtual(out, mem, nodes, c, t, xs, viable, flags, scr, clear, eos, acc,
     chart: OR their tokens into ``out`` (``clear``, ``eos``, ``acc``: see :func:`_mask_ends`) and return how many;
     else return -1 and touch nothing but scratch. (A second phase, if the lexer states have chain continuations
     (``x_chain``), needs the chart.)"""
+    out, mem, nodes, xs, viable = borrowed(out), borrowed(mem), borrowed(nodes), borrowed(xs), borrowed(viable)
+    flags, scr, tot, dense = borrowed(flags), borrowed(scr), borrowed(tot), borrowed(dense)
     A = unpack_tables(si, sl)
     G = unpack_grammar(su, si, sl)
     N = A.node_parent.size
