@@ -292,6 +292,24 @@ def test_ancestor_sets_match_bruteforce(name):
             seq += (t,)
 
 
+def _same_chart(st, node, ch, g) -> None:
+    """The packed chart node ``node`` of ``st`` holds what the readable chart ``ch`` holds at its end: EXPECT, ANC,
+    acceptance and the last tier (left-capable rows)."""
+    assert st.expected(node) == sorted(ch.expect[-1])
+    anc = st.mem[st.p_off[node]: st.p_off[node] + g.WN]
+    bits = np.unpackbits(anc.view(np.uint8), bitorder="little")[: g.n_nt]
+    assert set(np.flatnonzero(bits).tolist()) == ch.anc[-1]
+    n = len(ch.tiers) - 1
+    if n < 0:
+        return
+    assert st.accept[node] == ch.accepts()
+    W = words(n + 1)
+    tier = st.mem[st.tier_off[node]: st.tier_off[node] + g.n_left * W].reshape(g.n_left, W)
+    for a in range(g.n_left):
+        rows = np.unpackbits(tier[a].view(np.uint8), bitorder="little")[: n + 1]
+        assert set(np.flatnonzero(rows).tolist()) == {r for r in range(n + 1) if a in ch.tiers[n][r]}, (n, a)
+
+
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 def test_packed_chart_equals_readable(name):
     cnf = to_cnf(load_ir(spec(name)))
@@ -302,23 +320,39 @@ def test_packed_chart_equals_readable(name):
         st = ChartStore(g)
         node = 0
         for step in range(12):
+            _same_chart(st, node, ch, g)
             exp = sorted(ch.expect[-1])
-            assert st.expected(node) == exp
-            anc = st.mem[st.p_off[node]: st.p_off[node] + g.WN]
-            bits = np.unpackbits(anc.view(np.uint8), bitorder="little")[: g.n_nt]
-            assert set(np.flatnonzero(bits).tolist()) == ch.anc[-1]
             if not exp:
                 break
             t = rng.choice(exp)
             ch.push(t)
             node = st.child(node, t)
-            n = step
-            assert st.accept[node] == ch.accepts()
-            W = words(n + 1)
-            tier = st.mem[st.tier_off[node]: st.tier_off[node] + g.n_left * W].reshape(g.n_left, W)
-            for a in range(g.n_left):
-                rows = np.unpackbits(tier[a].view(np.uint8), bitorder="little")[: n + 1]
-                assert set(np.flatnonzero(rows).tolist()) == {r for r in range(n + 1) if a in ch.tiers[n][r]}
+        _same_chart(st, node, ch, g)
+
+
+@pytest.mark.parametrize("name,only", [("ambiguous", "ATOM"), ("ambiguous", None), ("sexpr", None)])
+def test_packed_chart_equals_readable_past_two_words(name, only):
+    """Prefixes of more than 128 terminals (a column of three words: the step's full-column skips, the early end
+    of its split loop and the unfiltered rows of nonterminals in every ancestor set apply only there) equal the
+    readable chart at every step from 120 on. ``only``: walk that terminal alone (a run of atoms: every column
+    of the ambiguous grammar fills, so the split loop ends at its first rows); else random expected terminals
+    after which the prefix goes on."""
+    cnf = to_cnf(load_ir(spec(name)))
+    g = PackedGrammar.from_cnf(cnf)
+    rng = random.Random(3)
+    ch, st, node = ReadableChart(cnf), ChartStore(g), 0
+    for step in range(140):
+        exp = [cnf.terminals.index(only)] if only is not None else sorted(ch.expect[-1])
+        rng.shuffle(exp)
+        t = next(t for t in exp if st.expected(st.child(node, t)))    # a terminal the sentence goes on after
+        ch.push(t)
+        node = st.child(node, t)
+        if step >= 120:
+            _same_chart(st, node, ch, g)
+    n = len(ch.tiers) - 1
+    assert words(n + 1) == 3
+    if only is not None:      # the case the skips are for: some column of the last tier is full
+        assert any(all(v in ch.tiers[n][r] for r in range(n + 1)) for v in range(len(cnf.nonterminals)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -923,7 +957,9 @@ from gcdbench.parsers.base import GrammarSpec
 f34 = generate_grammar(34)
 cases = [(tb.grammar, longest.text), (load_grammar("spider"), "SELECT T1.name FROM a AS T1 WHERE T1.x > --5 AND T1.y = 'a-b'"),
          (GrammarSpec(name="sexpr", lark=SEXPR_GRAMMAR), "(" + " ".join(["(f x a) uu (list-vector 9 ab)"] * 8) + ")"),
-         (GrammarSpec(name="fuzz34", lark=f34.lark), sample_sentences(f34, (25,), seed=0)[0])]
+         (GrammarSpec(name="fuzz34", lark=f34.lark), sample_sentences(f34, (25,), seed=0)[0]),
+         (GrammarSpec(name="binary", lark='start: e\ne: e e | "(" e ")" | ATOM\nATOM: /[a-c]/\n%ignore " "\n'),
+          " ".join("abc"[i % 3] for i in range(130)) + " (a b)")]
 for threads in (1, 2):
     h = hashlib.sha256()
     for sp, text in cases:
@@ -947,8 +983,9 @@ for threads in (1, 2):
 def test_no_out_of_bounds_access(data_root, tmp_path):
     """numba does not check indices: the longest TreeBank sample (more than 64 tiers: rows of two words, scratch
     and path buffers grown several times), a Spider query with '-' chains, an S-expression whose merged boundaries
-    have edges in a tier's second word and fuzz grammar 34 (token walks on merged boundaries, the mask's second
-    phase over their chains) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba cache), one and
+    have edges in a tier's second word, fuzz grammar 34 (token walks on merged boundaries, the mask's second
+    phase over their chains) and a run of 130 atoms of an ambiguous grammar (columns of three words, filled:
+    the step's skips and early ends) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba cache), one and
     two threads, and give the same masks as the normal build."""
     import os
     import subprocess

@@ -47,7 +47,8 @@ def _mask(e, vocab_size):
 
 def case_step(args) -> str:
     """step_kernel (kernels_common.chart_step on the device, one block) == the CPU step, word for word, along
-    random walks long enough for multi-word rows (more than 64 terminals)."""
+    random walks long enough for multi-word rows (more than 64 terminals); ``--only T``: walk terminal ``T`` alone;
+    ``--device-from K``: the first K steps on the CPU only (long prefixes at the simulator's cost of a few)."""
     from numba import cuda
     from test_valiant import spec
 
@@ -57,7 +58,8 @@ def case_step(args) -> str:
     from gcdbench.parsers.valiant.cuda_kernels import Step, step_kernel
     from gcdbench.parsers.valiant.engine import ChartStore
 
-    g = PackedGrammar.from_cnf(to_cnf(load_ir(spec(args.grammar))))
+    cnf = to_cnf(load_ir(spec(args.grammar)))
+    g, g_terms = PackedGrammar.from_cnf(cnf), cnf.terminals
     gt = tuple(cuda.to_device(x) if isinstance(x, np.ndarray) else x for x in g.dev)
     rng = random.Random(4)
     steps = idem = 0
@@ -68,8 +70,11 @@ def case_step(args) -> str:
             exp = st.expected(node)
             if not exp:
                 break
-            t = rng.choice(exp)
+            t = rng.choice(exp) if args.only is None else g_terms.index(args.only)
             n = st.depth[node]
+            if n < args.device_from:
+                node = st.child(node, t)
+                continue
             tiers, ps = st.path(node)
             nw = g.node_words(n)
             dmem = cuda.to_device(np.concatenate([st.mem[:st.used], np.zeros(nw, np.uint64)]))
@@ -216,6 +221,8 @@ def main(argv=None) -> None:
     ap.add_argument("--grammar", default="tiny_sql")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--only", default=None, help="step: walk this terminal alone (its name)")
+    ap.add_argument("--device-from", type=int, default=0, help="step: compare from this prefix length on")
     ap.add_argument("--skip", type=int, default=0, help="qwen3: tokens committed before the first compared mask")
     ap.add_argument("--dataset", default="spider")
     ap.add_argument("--text", default="SELECT count(*) FROM singer WHERE age > 20 AND name != 'Joe'")

@@ -215,8 +215,8 @@ class PackedGrammar:
 
     def scratch_words(self, n: int) -> int:
         """Scratch of a step on tier ``n``: the working tier (all nonterminals), its row-major copy, the row
-        summary, a flag word, ``WN`` words for the closure of a row and a word per nonterminal (how many top rows
-        of its column are set)."""
+        summary, a flag word, ``WN`` words for the closure of a row (then for the nonterminals in every ancestor
+        set of the prefix) and a word per nonterminal (how many top rows of its column are set)."""
         return self.n_nt * words(n + 1) + (n + 1) * self.WN + words(n + 1) + 1 + self.WN + self.n_nt
 
     def root(self, mem: np.ndarray, p_off: int, e_off: int) -> None:

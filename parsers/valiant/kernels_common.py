@@ -311,6 +311,12 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
                 bits ^= low
                 _or_word(cur, (wi * 64 + _ctz(low)) * W + (er >> 6), ebit)
     _sync()
+    # once every direct parent V of the grammar has rows r+1..n all set, no later split adds anything: the rows
+    # left are only closed (``wit``: the first parent not yet known full; a parent once full for row r stays
+    # full for every later row, so it only moves on)
+    n_par = G.ab_parent.size
+    wit = 0
+    done = False
     # rows r = 0..n-1 as right children (split after t_e, e = n-1-r): only non-empty rows, in order
     r = 0
     while r < n:
@@ -325,9 +331,14 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
         rk = r * WN
         pe = p_offs[e + 1]            # the right child starts at t_{e+1}
         _close_row(cur, rows, rk, r, pe, mem, W, acc, tid, nth, G)
+        if track and not done:
+            while wit < n_par and np.int64(full[G.ab_parent[wit]]) >= n - r:
+                wit += 1
+            done = wit == n_par
         live = np.uint64(0)
-        for j in range(WN):
-            live |= rows[rk + j] & mem[pe + j]
+        if not done:
+            for j in range(WN):
+                live |= rows[rk + j] & mem[pe + j]
         if live != 0:
             shift = n - e
             We = (e + 1 + 63) // 64
@@ -396,6 +407,18 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
         mem[out_p + i] = 0
     for i in range(tid, WT, nth):
         mem[out_e + i] = 0
+    # on long prefixes (a column of more than two words) the nonterminals in ANC at every position 0..n, whose
+    # rows need no filter (in the words after the old-items flag, free once row n is closed)
+    every = cur[flag + 1:]
+    wide = W > 2
+    if wide:
+        for j in range(tid, WN, nth):
+            x = mem[p_offs[0] + j]
+            p = 1
+            while x != 0 and p <= n:
+                x &= mem[p_offs[p] + j]
+                p += 1
+            every[j] = x
     _sync()
     # left nonterminals handed out round-robin: store the filtered rows, presence bit, and the seeds of
     # ANC[n+1]: parents Z of A in the union of ANC over the starts of A's cells give right children X
@@ -405,16 +428,22 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
         ab = one << np.uint64(a & 63)
         aw = a >> 6
         anyw = np.uint64(0)
-        for w in range(W):
-            bits = cur[aoff + w]
-            keep = np.uint64(0)
-            while bits:
-                low = bits & (~bits + one)
-                bits ^= low
-                if mem[p_offs[n - (w * 64 + _ctz(low))] + aw] & ab:
-                    keep |= low
-            mem[to + w] = keep
-            anyw |= keep
+        if wide and (every[aw] & ab) != 0:
+            for w in range(W):
+                keep = cur[aoff + w]
+                mem[to + w] = keep
+                anyw |= keep
+        else:
+            for w in range(W):
+                bits = cur[aoff + w]
+                keep = np.uint64(0)
+                while bits:
+                    low = bits & (~bits + one)
+                    bits ^= low
+                    if mem[p_offs[n - (w * 64 + _ctz(low))] + aw] & ab:
+                        keep |= low
+                mem[to + w] = keep
+                anyw |= keep
         if anyw == 0:
             continue
         _or_word(mem, out_tier + n_left * W + aw, ab)
@@ -434,6 +463,8 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
                         m0 |= mem[p_offs[n] + j]
                     else:
                         m1 |= mem[p_offs[n - row] + j]
+                if (m1 & zj) == zj:    # both results below are final: the other rows add nothing
+                    break
             if zj & m1:
                 _or_word(cur, flag, one)
             cand = zj & (m0 | m1)
