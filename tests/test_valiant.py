@@ -985,8 +985,8 @@ def test_no_out_of_bounds_access(data_root, tmp_path):
     and path buffers grown several times), a Spider query with '-' chains, an S-expression whose merged boundaries
     have edges in a tier's second word, fuzz grammar 34 (token walks on merged boundaries, the mask's second
     phase over their chains) and a run of 130 atoms of an ambiguous grammar (columns of three words, filled:
-    the step's skips and early ends) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba cache), one and
-    two threads, and give the same masks as the normal build."""
+    the step's skips and early ends) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba
+    cache), one and two threads, and give the same masks as the normal build."""
     import os
     import subprocess
     import sys
