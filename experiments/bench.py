@@ -1,7 +1,7 @@
 """Micro-benchmarks of any engine, outside the runner: one harness for every engine (not a unit test).
 
     python -m gcdbench.experiments.bench masks --engine valiant --dataset spider spider_spop treebank --n 50 \
-        [--sweep threads=1,2] [KEY=VALUE ...] [--out results/bench/valiant_cpu.json]
+        [--sweep threads=1,2] [--phases] [KEY=VALUE ...] [--out results/bench/valiant_cpu.json]
     python -m gcdbench.experiments.bench init --engine psc --dataset spider --out results/bench/psc_init.json
     python -m gcdbench.experiments.bench batch --engine pre3 xgrammar --dataset spider --batch 1 2 4 8 \
         --steps 200 --threads 0 [pre3.backend=cuda] --out results/bench/pre3_batch_cpu.json
@@ -18,8 +18,10 @@ dataset.samples=S.txt``). Samples are teacher-forced by the runner's own code (`
 
 ``masks``: cold and warm init (a fresh ``cache_dir`` when the engine has one), per-mask and per-commit times, the
 same per prefix length (``per_prefix``), outcomes, and the engine's work counters per mask (its ``counters``
-attribute, if it has one); ``--counters`` leaves the timings out. ``init``: cold build (fresh cache) and cache
-load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
+attribute, if it has one); ``--counters`` leaves the timings out; ``--phases`` adds a pass after the timed one
+with each part of a mask the engine names (``instruction_phases``) in a timer: µs and calls per mask and per
+commit by part, the rest being Python between the calls (:func:`bench_setup.phase_times`). ``init``: cold
+build (fresh cache) and cache load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
 per step, timed (``--processes P``: the sequences sharded over P processes that step together;
 :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and per commit under callgrind
 (:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput against B. Every command
@@ -39,8 +41,8 @@ import numpy as np
 
 
 from gcdbench.experiments.bench_batch import time_batch
-from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, load, option_sets, parse_overrides,
-                                              per_prefix)
+from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, engine_phases, load, option_sets,
+                                              parse_overrides, per_prefix, phase_times)
 from gcdbench.parsers.base import CompileError
 
 
@@ -64,6 +66,8 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
         outcome, _msg, _ = teacher_force(e, ids, tok.eos_id, tok.vocab_size, steps, token_bytes=tok.token_bytes)
         outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
     info = e.info()
+    timed = streams and not args.counters
+    split = phase_times(e, engine, streams, tok) if timed and getattr(args, "phases", False) else None
     e.close()
     cols = WORKER_STEP.columns(steps.rows)   # prefix length in tokens = the step's index
     us = np.array(cols["mask_us"], dtype=np.float64)
@@ -84,6 +88,8 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
             "commit_mean_us": round(float(np.mean(steps.commits)), 1) if steps.commits else None,
             "per_prefix": pp, "per_sample": per_sample(prefix, us, streams),
         })
+    if split:
+        rec["phases"] = split
     print(json.dumps({k: v for k, v in rec.items() if k != "per_prefix"}, default=str), flush=True)
     return rec
 
@@ -225,6 +231,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="also write the records, with machine and commit, to this file")
         p.add_argument("overrides", nargs="*", help="KEY=VALUE, NAME.KEY=VALUE (engine), dataset.KEY=VALUE")
     sub.choices["masks"].add_argument("--counters", action="store_true", help="work counters only (no timing)")
+    sub.choices["masks"].add_argument("--phases", action="store_true",
+                                      help="then one more pass timing each part of a mask (instruction_phases)")
     sub.choices["init"].add_argument("--phase", default=None, help=argparse.SUPPRESS)
     b = sub.choices["batch"]
     b.add_argument("--batch", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
@@ -262,6 +270,9 @@ def main(argv=None) -> None:
 
         per_engine, dopts = parse_overrides(args.overrides, args.engine)
         sets = {e: option_sets(e, per_engine[e], args.threads, args.sweep) for e in args.engine}
+        for e in args.engine if getattr(args, "phases", False) else ():
+            if not engine_phases(e):
+                raise SystemExit(f"bench masks --phases: engine {e!r} names no instruction_phases (parts of a mask)")
         tok = load_tokenizer(args.tokenizer)
         run = time_masks if args.cmd == "masks" else time_batch
         records = []

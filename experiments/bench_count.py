@@ -3,9 +3,9 @@ so before/after comparisons can be made on a busy machine).
 
 Each (dataset, engine options) runs in a child under ``valgrind --tool=callgrind`` with collection switched on
 only inside ``fill_mask`` (then only inside ``commit``). ``--phases`` adds one pass per part of a mask that the
-engine names in its ``instruction_phases`` class attribute (part -> names of functions in the engine's module;
-collection on only inside calls to them), so the record also says where a mask's instructions go (the rest is
-the Python around them). Needs valgrind and its headers (``valgrind/callgrind.h``) and a C compiler.
+engine names in its ``instruction_phases`` class attribute (part -> names of functions in the engine's module,
+or ``sub.name`` in a module of its package; collection on only inside calls to them), so the record also says
+where a mask's instructions go (the rest is the Python around them). Needs valgrind and its headers (``valgrind/callgrind.h``) and a C compiler.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gcdbench.experiments.bench_setup import engine_phases
+
 _TOGGLE_C = """
 #include <valgrind/callgrind.h>
 void gcd_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
@@ -24,12 +26,6 @@ void gcd_start(void) { CALLGRIND_START_INSTRUMENTATION; }
 void gcd_dump(const char *what) { CALLGRIND_DUMP_STATS_AT(what); }
 int gcd_on_valgrind(void) { return RUNNING_ON_VALGRIND; }
 """
-
-
-def _phases(engine: str) -> dict:
-    from gcdbench.parsers.registry import engine_class
-
-    return dict(getattr(engine_class(engine), "instruction_phases", {}) or {})
 
 
 def _toggle_lib(tmp: str):
@@ -52,7 +48,7 @@ def count_all(args) -> list[dict]:
     per_engine, _ = parse_overrides(args.overrides, args.engine)
     if args.phases:
         for engine in args.engine:
-            if not _phases(engine):
+            if not engine_phases(engine):
                 raise SystemExit(f"bench instructions --phases: engine {engine!r} names no instruction_phases")
     return [count_one(name, engine, opts, args) for name in args.dataset for engine in args.engine
             for opts in option_sets(engine, per_engine[engine], args.threads, args.sweep)]
@@ -78,7 +74,7 @@ def count_one(name: str, engine: str, opts: dict, args) -> dict:
         if r.returncode != 0:
             raise SystemExit(f"callgrind child failed ({r.returncode}):\n{r.stderr[-3000:]}")
         counts = json.loads(r.stdout.strip().splitlines()[-1])
-        phases = _phases(engine) if args.phases else {}
+        phases = engine_phases(engine) if args.phases else {}
         totals = {}
         for f in sorted(Path(tmp).glob("cg.out*")):
             text = f.read_text(errors="replace")
@@ -106,17 +102,13 @@ def count_child(args) -> None:
     """Inside callgrind: warm up on the first sample, then collect only inside fill_mask (pass "masks"), only
     inside commit (pass "commits") and, with ``--phases``, only inside each part of a mask; one dump per pass.
     The engine's work counters are summed over the masks of the first pass."""
-    import importlib
-
-    from gcdbench.experiments.bench_setup import _compile, _counters, load, parse_overrides
+    from gcdbench.experiments.bench_setup import _compile, _counters, load, parse_overrides, patch_phases, unpatch_phases
     from gcdbench.parsers.base import allocate_mask, mask_get
-    from gcdbench.parsers.registry import engine_class
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     engine = args.engine[0]
     per_engine, dopts = parse_overrides(args.overrides, args.engine)
-    phases = _phases(engine) if args.phases else {}
-    mod = importlib.import_module(engine_class(engine).__module__)
+    phases = engine_phases(engine) if args.phases else {}
     cg = _toggle_lib(args.count_child)
     tok = load_tokenizer(args.tokenizer)
     ds = load(args.dataset[0], dopts, args.data_root, args.n, args.seed)
@@ -168,14 +160,9 @@ def count_child(args) -> None:
         run(s, None)                 # loads every jitted function outside the counts
     cg.gcd_start()
     for where in ["masks", "commits", *phases]:
-        saved = {}
-        for attr in phases.get(where, ()):
-            if hasattr(mod, attr):
-                saved[attr] = getattr(mod, attr)
-                setattr(mod, attr, collecting(saved[attr]))
+        saved = patch_phases(engine, {where: phases[where]} if where in phases else {}, lambda _p, fn: collecting(fn))
         for s in ds.samples:
             run(s, where)
-        for attr, fn in saved.items():
-            setattr(mod, attr, fn)
+        unpatch_phases(saved)
         cg.gcd_dump(where.encode())
     print(json.dumps(counts), flush=True)

@@ -142,3 +142,102 @@ def _compile(engine: str, opts: dict, grammar, tok, cache_dir: str | None):
     init_s = time.perf_counter() - t0
     settle_heap()   # as the runner's worker does: no full collection over the compile's objects inside a timed mask
     return e, init_s
+
+
+# --------------------------------------------------------------------------------------------------------------
+# parts of a mask: the engine's ``instruction_phases`` (callgrind's --phases and the timer split of masks --phases)
+# --------------------------------------------------------------------------------------------------------------
+def engine_phases(engine: str) -> dict:
+    """Part of a mask -> names of the functions whose calls it covers (the engine's ``instruction_phases``)."""
+    from gcdbench.parsers.registry import engine_class
+
+    return dict(getattr(engine_class(engine), "instruction_phases", {}) or {})
+
+
+def patch_phases(engine: str, parts: dict, wrap) -> list:
+    """Replace each function that ``parts`` (part -> names) covers by ``wrap(part, fn)``, where the engine's Python
+    code looks it up: a plain name in the engine's module, ``sub.name`` in module ``sub`` of the engine's package
+    (a name a module lacks is skipped: its part counts 0). Returns the undo list for :func:`unpatch_phases`."""
+    import importlib
+
+    from gcdbench.parsers.registry import engine_class
+
+    module = engine_class(engine).__module__
+    saved = []
+    for part, names in parts.items():
+        for name in names:
+            sub, dot, attr = name.rpartition(".")
+            mod = importlib.import_module(module.rpartition(".")[0] + "." + sub if dot else module)
+            if hasattr(mod, attr):
+                fn = getattr(mod, attr)
+                saved.append((mod, attr, fn))
+                setattr(mod, attr, wrap(part, fn))
+    return saved
+
+
+def unpatch_phases(saved: list) -> None:
+    for mod, attr, fn in reversed(saved):
+        setattr(mod, attr, fn)
+
+
+def phase_times(e, engine: str, streams: list, tok) -> dict:
+    """Where a mask's (and a commit's) time goes: one more teacher-forced pass over ``streams`` with each part's
+    functions (:func:`engine_phases`) wrapped in a timer, apart from the timed pass (a wrapper adds about 0.1 µs
+    a call, counted in its part). Per part: µs and calls per mask (per commit); ``python_rest``: the rest of the
+    mask's time (Python between the calls)."""
+    from gcdbench.parsers.base import allocate_mask, mask_get
+
+    parts = engine_phases(engine)
+    clock = time.perf_counter_ns
+    where = [None]
+    spent: dict = {}
+
+    def wrap(part, fn):
+        def timed(*a, **k):
+            if where[0] is None:
+                return fn(*a, **k)
+            t0 = clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                key = (where[0], part)
+                ns, calls = spent.get(key, (0, 0))
+                spent[key] = (ns + clock() - t0, calls + 1)
+        return timed
+
+    mask = allocate_mask(tok.vocab_size)
+    totals = {"mask": [0, 0], "commit": [0, 0]}
+    saved = patch_phases(engine, parts, wrap)
+    try:
+        for ids in streams:
+            e.reset()
+            for t in list(ids) + [tok.eos_id]:
+                where[0] = "mask"
+                t0 = clock()
+                e.fill_mask(mask)
+                totals["mask"][0] += clock() - t0
+                totals["mask"][1] += 1
+                where[0] = None
+                if t == tok.eos_id or not mask_get(mask, t):
+                    break
+                where[0] = "commit"
+                t0 = clock()
+                ok = e.commit(t)
+                totals["commit"][0] += clock() - t0
+                totals["commit"][1] += 1
+                where[0] = None
+                if not ok:
+                    break
+    finally:
+        where[0] = None
+        unpatch_phases(saved)
+    out = {}
+    for w, (ns, n) in totals.items():
+        n = max(1, n)
+        by = {p: {"us": round(spent.get((w, p), (0, 0))[0] / n / 1e3, 2),
+                  "calls": round(spent.get((w, p), (0, 0))[1] / n, 2)} for p in parts}
+        by["python_rest"] = {"us": round(ns / n / 1e3 - sum(v["us"] for v in by.values()), 2), "calls": None}
+        out[f"{w}s"] = totals[w][1]
+        out[f"us_per_{w}"] = round(ns / n / 1e3, 2)
+        out[f"us_per_{w}_by_part"] = by
+    return out

@@ -729,6 +729,53 @@ def test_threads_give_the_same_masks_merged_boundaries():
     assert two.counters["chain_searches"] > 0
 
 
+@pytest.mark.parametrize("name", ["tiny_sql", "sexpr", "overlap"])
+def test_assembled_token_cache_gives_the_same_masks(name):
+    """The cache of assembled token sets (``mask_cache``, kernels_common.fill_cached) changes no mask bit: without
+    it, with one slot (every key evicts the last: the full-key compare on each lookup), with the default slots
+    (hits along the samples), on two threads (``mask_base_par``) and in a batch of forks on two threads (a cache
+    per thread); a multi-token vocabulary with merged boundaries (second phases, not cached) on ``overlap``."""
+    import numba
+
+    sp = spec(name)
+    tok = multi_tokenizer(SAMPLES[name], extra=LONG_TOKENS) if name == "overlap" else byte_level()
+    opts = {"token_states": 1} if name == "overlap" else {}
+    none = _engine(sp, tok, mask_cache=0, **opts)
+    one = _engine(sp, tok, mask_cache=1, **opts)
+    full = _engine(sp, tok, **opts)
+    two = _engine(sp, tok, threads=2, **opts) if numba.config.NUMBA_NUM_THREADS >= 2 else full
+    engines = (one, full, two)
+    for text in SAMPLES[name]:
+        for e in (none, *engines):
+            e.reset()
+        for t in tok.encode(text) + [None]:
+            want = _ids(none, tok.vocab_size)
+            for e in engines:
+                assert _ids(e, tok.vocab_size) == want, (text, t, e.opts)
+            if t is not None:
+                assert all(e.commit(t) for e in (none, *engines))
+    assert none.counters["token_sets_cached"] == none.counters["token_sets_assembled"] == 0
+    assert full.counters["token_sets_cached"] > 0 and full.counters["token_sets_assembled"] > 0
+    assert one.counters["token_sets_assembled"] > full.counters["token_sets_assembled"]
+    # a batch of forks on two threads (each thread its own cache) against the same forks of the engine without one
+    batch, ref = (_engine(sp, tok, threads=2, **opts), none) if two is not full else (full, none)
+    seqs, refs = [batch] + [batch.fork() for _ in SAMPLES[name][1:]], [ref] + [ref.fork() for _ in SAMPLES[name][1:]]
+    streams = [tok.encode(text) for text in SAMPLES[name]]
+    for e in seqs + refs:
+        e.reset()
+    out, want = (np.stack([allocate_mask(tok.vocab_size) for _ in seqs]) for _ in range(2))
+    for k in range(max(map(len, streams)) + 1):
+        batch.fill_masks(seqs, out)
+        ref.fill_masks(refs, want)
+        live = [i for i, ids in enumerate(streams) if k <= len(ids)]
+        assert np.array_equal(out[live], want[live]), k
+        for i in live:
+            if k < len(streams[i]):
+                assert seqs[i].commit(streams[i][k]) and refs[i].commit(streams[i][k])
+    with pytest.raises(ValueError, match="mask_cache must be 0"):
+        _engine(sp, tok, mask_cache=-1)
+
+
 def test_threads_out_of_range_is_a_clear_error():
     import numba
 

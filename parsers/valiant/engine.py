@@ -7,6 +7,7 @@ GIL), each sequence's mask on one thread. CUDA: one search launch per sequence (
 from __future__ import annotations
 
 from dataclasses import dataclass
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -17,7 +18,8 @@ from .align import alias_blocked
 from .align_nb import MAX_STATES
 from .chart_store import ChartStore
 from .compiled import VERSION, Compiled, build, load_or_build  # noqa: F401 - Compiled, build: re-exported
-from .kernels_common import FIRST_ROUND, N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE
+from .kernels_common import (AC_FILLS, AC_HITS, FIRST_ROUND, N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS,
+                             ST_VIABLE)
 from .search import (chain_tables, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
                      search_nodes, chain_needed, work_words)
 
@@ -35,6 +37,8 @@ class ValiantOptions:
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts")
     token_states: int = option(MAX_STATES, "a token walk holding more (trie node, DFA state) pairs is aligned on "
                                "merged boundaries")
+    mask_cache: int = option(512, "cpu: slots of the cache of assembled token sets (a base's tokens, keyed by its "
+                             "viable trie nodes and lexer states), per thread; 0: none")
 
 
 class ValiantEngine(Engine):
@@ -46,15 +50,18 @@ class ValiantEngine(Engine):
                      "terminal-tree nodes": ("trie_nodes",), "token tuples": ("tuples",)}
     cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},
                    "sweep": ("workers", (1, 2, 4, 8, 16, 32, 64, 132)), "dry_run": {"sweep": (1, 4)}}
-    #: ``bench instructions --phases``: part of a mask -> names in this module whose calls it covers (a call made
-    #: while fill_mask runs; names the module does not have count 0, so one bench reads the code before and after
-    #: issue 14). The rest of fill_mask is Python (base charts' bookkeeping, the mask's EOS bit ...).
+    #: ``bench instructions --phases`` and ``bench masks --phases``: part of a mask -> functions whose calls it covers
+    #: (a name in this module, ``sub.name`` in module ``sub`` of this package; names a module lacks count 0, so one
+    #: bench reads the code before and after issue 14). The rest of fill_mask is Python (the base charts'
+    #: bookkeeping in ``_bases_acc`` and ``_fill``, the calls' dispatch).
     instruction_phases = {
-        "search": ("tree_search", "tree_search_par"),            # before: the tree search alone
-        "assembly": ("fill_tokens",),                            # before: mask assembly alone
-        "needed": ("needed_nodes",),                             # before: needed-node pruning alone
-        "base_masks": ("mask_base", "mask_base_par"),            # after: the three in one call per base chart
-        "base_steps": ("extend",),                               # chart steps of the mask's base charts
+        "search": ("tree_search", "tree_search_par"),            # before issue 14: the tree search alone
+        "assembly": ("fill_tokens",),                            # before issue 14: mask assembly alone
+        "needed": ("needed_nodes",),                             # the needed-node pruning (CUDA backend's search)
+        "base_masks": ("mask_base", "mask_base_par"),            # search, pruning and assembly in one call per base
+        "virtual": ("mask_virtual",),                            # bases a mask does without their chart
+        "chains": ("chain_needed",),                             # second phase over merged boundaries' chains
+        "base_steps": ("chart_store.extend", "chart_store.extend_edges"),   # chart steps (base charts, commits)
     }
 
     def profile(self):
@@ -120,8 +127,16 @@ class ValiantEngine(Engine):
         self._sizes: dict[int, tuple] = {}
         if self.threads > 1:
             self._vb2 = (np.zeros((self.threads, N), np.int32), np.zeros(self.threads, np.int64))
-        # search work counters, then searches, base charts skipped (mask_virtual) and second-phase searches (numba)
-        self._tot = np.zeros(N_STATS + 3, dtype=np.int64)
+        # search work counters, then searches, base charts skipped (mask_virtual), second-phase searches, assembled
+        # token sets from the cache and put into it (numba)
+        self._tot = np.zeros(N_STATS + 5, dtype=np.int64)
+        if int(self.opts["mask_cache"]) < 0:
+            raise ValueError(f"engine valiant: mask_cache must be 0 (none) or a number of slots, "
+                             f"not {self.opts['mask_cache']}")
+        # thread -> (rows, keys) of the assembled-token cache (kernels_common.fill_cached): one per thread, so threads
+        # never share a slot; forks share the dict (one compiled grammar)
+        self._ac: dict[int, tuple] = {}
+        self._ac_width = min(1024, 4 + int(c_.trans.shape[0]) + N)
         self._ws1 = np.zeros(c_.grammar.WN + c_.grammar.WT + 1, dtype=np.uint64)   # mask_virtual's scratch
         self._memo_hits = self._steps_done = self._adopted_done = 0
         self.backend = None
@@ -274,6 +289,15 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent, ch["chain"])
         return out
 
+    def _acache(self, words: int) -> tuple:
+        """This thread's assembled-token cache (rows of ``words`` uint32, keys), made at its first use."""
+        k = threading.get_ident()
+        c = self._ac.get(k)
+        if c is None or c[0].shape[1] != words:
+            S = int(self.opts["mask_cache"])
+            c = self._ac[k] = (np.zeros((S, words), np.uint32), np.zeros((S, self._ac_width), np.int32))
+        return c
+
     def _scratch(self, n: int, T: int):
         """Arena room for the kept root-child charts and the search's tiers from a base of ``n`` tiers, and (work,
         step scratch) for ``T`` threads sized for it (grown as needed). Returns (stride, kept-chart words per
@@ -309,11 +333,12 @@ class ValiantEngine(Engine):
         L = self._depth + 2
         K = self._k_root
         keep_off = store.used if search and phase == 1 and K and base not in store.kept else -1
+        ac = self._acache(u.size)
         if T > 1:
             nv = mask_base_par(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs,
                                search, viable, nv, work, L, self._flags, scr, store.used + T * keep, stride, keep_off,
                                clear, eos, acc, self._tot, keep, self._vb2[0], self._vb2[1], phase, self._xflag,
-                               *self._statics)
+                               *ac, *self._statics)
             if keep_off >= 0:
                 maps = work[:, work.shape[1] - K - 1:]
                 if maps[:, K].any():
@@ -322,7 +347,7 @@ class ValiantEngine(Engine):
         else:
             nv = mask_base(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs, search,
                            viable, nv, work, L, self._flags, scr, store.used + keep, stride, keep_off, clear, eos, acc,
-                           self._tot, phase, self._xflag, *self._statics)
+                           self._tot, phase, self._xflag, *ac, *self._statics)
             if keep_off >= 0:
                 used = int(work[-1])
                 if used:
@@ -348,13 +373,14 @@ class ValiantEngine(Engine):
         hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
         without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
         from an earlier search's kept charts, base charts a mask did without (mask_virtual), searches of merged
-        boundaries' chains (a mask's second phase: kernels_common.mask_base)."""
+        boundaries' chains (a mask's second phase: kernels_common.mask_base), bases' token sets taken from the
+        assembled-token cache and assembled (kernels_common.fill_cached)."""
         t = self._tot.tolist()
         return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits, "chart_steps": t[ST_STEPS],
                 "base_steps": self._steps_done + self.store.steps, "nodes_checked": t[ST_CHECKED],
                 "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED], "leaves_certified": t[ST_CERTIFIED],
                 "adopted_charts": self._adopted_done + self.store.adopted, "base_charts_skipped": t[N_STATS + 1],
-                "chain_searches": t[N_STATS + 2]}
+                "chain_searches": t[N_STATS + 2], "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS]}
 
     def fill_mask(self, out: np.ndarray) -> None:
         self._fill(out, self.threads)
@@ -383,7 +409,7 @@ class ValiantEngine(Engine):
                 c, t = base
                 s_ = self._statics
                 if mask_virtual(u, self.store.mem, self.store.nodes, c, t, xa, self._vbuf, self._flags, self._ws1, i == 0,
-                                e, acc, self._tot, *s_) >= 0:
+                                e, acc, self._tot, *self._acache(u.size), *s_) >= 0:
                     continue
                 base = self.store.child(c, t)
                 if later and later[-1][0] == (c, t):
