@@ -18,15 +18,15 @@ dataset.samples=S.txt``). Samples are teacher-forced by the runner's own code (`
 
 ``masks``: cold and warm init (a fresh ``cache_dir`` when the engine has one), per-mask and per-commit times, the
 same per prefix length (``per_prefix``), outcomes, and the engine's work counters per mask (its ``counters``
-attribute, if it has one); ``--counters`` leaves the timings out; ``--phases`` adds a pass after the timed one
-with each part of a mask the engine names (``instruction_phases``) in a timer: µs and calls per mask and per
-commit by part, the rest being Python between the calls (:func:`bench_setup.phase_times`). ``init``: cold
-build (fresh cache) and cache load, each in its own process (peak RSS per phase). ``batch``: B sequences in lock-step, one ``fill_masks`` call
-per step, timed (``--processes P``: the sequences sharded over P processes that step together;
-:mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and per commit under callgrind
-(:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput against B. Every command
-prints one JSON line per record; ``--out`` also writes them with command, machine, versions and commit
-(:func:`gcdbench.experiments.benchfile.write_bench`).
+attribute, if it has one); ``--counters`` leaves the timings out; ``--phases`` adds a pass after the timed one with
+each part of a mask the engine names (``instruction_phases``; engines naming none get no pass) in a timer: µs and
+calls per mask and per commit by part, the rest being Python between the calls (:func:`bench_setup.phase_times`).
+``init``: cold build (fresh cache) and cache load, each in its own process (peak RSS per phase). ``batch``: B
+sequences in lock-step, one ``fill_masks`` call per step, timed (``--processes P``: the sequences sharded over P
+processes that step together; :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and
+per commit under callgrind (:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput
+against B. Every command prints one JSON line per record; ``--out`` also writes them with command, machine, versions
+and commit (:func:`gcdbench.experiments.benchfile.write_bench`).
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
         outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
     info = e.info()
     timed = streams and not args.counters
-    split = phase_times(e, engine, streams, tok) if timed and getattr(args, "phases", False) else None
+    split = phase_times(e, engine, streams, tok) if timed and getattr(args, "phases", False) and engine_phases(engine) \
+        else None
     e.close()
     cols = WORKER_STEP.columns(steps.rows)   # prefix length in tokens = the step's index
     us = np.array(cols["mask_us"], dtype=np.float64)
@@ -270,9 +271,9 @@ def main(argv=None) -> None:
 
         per_engine, dopts = parse_overrides(args.overrides, args.engine)
         sets = {e: option_sets(e, per_engine[e], args.threads, args.sweep) for e in args.engine}
-        for e in args.engine if getattr(args, "phases", False) else ():
-            if not engine_phases(e):
-                raise SystemExit(f"bench masks --phases: engine {e!r} names no instruction_phases (parts of a mask)")
+        if getattr(args, "phases", False) and not any(engine_phases(e) for e in args.engine):
+            raise SystemExit(f"bench masks --phases: no engine of {args.engine} names instruction_phases (parts of a "
+                             "mask); engines that do get the pass, the others none")
         tok = load_tokenizer(args.tokenizer)
         run = time_masks if args.cmd == "masks" else time_batch
         records = []
