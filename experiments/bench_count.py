@@ -5,7 +5,8 @@ Each (dataset, engine options) runs in a child under ``valgrind --tool=callgrind
 only inside ``fill_mask`` (then only inside ``commit``). ``--phases`` adds one pass per part of a mask that the
 engine names in its ``instruction_phases`` class attribute (part -> names of functions in the engine's module,
 or ``sub.name`` in a module of its package; collection on only inside calls to them), so the record also says
-where a mask's instructions go (the rest is the Python around them). Needs valgrind and its headers (``valgrind/callgrind.h``) and a C compiler.
+where a mask's instructions go (the rest is the Python around them). Needs valgrind and its headers
+(``valgrind/callgrind.h``) and a C compiler.
 """
 from __future__ import annotations
 

@@ -89,7 +89,6 @@ def test_init_phases_build_then_load_from_cache(tmp_path):
         bench.main(["init", "--engine", "xgrammar", "--dataset", "sample", "--tokenizer", "bytes"])
 
 
-
 @pytest.mark.slow
 def test_masks_phases_split_a_mask_by_part_and_restore_the_functions(tmp_path):
     """``masks --phases`` adds a pass timing each part Valiant names (``instruction_phases``), in its own module

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gcdbench.parsers.base import Engine, GrammarSpec, option
+from gcdbench.parsers.base import Engine, GrammarSpec, allocate_mask, option
 
 from .align import alias_blocked
 from .align_nb import MAX_STATES
@@ -289,12 +289,12 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent, ch["chain"])
         return out
 
-    def _acache(self, words: int) -> tuple:
-        """This thread's assembled-token cache (rows of ``words`` uint32, keys), made at its first use."""
+    def _acache(self) -> tuple:
+        """This thread's assembled-token cache (rows of a packed mask's uint32 words, keys), made at its first use."""
         k = threading.get_ident()
         c = self._ac.get(k)
-        if c is None or c[0].shape[1] != words:
-            S = int(self.opts["mask_cache"])
+        if c is None:
+            S, words = int(self.opts["mask_cache"]), allocate_mask(self.vocab_size).view(np.uint32).size
             c = self._ac[k] = (np.zeros((S, words), np.uint32), np.zeros((S, self._ac_width), np.int32))
         return c
 
@@ -333,7 +333,7 @@ class ValiantEngine(Engine):
         L = self._depth + 2
         K = self._k_root
         keep_off = store.used if search and phase == 1 and K and base not in store.kept else -1
-        ac = self._acache(u.size)
+        ac = self._acache()
         if T > 1:
             nv = mask_base_par(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs,
                                search, viable, nv, work, L, self._flags, scr, store.used + T * keep, stride, keep_off,
@@ -409,7 +409,7 @@ class ValiantEngine(Engine):
                 c, t = base
                 s_ = self._statics
                 if mask_virtual(u, self.store.mem, self.store.nodes, c, t, xa, self._vbuf, self._flags, self._ws1, i == 0,
-                                e, acc, self._tot, *self._acache(u.size), *s_) >= 0:
+                                e, acc, self._tot, *self._acache(), *s_) >= 0:
                     continue
                 base = self.store.child(c, t)
                 if later and later[-1][0] == (c, t):
