@@ -11,6 +11,7 @@ columns as the README's "Result files" tables, so the README can be checked agai
 """
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -465,10 +466,19 @@ def new_bench(**keys) -> BenchFile:
     return BenchFile(schema_version=SCHEMA_VERSION, **keys)
 
 
-def read_bench(path) -> BenchFile:
-    """A bench file, its version checked (version 0: as stored before the schema, read as it is)."""
+def stored_path(path) -> Path:
+    """``path``, or ``path.gz`` when only its gzipped copy is stored (``report.restore --gzip``)."""
     path = Path(path)
-    doc = json.loads(path.read_text())
+    gz = path.with_name(path.name + ".gz")
+    return gz if not path.exists() and gz.exists() else path
+
+
+def read_bench(path) -> BenchFile:
+    """A bench file, its version checked (version 0: as stored before the schema, read as it is); ``x.json`` reads
+    ``x.json.gz`` where only that is stored."""
+    path = stored_path(path)
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
         raise ValueError(f"{path} is not a gcdbench bench file (no records list)")
     check_version(path, doc.get("schema_version"))

@@ -195,3 +195,15 @@ def test_a_damaged_cell_stops_the_restore_and_is_named(tmp_path):
     with pytest.raises(SystemExit, match=f"cannot read {cell}/run.json"):
         restore(tmp_path / "runs")
     assert (cell / "run.json").exists() and not (tmp_path / "runs" / PACK_DIR).exists()
+
+
+def test_gzip_stores_a_bench_file_that_readers_still_find_by_its_name(tmp_path):
+    doc = {"schema_version": 1, "records": [{"engine": "valiant", "mask_us": 12.5}], "command": "c"}
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps(doc, indent=1))
+    restore_main(["--gzip", str(p)])
+    assert not p.exists() and (tmp_path / "bench.json.gz").exists()
+    assert schema.stored_path(p) == tmp_path / "bench.json.gz"
+    assert schema.read_bench(p)["records"] == doc["records"]
+    with pytest.raises(FileNotFoundError):
+        schema.read_bench(tmp_path / "other.json")

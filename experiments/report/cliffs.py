@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments.fit import CLIFF_EXPONENT, fit_bench
-from gcdbench.experiments.schema import read_bench
+from gcdbench.experiments.schema import read_bench, stored_path
 from gcdbench.experiments.fit import loglog_slope
 from gcdbench.experiments.report.collect import (cell_commits, read_cell_file, run_dirs, run_info,
                                                  sample_step_summary, warn)
@@ -107,7 +107,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
     the runner cells' folder, or the per-sentence summary ``cliffs collect`` wrote from it (a CSV file)."""
     out = Path(out)
     lines: list[str] = []
-    if bench is not None and Path(bench).exists():
+    if bench is not None and stored_path(bench).exists():
         doc = read_bench(bench)
         fb = fit_bench(doc["records"])
         out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +194,7 @@ def cliffs_section(bench: Path | None, runs: Path | None, out: Path, reproducers
                       markdown(summary(fit), parse_numbers=False), "",
                       measured_at(fit.assign(config=fit["engine"], dataset=fit["grammar_seed"].map(lambda s: f"fuzz_{s}"))), ""]
             worst = fit[fit.apply(_cliff, axis=1)].sort_values(["cut_short", "exponent"], ascending=False)
-            rep_doc = read_bench(reproducers) if reproducers is not None and Path(reproducers).exists() else {}
+            rep_doc = read_bench(reproducers) if reproducers is not None and stored_path(reproducers).exists() else {}
             rep = rep_doc.get("records", [])
             if len(worst):
                 lines += ["Each engine's worst grammars (cut short first, then by exponent):", ""]

@@ -3,6 +3,7 @@
     python -m gcdbench.experiments.report.restore results/batch results/suite results/cliffs/runs \
         results/cliffs/bench.json
     python -m gcdbench.experiments.report.restore --keep-cells results/runs   # only Hydra's copies go
+    python -m gcdbench.experiments.report.restore --gzip results/cliffs/bench.json   # then stored as bench.json.gz
 
 Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`), read by the report as before:
 
@@ -29,6 +30,7 @@ Do not re-store the folder the figures are drawn from (``--results``): figures n
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import subprocess
@@ -115,6 +117,15 @@ def compact_json(path: Path, digits: int | None = FLOAT_DIGITS, stamp: dict | No
     assert json.loads(after) == out
     path.write_text(after + "\n")
     return {"file": str(path), "bytes_before": len(before.encode()), "bytes_after": len(after.encode()) + 1}
+
+
+def gzip_file(path: Path) -> dict:
+    """Replace ``path`` by ``path.gz`` (the same bytes, gzipped; the name says how to read it)."""
+    gz = path.with_name(path.name + ".gz")
+    data = path.read_bytes()
+    gz.write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+    path.unlink()
+    return {"gzipped": str(gz), "bytes_gzipped": gz.stat().st_size}
 
 
 def remove_hydra(root: Path, dry_run: bool = False) -> dict:
@@ -206,6 +217,8 @@ def main(argv=None):
                                              "JSON files rewritten without indentation (results/cliffs/bench.json)")
     ap.add_argument("--keep-cells", action="store_true", help="only remove Hydra's copies from the folders")
     ap.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+    ap.add_argument("--gzip", action="store_true", help="store each JSON file given as <file>.gz in its place "
+                                                        "(bench readers take x.json from x.json.gz)")
     args = ap.parse_args(argv)
     for f in map(Path, args.paths):
         if not (f.is_dir() or (f.is_file() and f.suffix == ".json")):
@@ -213,7 +226,10 @@ def main(argv=None):
     stamp = new_stamp()   # before any change: the commit is clean or not by the code alone
     for f in map(Path, args.paths):
         if f.is_file():
-            print(json.dumps(compact_json(f, stamp=stamp) if not args.dry_run else {"file": str(f)}))
+            done = compact_json(f, stamp=stamp) if not args.dry_run else {"file": str(f)}
+            if args.gzip and not args.dry_run:
+                done.update(gzip_file(f))
+            print(json.dumps(done))
         elif args.keep_cells:
             print(json.dumps(remove_hydra(f, args.dry_run)))
         else:
