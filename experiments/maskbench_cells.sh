@@ -10,15 +10,17 @@
 # DONE  a folder of cells packed by `python -m gcdbench.experiments.report.restore` (e.g. the cells of the same commit
 #       an earlier sitting stored): a cell packed there is skipped
 # Environment: CACHE_ROOT (default ~/.cache/gcdbench-maskbench: <root>/<engine> is each engine's GCDBENCH_CACHE),
-# SHARDS (default 8), SLOW (default "xgrammar kbnf pre3 psc cfgzip": the engines run as shards), ENGINES (default: the
-# preset's), LOGS (default <CACHE_ROOT>/logs: a log per cell). `touch $OUT/STOP` stops before the next cell. The quick
+# SHARDS (default 8), SLOW (default: the preset's experiment.sharded, the engines run as shards), ENGINES (default:
+# the preset's), LOGS (default <CACHE_ROOT>/logs: a log per cell). `touch $OUT/STOP` stops before the next cell. The quick
 # engines go first, then the shards.
 set -uo pipefail
 OUT=${1:-results/maskbench/runs}
 DONE=${2:-}
 CACHE_ROOT=${CACHE_ROOT:-$HOME/.cache/gcdbench-maskbench}
 SHARDS=${SHARDS:-8}
-SLOW=${SLOW:-xgrammar kbnf pre3 psc cfgzip}
+if [ -z "${SLOW:-}" ]; then
+  SLOW=$(sed -n 's/^ *sharded: *\[\(.*\)\]/\1/p' conf/experiment/maskbench.yaml | tr -d ' ' | tr ',' ' ')
+fi
 PY=${PY:-python}
 if [ -z "${ENGINES:-}" ]; then
   ENGINES=$(sed -n 's/^ *engine: *//p' conf/experiment/maskbench.yaml | tr ',' ' ')

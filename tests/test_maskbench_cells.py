@@ -64,3 +64,8 @@ def test_packed_cells_are_skipped_and_the_stop_file_stops(tmp_path):
     (tmp_path / "runs" / "STOP").touch()
     calls, out = drive(tmp_path, {"ENGINES": "quick", "SLOW": "none"})
     assert calls == [] and "STOP: stopping before" in out
+
+
+def test_the_preset_names_the_sharded_engines(tmp_path):
+    calls, _ = drive(tmp_path, {"ENGINES": "glrmask kbnf", "SHARDS": "1"})
+    assert [("engine=kbnf" in c, "dataset.shard=0/1" in c) for c in calls] == [(False, False)] * 2 + [(True, True)] * 2
