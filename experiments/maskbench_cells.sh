@@ -11,20 +11,20 @@
 #       an earlier sitting stored): a cell packed there is skipped
 # Environment: CACHE_ROOT (default ~/.cache/gcdbench-maskbench: <root>/<engine> is each engine's GCDBENCH_CACHE),
 # SHARDS (default 8), SLOW (default: the preset's experiment.sharded, the engines run as shards), ENGINES (default:
-# the preset's), LOGS (default <CACHE_ROOT>/logs: a log per cell). `touch $OUT/STOP` stops before the next cell. The quick
-# engines go first, then the shards.
+# the preset's), LOGS (default <CACHE_ROOT>/logs: a log per cell). `touch $OUT/STOP` stops before the next cell.
+# The quick engines go first, then the shards.
 set -uo pipefail
 OUT=${1:-results/maskbench/runs}
 DONE=${2:-}
 CACHE_ROOT=${CACHE_ROOT:-$HOME/.cache/gcdbench-maskbench}
 SHARDS=${SHARDS:-8}
-if [ -z "${SLOW:-}" ]; then
-  SLOW=$(sed -n 's/^ *sharded: *\[\(.*\)\]/\1/p' conf/experiment/maskbench.yaml | tr -d ' ' | tr ',' ' ')
-fi
 PY=${PY:-python}
-if [ -z "${ENGINES:-}" ]; then
-  ENGINES=$(sed -n 's/^ *engine: *//p' conf/experiment/maskbench.yaml | tr ',' ' ')
-fi
+preset() {   # a key of the preset, as words (OmegaConf reads the YAML; the engine sweep is one comma-separated string)
+  "$PY" -c "import sys; from omegaconf import OmegaConf as O; v = O.select(O.load(sys.argv[1]), sys.argv[2])
+print(' '.join(map(str, v)) if O.is_list(v) else str(v).replace(',', ' '))" conf/experiment/maskbench.yaml "$1"
+}
+SLOW=${SLOW:-$(preset experiment.sharded)}
+ENGINES=${ENGINES:-$(preset hydra.sweeper.params.engine)}
 packed() {   # the cells of DONE's pack, one relative path a line
   [ -n "$DONE" ] && [ -e "$DONE/_restored/cells.parquet" ] || return 0
   "$PY" -c "import sys, pandas; print('\n'.join(pandas.read_parquet(sys.argv[1], columns=['cell'])['cell']))" \
