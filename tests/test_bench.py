@@ -92,13 +92,13 @@ def test_init_phases_build_then_load_from_cache(tmp_path):
 @pytest.mark.slow
 def test_masks_phases_split_a_mask_by_part_and_restore_the_functions(tmp_path):
     """``masks --phases`` adds a pass timing each part Valiant names (``instruction_phases``), in its own module
-    and in ``chart_store`` (``sub.name``): a base (with or without its chart) in every mask, chart steps in
-    commits, the parts and the Python rest adding up to the pass's mean; the wrapped functions are put back. A
-    run where no engine names parts is refused before anything runs."""
+    and in ``chart_store`` (``sub.name``): one jitted call a mask (``fill_host``) and one a commit (``walk_bytes``),
+    nothing else called from Python on one thread, the parts and the Python rest adding up to the pass's mean; the
+    wrapped functions are put back. A run where no engine names parts is refused before anything runs."""
     import gcdbench.parsers.valiant.chart_store as cs
     import gcdbench.parsers.valiant.engine as ve
 
-    before = (ve.mask_base, cs.extend)
+    before = (ve.fill_host, ve.mask_base, cs.store_child)
     out = tmp_path / "masks.json"
     bench.main(["masks", "--engine", "valiant", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
                 "--phases", "--out", str(out)])
@@ -106,9 +106,9 @@ def test_masks_phases_split_a_mask_by_part_and_restore_the_functions(tmp_path):
     ph = rec["phases"]
     assert ph["masks"] == rec["steps"] and ph["commits"] == rec["steps"] - 2
     by, byc = ph["us_per_mask_by_part"], ph["us_per_commit_by_part"]
-    assert by["base_masks"]["calls"] + by["virtual"]["calls"] >= 1 and by["base_masks"]["us"] > 0   # a base a mask
-    assert byc["base_steps"]["calls"] > 0 and byc["base_masks"]["calls"] == 0
+    assert by["mask"]["calls"] == 1 and by["mask"]["us"] > 0 and by["base_masks"]["calls"] == 0
+    assert byc["commit"]["calls"] == 1 and byc["mask"]["calls"] == 0
     assert abs(sum(v["us"] for v in by.values()) - ph["us_per_mask"]) < 0.05
-    assert (ve.mask_base, cs.extend) == before
+    assert (ve.fill_host, ve.mask_base, cs.store_child) == before
     with pytest.raises(SystemExit, match="names instruction_phases"):
         bench.main(["masks", "--engine", "psc", "--dataset", "sample", "--n", "1", "--tokenizer", "bytes", "--phases"])

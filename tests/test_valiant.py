@@ -675,6 +675,44 @@ def test_threads_give_the_same_masks(name):
                 assert one.commit(b) and two.commit(b)
 
 
+def _starve(store) -> None:
+    """Leave a chart store no room to spare: every array the jitted bookkeeping grows cut to its current use."""
+    from gcdbench.parsers.valiant.kernels_common import H_EDGES, H_KEPT, H_NCFG
+
+    store.mem = store.mem[:store.used].copy()
+    store.nodes = store.nodes[:store.n_nodes].copy()
+    store.medge = store.medge[:int(store.hdr[H_EDGES])].copy()
+    store.kept = store.kept[:int(store.hdr[H_KEPT])].copy()
+    store.cfg = store.cfg[:int(store.hdr[H_NCFG])].copy()
+    store.work, store.scr, store.m = np.zeros(1, np.int64), np.zeros(1, np.uint64), 0
+
+
+@pytest.mark.parametrize("name", ["overlap", "sexpr", "tiny_sql"])
+def test_host_calls_grow_the_store_and_run_again(name):
+    """A mask (``kernels_common.fill_host``) or a commit (``walk_bytes``) that runs out of room in the chart store
+    (arena, node rows, edge rows, kept rows, configurations, search scratch) says what it needs, ``grow`` makes it
+    and the call runs again: a store starved before every step gives the masks of one with room, and the chart
+    nodes made before a stop are found again (no more nodes than with room)."""
+    sp = spec(name)
+    tok = multi_tokenizer(SAMPLES[name], extra=LONG_TOKENS if name == "overlap" else [b"))", b"  "])
+    roomy = _engine(sp, tok, token_states=1)
+    tight = _engine(sp, tok, token_states=1)
+    grown = 0
+    for text in SAMPLES[name]:
+        roomy.reset()
+        tight.reset()
+        for t in tok.encode(text) + [None]:
+            _starve(tight.store)
+            before = tight.store.mem.size
+            assert _ids(tight, tok.vocab_size) == _ids(roomy, tok.vocab_size), (text, t)
+            grown += tight.store.mem.size > before
+            if t is not None:
+                _starve(tight.store)
+                assert tight.commit(t) and roomy.commit(t)
+            assert tight.store.n_nodes == roomy.store.n_nodes
+    assert grown > 0
+
+
 # tokens long enough that their walks go on merged boundaries with the default cap, several lexical shapes (two-piece
 # camelCase, digits inside words, keywords inside words, ignored runs inside a token), as a Qwen3 vocabulary has them
 LONG_TOKENS = [b"classname", b"className", b" className", b"toStringIs", b"a1b2c3d4e5", b"isabcdefgh", b" is abcdef",

@@ -1,44 +1,61 @@
-"""The chart of one sequence (:class:`ChartStore`): tiers of bit rows in one arena, grown and extended by the
-numba kernels of ``kernels_common``; what a fork owns in batch mode."""
+"""The chart of one sequence (:class:`ChartStore`): tiers of bit rows in one arena, a node table, the sequence's lexer
+configurations and the memo of its searches, all in numpy arrays that the jitted bookkeeping of ``kernels_common``
+(``fill_host``, ``walk_bytes``, ``store_child`` ...) reads and writes without Python in between; what a fork owns
+in batch mode."""
 from __future__ import annotations
 
 import numpy as np
 
 from .chart import PackedGrammar
-from .kernels_common import extend, extend_edges
+from .kernels_common import (H_ADOPTED, H_EDGES, H_KEPT, H_LEN, H_MEMO, H_MEMO_HITS, H_NCFG, H_NEED, H_NODES, H_SIZE,
+                             H_STEPS, H_USED, N_COLS, NC_CHILD, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_MEMO, NC_NEXT,
+                             NC_P, NC_PARENT, NC_TERM, NC_TIER, R_CFG, R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START,
+                             plan_bases, store_child, store_merged, work_words)
 
 
 class ChartStore:
-    """Chart nodes (one per committed terminal sequence) in one uint64 arena; tiers are never rewritten,
-    a child node only adds its own tier, so branches share everything below them. Each node's (parent, depth,
-    tier offset, ANC offset) is also a row of ``nodes`` (int64), from which the jitted code walks a path."""
+    """Chart nodes (one per committed terminal sequence, or per boundary where several pieces end at once) in one
+    uint64 arena; tiers are never rewritten, a child node only adds its own tier, so branches share everything below
+    them. Each node is a row of ``nodes`` (``kernels_common.NC_*``: parent, depth, tier offset, ANC offset, last
+    terminal, children list, kept charts, memo). ``statics``: the engine's packed tables (``search.pack_statics``;
+    default: the grammar's alone, enough for chart steps); ``depth``, ``k_root``, ``n_trie``: the trie's depth, the
+    root's children and the trie's nodes (a mask's search scratch, kept charts and memo)."""
 
-    def __init__(self, g: PackedGrammar):
+    def __init__(self, g: PackedGrammar, statics: tuple | None = None, depth: int = 0, k_root: int = 0,
+                 n_trie: int = 0):
         self.g = g
-        self.gp = g.packed
+        if statics is None:
+            from .search import pack_statics_grammar
+
+            statics = pack_statics_grammar(g)
+        self.statics = tuple(statics[:3])
+        self.D, self.K, self.N = int(depth), int(k_root), int(n_trie)
         self.mem = np.zeros(1 << 16, dtype=np.uint64)
-        self.used = 0
-        self.parent = [-1]
-        self.term = [-1]
-        self.depth = [0]
-        self.tier_off = [-1]
+        self.hdr = np.zeros(H_LEN, dtype=np.int64)
+        self.nodes = np.zeros((256, N_COLS), dtype=np.int64)
+        self.kept = np.zeros((8, max(self.K, 1)), dtype=np.int64)
+        self.medge = np.zeros((64, 2), dtype=np.int64)
+        self.cfg = np.zeros((64, 2), dtype=np.int64)
+        self.memo = np.zeros(self.N + max(1 << 14, 4 * self.N), dtype=np.int32)
+        self.m = -1
+        self._depth_room(32)
         p = self._alloc(g.WN + g.WT + 1)
-        self.p_off = [p]
-        self.e_off = [p + g.WN]
         g.root(self.mem, p, p + g.WN)
-        self.accept = [False]
-        self.nodes = np.zeros((256, 4), dtype=np.int64)
-        self.nodes[0] = (-1, 0, -1, p)
-        self.kids: dict[tuple[int, int], int] = {}
-        self.cur = np.zeros(64, dtype=np.uint64)
-        self.seeds = np.zeros(g.WN, dtype=np.uint64)
-        self.pathbuf = np.zeros(64, dtype=np.int64)
-        self.steps = 0                     # chart steps computed (extend calls)
-        self.adopted = 0                   # chart nodes adopted from searches
-        # node -> tier offset per root child (or -1) of the charts a search from ``node`` kept
-        self.kept: dict[int, np.ndarray] = {}
-        self.root_child_of: np.ndarray | None = None   # terminal -> root child index (the engine sets it)
+        self.nodes[0] = -1
+        self.nodes[0, [NC_DEPTH, NC_E0, NC_E1]] = 0
+        self.nodes[0, NC_P] = p
+        self.hdr[H_NODES] = 1
+        self.hdr[H_MEMO] = self.N
+        self.cfg[0] = (0, START)
+        self.hdr[H_NCFG] = 1
         self._expected: dict[int, list[int]] = {}
+
+    # -- room ---------------------------------------------------------------------------------------------------
+    def _alloc(self, nwords: int) -> int:
+        self._ensure(self.used + nwords)
+        off = self.used
+        self.hdr[H_USED] = off + nwords
+        return off
 
     def _ensure(self, total: int) -> None:
         if total > self.mem.size:
@@ -46,129 +63,178 @@ class ChartStore:
             new[: self.used] = self.mem[: self.used]
             self.mem = new
 
-    def _alloc(self, nwords: int) -> int:
-        self._ensure(self.used + nwords)
-        off = self.used
-        self.used += nwords
-        return off
+    def _depth_room(self, n: int) -> None:
+        """Search and step scratch for charts of up to ``n`` tiers (sized for ``2 n + 64``)."""
+        if n <= self.m:
+            return
+        g, m = self.g, 2 * n + 64
+        self.m = m
+        self.work = np.zeros(work_words(self.D, m, self.K), dtype=np.int64)
+        self.scr = np.zeros(g.WN + g.scratch_words(m + self.D), dtype=np.uint64)
 
-    def _scratch_cur(self, n: int) -> np.ndarray:
-        """Step scratch for tier ``n`` (and ``pathbuf`` room for a path of ``n`` tiers: 2 (n + 2) words)."""
-        need = self.g.scratch_words(n)
-        if self.cur.size < need:
-            self.cur = np.zeros(2 * need, dtype=np.uint64)
-        if self.pathbuf.size < 2 * n + 4:
-            self.pathbuf = np.zeros(4 * n + 64, dtype=np.int64)
-        return self.cur
+    @staticmethod
+    def _rows(a: np.ndarray, rows: int) -> np.ndarray:
+        new = np.zeros((max(rows, 2 * a.shape[0]),) + a.shape[1:], dtype=a.dtype)
+        new[: a.shape[0]] = a
+        return new
+
+    def grow(self) -> None:
+        """Make the room a jitted call ran out of (``hdr[H_NEED]``, ``hdr[H_SIZE]``)."""
+        what, size = int(self.hdr[H_NEED]), int(self.hdr[H_SIZE])
+        self.hdr[H_NEED] = 0
+        if what == R_MEM:
+            self._ensure(size)
+        elif what == R_NODES:
+            self.nodes = self._rows(self.nodes, size)
+        elif what == R_EDGES:
+            self.medge = self._rows(self.medge, size)
+        elif what == R_KEPT:
+            self.kept = self._rows(self.kept, size)
+        elif what == R_DEPTH:
+            self.m = min(self.m, size - 1)     # the call found the scratch short for ``size`` tiers: make it anew
+            self._depth_room(size)
+        elif what == R_CFG:
+            self.cfg = self._rows(self.cfg, size)
+        else:
+            raise RuntimeError(f"valiant: a jitted call of the chart store stopped without a need ({what}, {size})")
+
+    def args(self) -> tuple:
+        """The arrays of the jitted store functions: mem, nodes, hdr, kept, medge, scr."""
+        return self.mem, self.nodes, self.hdr, self.kept, self.medge, self.scr
+
+    # -- the node table, read from Python ------------------------------------------------------------------------
+    @property
+    def used(self) -> int:
+        return int(self.hdr[H_USED])
+
+    @used.setter
+    def used(self, v: int) -> None:
+        self.hdr[H_USED] = v
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.hdr[H_NODES])
+
+    @property
+    def steps(self) -> int:
+        return int(self.hdr[H_STEPS])
+
+    @property
+    def adopted(self) -> int:
+        return int(self.hdr[H_ADOPTED])
+
+    @property
+    def memo_hits(self) -> int:
+        return int(self.hdr[H_MEMO_HITS])
+
+    def _col(self, k: int) -> np.ndarray:
+        return self.nodes[: self.n_nodes, k]
+
+    parent = property(lambda self: self._col(NC_PARENT))
+    term = property(lambda self: self._col(NC_TERM))
+    depth = property(lambda self: self._col(NC_DEPTH))
+    tier_off = property(lambda self: self._col(NC_TIER))
+    p_off = property(lambda self: self._col(NC_P))
+    e_off = property(lambda self: self._col(NC_P) + self.g.WN)
+
+    @property
+    def accept(self) -> np.ndarray:
+        return (self.mem[self.e_off + self.g.WT] & np.uint64(1)).astype(bool)
+
+    @property
+    def configs(self) -> list[tuple[int, int]]:
+        """The sequence's lexer configurations ``(chart node, lexer state or START)``, sorted."""
+        return [(int(c), int(x)) for c, x in self.cfg[: int(self.hdr[H_NCFG])]]
+
+    def kept_row(self, node: int) -> np.ndarray | None:
+        """Tier offset per root child (or -1) of the charts a search from ``node`` kept, or None."""
+        r = int(self.nodes[node, NC_KEPT])
+        return None if r < 0 else self.kept[r, : self.K]
+
+    def keep(self, node: int, offsets: np.ndarray) -> None:
+        """Record the charts a search from ``node`` kept (the multi-threaded and CUDA searches' Python side)."""
+        r = int(self.hdr[H_KEPT])
+        if r >= self.kept.shape[0]:
+            self.kept = self._rows(self.kept, r + 1)
+        self.kept[r, : self.K] = offsets
+        self.nodes[node, NC_KEPT] = r
+        self.hdr[H_KEPT] = r + 1
+
+    def children(self, node: int) -> list[int]:
+        out, c = [], int(self.nodes[node, NC_CHILD])
+        while c >= 0:
+            out.append(c)
+            c = int(self.nodes[c, NC_NEXT])
+        return out
+
+    def edges(self, node: int) -> frozenset:
+        """A merged boundary's pieces ``(c, t)``."""
+        e0, e1 = int(self.nodes[node, NC_E0]), int(self.nodes[node, NC_E1])
+        return frozenset((int(c), int(t)) for c, t in self.medge[e0:e1])
 
     def path(self, node: int, extra: int = 0):
         """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots."""
-        n = self.depth[node]
+        nd = self.nodes
+        n = int(nd[node, NC_DEPTH])
         tiers = np.zeros(n + extra + 1, dtype=np.int64)
         ps = np.zeros(n + extra + 2, dtype=np.int64)
         c = node
         while c > 0:
-            d = self.depth[c]
-            tiers[d - 1] = self.tier_off[c]
-            ps[d] = self.p_off[c]
-            c = self.parent[c]
-        ps[0] = self.p_off[0]
+            d = int(nd[c, NC_DEPTH])
+            tiers[d - 1] = nd[c, NC_TIER]
+            ps[d] = nd[c, NC_P]
+            c = int(nd[c, NC_PARENT])
+        ps[0] = nd[0, NC_P]
         return tiers, ps
 
+    # -- nodes made from Python (tests, the CUDA backend's masks) ------------------------------------------------
     def child(self, node: int, t: int) -> int:
-        """The chart node of ``node`` plus terminal ``t``: memoised, adopted from a search's kept chart, or one
-        chart step."""
-        key = (node, t)
-        c = self.kids.get(key)
-        if c is not None:
-            return c
-        g = self.g
-        n = self.depth[node]
-        kept = self.kept.get(node)
-        t_off = -1
-        if kept is not None:
-            k = self.root_child_of[t]
-            if k < kept.size:
-                t_off = int(kept[k])
-        if t_off >= 0:            # the search from ``node`` computed this chart already (kernels_common.dfs)
-            p_off = t_off + g.tier_words(n)
-            e_off = p_off + g.WN
-            info = int(self.mem[e_off + g.WT])
-            self.adopted += 1
-        else:
-            t_off, p_off, e_off = self._slot(n)
-            info = extend(self.mem, self.nodes, node, t, t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
-                          self.pathbuf, self.term[node], *self.gp)
-            self.steps += 1
-        return self._add(key, node, t, t_off, p_off, e_off, info)
+        """The chart node of ``node`` plus terminal ``t``: a child it has, adopted from a search's kept chart, or one
+        chart step (``kernels_common._child``)."""
+        self._depth_room(int(self.nodes[node, NC_DEPTH]))
+        while True:
+            c = store_child(*self.args(), node, t, *self.statics)
+            if c >= 0:
+                return int(c)
+            self.grow()
 
-    def _slot(self, n: int) -> tuple[int, int, int]:
-        """Arena room for the new tier of a child of a node with ``n`` tiers: (tier, ANC, EXPECT) offsets."""
-        g = self.g
-        t_off = self._alloc(g.node_words(n))
-        p_off = t_off + g.tier_words(n)
-        return t_off, p_off, p_off + g.WN
-
-    def _add(self, key, node: int, t: int, t_off: int, p_off: int, e_off: int, info: int) -> int:
-        """Record a new chart node, child of ``node`` (last terminal ``t``, -1 for a merged boundary), memoised
-        under ``key``."""
-        c = self.kids[key] = len(self.parent)
-        self.parent.append(node)
-        self.term.append(t)
-        self.depth.append(self.depth[node] + 1)
-        self.tier_off.append(t_off)
-        self.p_off.append(p_off)
-        self.e_off.append(e_off)
-        self.accept.append(bool(info & 1))
-        if c >= self.nodes.shape[0]:
-            self.nodes = np.concatenate([self.nodes, np.zeros_like(self.nodes)])
-        self.nodes[c] = (node, self.depth[c], t_off, p_off)
-        return c
-
-    def merged(self, node: int, edges: frozenset) -> int:
-        """The chart node of one boundary where several pieces end at once: ``edges`` is a set of ``(chart node c,
+    def merged(self, node: int, edges) -> int:
+        """The chart node of one boundary where several pieces end at once: ``edges`` are ``(chart node c,
         terminal t)``, each ``c`` on the chain of ``node`` (``node`` itself or an ancestor), ``t`` spanning from
         ``c``'s boundary to the new one. The new node is a child of ``node`` whose tier holds every edge (a lattice
         chart: the tiers of later nodes never need to know). One edge from ``node`` itself is :meth:`child`."""
-        if len(edges) == 1:
-            (c, t), = edges
-            if c == node:
-                return self.child(node, t)
-        key = (node, edges)
-        m = self.kids.get(key)
-        if m is not None:
-            return m
-        n = self.depth[node]
-        t0, rows, terms = -1, [], []
-        for c, t in sorted(edges):
-            if c == node and t0 < 0:
-                t0 = t
-            else:
-                rows.append(n - self.depth[c])
-                terms.append(t)
-        t_off, p_off, e_off = self._slot(n)
-        info = extend_edges(self.mem, self.nodes, node, t0, np.array(rows, dtype=np.int64),
-                            np.array(terms, dtype=np.int64), t_off, p_off, e_off, self._scratch_cur(n), self.seeds,
-                            self.pathbuf, *self.gp)
-        self.steps += 1
-        return self._add(key, node, -1, t_off, p_off, e_off, info)
+        E = np.array(sorted(set(edges)), dtype=np.int64).reshape(-1, 2)
+        self._depth_room(int(self.nodes[node, NC_DEPTH]))
+        while True:
+            m = store_merged(*self.args(), node, E, *self.statics)
+            if m >= 0:
+                return int(m)
+            self.grow()
 
     def boundary(self, configs, ends) -> int:
         """The one chart node of the boundary where the pieces ``ends`` (``(c, t)`` pairs) of ``configs`` end:
         a child of the deepest chart node of ``configs`` (every chart node of a state lies on one chain, since
         each byte position has one boundary node)."""
-        deepest = max((c for c, _ in configs), key=self.depth.__getitem__)
-        return self.merged(deepest, frozenset(ends))
+        deepest = max((c for c, _ in configs), key=lambda c: int(self.nodes[c, NC_DEPTH]))
+        return self.merged(deepest, ends)
+
+    def plan(self, lazy: bool = False):
+        """A mask's bases from the configurations (``kernels_common._plan``): (rows, xs, accept)."""
+        while True:
+            rows, xs, acc, ok = plan_bases(*self.args(), self.cfg, lazy, *self.statics)
+            if ok:
+                return rows, xs, bool(acc)
+            self.grow()
 
     def expects(self, node: int, t: int) -> bool:
-        w = self.mem[self.e_off[node] + (t >> 6)]
+        w = self.mem[int(self.nodes[node, NC_P]) + self.g.WN + (t >> 6)]
         return bool((int(w) >> (t & 63)) & 1)
 
     def expected(self, node: int) -> list[int]:
         """EXPECT of ``node`` (terminal ids, ascending; memoised: a chart node never changes)."""
         got = self._expected.get(node)
         if got is None:
-            e = self.e_off[node]
+            e = int(self.nodes[node, NC_P]) + self.g.WN
             bits = np.unpackbits(self.mem[e:e + self.g.WT].view(np.uint8), bitorder="little")
             got = self._expected[node] = np.flatnonzero(bits[: self.g.n_term]).tolist()
         return got

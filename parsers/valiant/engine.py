@@ -18,12 +18,10 @@ from .align import alias_blocked
 from .align_nb import MAX_STATES
 from .chart_store import ChartStore
 from .compiled import VERSION, Compiled, build, load_or_build  # noqa: F401 - Compiled, build: re-exported
-from .kernels_common import (AC_FILLS, AC_HITS, FIRST_ROUND, N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS,
-                             ST_VIABLE)
+from .kernels_common import (AC_FILLS, AC_HITS, FIRST_ROUND, H_NCFG, N_STATS, NC_DEPTH, NC_P, NC_TERM, ST_ALIASED,
+                             ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, fill_host, walk_bytes)
 from .search import (chain_tables, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
                      search_nodes, chain_needed, work_words)
-
-START = -1     # lexer state of the empty prefix: a grammar terminal must start (no leading ignored text)
 
 
 @dataclass
@@ -51,17 +49,21 @@ class ValiantEngine(Engine):
     cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},
                    "sweep": ("workers", (1, 2, 4, 8, 16, 32, 64, 132)), "dry_run": {"sweep": (1, 4)}}
     #: ``bench instructions --phases`` and ``bench masks --phases``: part of a mask -> functions whose calls it covers
-    #: (a name in this module, ``sub.name`` in module ``sub`` of this package; names a module lacks count 0, so one
-    #: bench reads the code before and after issue 14). The rest of fill_mask is Python (the base charts'
-    #: bookkeeping in ``_bases_acc`` and ``_fill``, the calls' dispatch).
+    #: (a name in this module, ``sub.name`` in module ``sub`` of this package; names a module lacks, or that the code
+    #: no longer calls from Python, count 0, so one bench reads the code before and after issues 14 and 29). Since
+    #: issue 29 a mask on one CPU thread is one call (``fill_host``) and a commit one (``walk_bytes``); the Python
+    #: around them is the rest. The other parts are what threads > 1 and the CUDA backend call from Python.
     instruction_phases = {
+        "mask": ("fill_host",),                                  # a whole mask, one thread (issue 29)
+        "commit": ("walk_bytes",),                               # a commit's bytes through the lexer (issue 29)
         "search": ("tree_search", "tree_search_par"),            # before issue 14: the tree search alone
         "assembly": ("fill_tokens",),                            # before issue 14: mask assembly alone
         "needed": ("needed_nodes",),                             # the needed-node pruning (CUDA backend's search)
         "base_masks": ("mask_base", "mask_base_par"),            # search, pruning and assembly in one call per base
         "virtual": ("mask_virtual",),                            # bases a mask does without their chart
         "chains": ("chain_needed",),                             # second phase over merged boundaries' chains
-        "base_steps": ("chart_store.extend", "chart_store.extend_edges"),   # chart steps (base charts, commits)
+        "base_steps": ("chart_store.extend", "chart_store.extend_edges",    # chart steps called from Python: before
+                       "chart_store.store_child", "chart_store.store_merged"),   # issue 29, and the CUDA path since
     }
 
     def profile(self):
@@ -100,29 +102,27 @@ class ValiantEngine(Engine):
         al = self.comp.align
         dense, *dense_idx = dense_lists(al, self.vocab_size)
         self._chain = chain_tables(al)      # the second phase of a search (search.chain_tables)
-        self._statics = (*pack_statics(self.comp.grammar.packed, al, dense_idx, self._chain, alias_blocked(al)),
-                         dense)
-        N = al.n_nodes
-        self._flags = np.zeros(2 * N, dtype=np.uint8)      # needed nodes, then fill_tokens' zeroed scratch
-        self._vbuf = np.zeros(N, dtype=np.int32)
         ch = self._chain
         ch["b0"], ch["b1"] = bool((ch["ct_kind"] == 0).any()), bool((ch["ct_kind"] == 1).any())
         ch["any"] = bool(ch["ct_tok"].size)
-        self._xflag = np.zeros(self.comp.trans.shape[0], dtype=np.uint8)
         # root children (the trie's depth-1 nodes: one per terminal at most, and merged boundaries) and terminal ->
         # child index (or K), for the store to adopt a kept chart
         self._k_root = int(al.child_start[1] - al.child_start[0])
-        rc = np.full(self.comp.grammar.n_term + 1, self._k_root, dtype=np.int64)
+        c_ = self.comp
+        rc = np.full(c_.grammar.n_term + 1, self._k_root, dtype=np.int32)
         kids = al.child_ids[al.child_start[0]:al.child_start[1]]
         single = al.node_term[kids] >= 0
         rc[al.node_term[kids][single]] = np.flatnonzero(single)
-        self._root_child_of = rc[:-1]
         self._depth = al.max_depth
-        # Python lists of the lexer tables (faster than numpy scalars in the per-configuration loops)
-        c_ = self.comp
-        self._term_of, self._accept = c_.term_of.tolist(), c_.accept.tolist()
-        self._trans, self._start_of = c_.trans.tolist(), c_.start_of.tolist()
-        self._xs_arrays: dict[tuple, np.ndarray] = {}
+        host = {"trans": c_.trans, "accept": c_.accept, "term_of": c_.term_of, "start_of": c_.start_of,
+                "root_child": rc[:-1], "n_grammar": c_.n_grammar, "n_lex": c_.start_of.size,
+                "start_nullable": c_.start_nullable, "chain_b0": ch["b0"], "chain_b1": ch["b1"],
+                "chain_any": ch["any"], "k_root": self._k_root, "depth": self._depth}
+        self._statics = (*pack_statics(c_.grammar.packed, al, dense_idx, ch, alias_blocked(al), host), dense)
+        N = al.n_nodes
+        # needed nodes, then fill_tokens' zeroed scratch, then a second phase's zeroed flags over lexer states
+        self._flags = np.zeros(2 * N + c_.trans.shape[0], dtype=np.uint8)
+        self._vbuf = np.zeros(N, dtype=np.int32)
         self._ws: dict[int, tuple] = {}     # threads -> (tiers it is sized for, (work, step scratch))
         self._sizes: dict[int, tuple] = {}
         if self.threads > 1:
@@ -153,132 +153,54 @@ class ValiantEngine(Engine):
         if old is not None:
             self._steps_done += old.steps
             self._adopted_done += old.adopted
-        self.store = ChartStore(self.comp.grammar)
-        self.store.root_child_of = self._root_child_of
-        self.configs: list[tuple[int, int]] = [(0, START)]
-        # (base chart node, lists in use) -> viable trie nodes. A chart node never changes, so neither does
-        # its search: steps that stay inside one piece (long names, strings) reuse it.
+            self._memo_hits += old.memo_hits
+        self.store = ChartStore(self.comp.grammar, self._statics, self._depth, self._k_root, self.comp.align.n_nodes)
+        # (base chart node, lists in use) -> viable trie nodes, for the masks computed from Python (threads > 1, CUDA);
+        # a chart node never changes, so neither does its search: steps inside one piece (long names) reuse it
         self._memo: dict[tuple, np.ndarray] = {}
 
-    # -- the lexer over configurations -----------------------------------------------------------
-    def _step(self, configs, byte: int):
-        """The configurations after one more byte. Every piece that ends before ``byte`` ends at one boundary, so
-        all of them share one chart node (:meth:`ChartStore.boundary`): the number of configurations stays
-        polynomial (one per (boundary, lexer state)) however many ways the bytes can be cut into terminals."""
-        trans, accept, term_of, start_of = self._trans, self._accept, self._term_of, self._start_of
-        ng = self.comp.n_grammar
-        ignored = range(ng, len(start_of))
-        store = self.store
-        out = set()
-        ends, bases = [], set()
-        for c, x in configs:
-            if x == START:
-                for u in store.expected(c):
-                    s0 = start_of[u]
-                    if s0 >= 0 and trans[s0][byte] >= 0:
-                        out.add((c, trans[s0][byte]))
-                continue
-            g = trans[x][byte]
-            if g >= 0:
-                out.add((c, g))
-            if accept[x]:
-                t = term_of[x]
-                if t < ng:
-                    ends.append((c, t))
-                else:                  # an ignored piece ends: new pieces start from where it began
-                    bases.add(c)
-        if ends:
-            bases.add(store.boundary(configs, ends))
-        for b in bases:
-            for us in (store.expected(b), ignored):
-                for u in us:
-                    s0 = start_of[u]
-                    if s0 >= 0 and trans[s0][byte] >= 0:
-                        out.add((b, trans[s0][byte]))
-        return out
+    @property
+    def configs(self) -> list[tuple[int, int]]:
+        """The lexer configurations of the prefix: ``(chart node of the boundary where the piece in progress began,
+        lexer state or START)``, sorted; every piece before it is in the chart."""
+        return self.store.configs
 
     def commit(self, token_id: int) -> bool:
+        """One jitted call over the token's bytes (``kernels_common.walk_bytes``: the lexer over configurations,
+        one boundary chart node per byte where pieces end)."""
         if token_id < 0 or token_id >= self.vocab_size:
             return False
         data = self.tokenizer.token_bytes[token_id]
-        if not data:
+        s = self.store
+        if not data or not s.hdr[H_NCFG]:
             return False
-        configs = set(self.configs)
-        for b in data:
-            configs = self._step(configs, b)
-            if not configs:
-                self.configs = []
-                return False
-        self.configs = sorted(configs)
+        arr = np.frombuffer(data, dtype=np.uint8)
+        while True:
+            r = walk_bytes(*s.args(), s.cfg, arr, *self._statics[:3])
+            if r >= 0:
+                break
+            s.grow()
+        if r == 0:
+            s.hdr[H_NCFG] = 0
+            return False
         return True
 
     def accepting(self) -> bool:
-        return self._bases_acc()[1]
+        return self.store.plan()[2]
 
     # -- masks -------------------------------------------------------------------------------------
     def _bases_acc(self, lazy: bool = False):
-        """({base chart: [boundary without leading ignore, boundary with leading ignore, [x ...]]}, whether the
-        prefix is a sentence), in one pass over the configurations. The base of a lexer state ``x`` of a grammar
-        terminal ``t`` is the boundary where its piece would end: ``c + t`` for its one configuration ``(c, x)``, or
-        the merged boundary of all of them. With ``lazy``, a base chart ``c + t`` that only non-final lexer states
-        need and that is not computed yet is keyed ``(c, t)`` instead (``fill_mask`` may not need it at all:
-        ``mask_virtual``)."""
-        term_of, accept, ng, store = self._term_of, self._accept, self.comp.n_grammar, self.store
-        nullable = self.comp.start_nullable
-        groups: dict = {}
-        acc = False
-        starts: dict = {}
-        for c, x in self.configs:
-            if x == START:
-                e = groups.get(c)
-                if e is None:
-                    e = groups[c] = [False, False, []]
-                e[0] = True
-                acc = acc or nullable
-            elif term_of[x] >= ng:     # an ignored piece: its boundary is where it began
-                e = groups.get(c)
-                if e is None:
-                    e = groups[c] = [False, False, []]
-                e[2].append(x)
-                if accept[x]:
-                    e[0] = e[1] = True
-                    acc = acc or store.accept[c] or (c == 0 and nullable)
-            else:
-                starts.setdefault(x, []).append(c)
-        for x, cs in starts.items():
-            t = term_of[x]
-            key = (cs[0], t) if len(cs) == 1 else frozenset((c, t) for c in cs)
-            e = groups.get(key)
-            if e is None:
-                e = groups[key] = [False, False, []]
-            e[2].append(x)
-            if accept[x]:
-                e[0] = e[1] = True
-        bases: dict = {}
-        for key, e in groups.items():
-            if type(key) is tuple:
-                b = store.kids.get(key)
-                if b is None:
-                    if lazy and not e[0]:
-                        bases[key] = e
-                        continue
-                    b = store.child(*key)
-                key = b
-            elif type(key) is frozenset:
-                key = store.boundary(self.configs, key)
-            if not acc and any(accept[x] and term_of[x] < ng for x in e[2]):
-                acc = store.accept[key]
-            got = bases.get(key)
-            if got is None:
-                bases[key] = e
-            else:                      # START and a chart reached two ways: one base
-                got[0] |= e[0]
-                got[1] |= e[1]
-                got[2].extend(e[2])
+        """({base: (boundary without leading ignore, boundary with leading ignore, lexer states)}, whether the prefix
+        is a sentence) from ``ChartStore.plan`` (``kernels_common._plan``); with ``lazy`` a base ``c + t`` not made
+        yet that only non-final lexer states need is keyed ``(c, t)``."""
+        rows, xs, acc = self.store.plan(lazy)
+        bases = {}
+        for node, c, t, fl, x0, x1 in rows.tolist():
+            bases[node if node >= 0 else (c, t)] = (bool(fl & 1), bool(fl & 2), tuple(xs[x0:x1].tolist()))
         return bases, acc
 
     def _bases(self):
-        """base chart -> (boundary without leading ignore, boundary with leading ignore, [x ...])"""
+        """base chart -> (boundary without leading ignore, boundary with leading ignore, lexer states)"""
         return self._bases_acc()[0]
 
     def needed(self, b0: bool, b1: bool, xs) -> np.ndarray:
@@ -318,40 +240,48 @@ class ValiantEngine(Engine):
             self._ws[T] = (m, ws)
         return sz[0], sz[1], ws
 
+    def _node(self, base: int) -> tuple:
+        """(tiers, EXPECT offset, last terminal) of chart node ``base``."""
+        row = self.store.nodes[base]
+        return int(row[NC_DEPTH]), int(row[NC_P]) + self.comp.grammar.WN, int(row[NC_TERM])
+
     def _base_mask(self, u, base: int, b0: bool, b1: bool, xs: np.ndarray, memo, clear: bool, eos: int, acc: bool,
                    need=None, T: int = 1, phase: int = 1) -> int:
         """OR base ``base``'s tokens into ``u`` (searching unless ``memo`` holds its viable nodes; zeroing ``u`` first
         if ``clear``; setting the EOS bit to ``acc`` if ``eos >= 0``); returns the number of viable nodes
         (``self._vbuf`` holds them after a search). A first-phase search keeps the charts of the root's viable
         children in the arena: the store adopts them when the next mask's base charts are among them. ``T``: threads;
-        ``phase``: see ``kernels_common.mask_base``."""
+        ``phase``: see ``kernels_common.mask_base``. (The masks of ``T`` > 1 threads and of the CUDA backend; one
+        thread's are ``kernels_common.fill_host``.)"""
         store = self.store
-        stride, keep, (work, scr) = self._scratch(store.depth[base], T)
+        n, e_off, term = self._node(base)
+        stride, keep, (work, scr) = self._scratch(n, T)
         search = memo is None and need is None
         viable = self._vbuf if search else memo
         nv = 0 if search else viable.size
         L = self._depth + 2
         K = self._k_root
-        keep_off = store.used if search and phase == 1 and K and base not in store.kept else -1
+        keep_off = store.used if search and phase == 1 and K and store.kept_row(base) is None else -1
         ac = self._acache()
+        N = self.comp.align.n_nodes
+        flags, xflag = self._flags[:2 * N], self._flags[2 * N:]
         if T > 1:
-            nv = mask_base_par(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs,
-                               search, viable, nv, work, L, self._flags, scr, store.used + T * keep, stride, keep_off,
-                               clear, eos, acc, self._tot, keep, self._vb2[0], self._vb2[1], phase, self._xflag,
-                               *ac, *self._statics)
+            nv = mask_base_par(u, store.mem, store.nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L,
+                               flags, scr, store.used + T * keep, stride, keep_off, clear, eos, acc, self._tot, keep,
+                               self._vb2[0], self._vb2[1], phase, xflag, *ac, *self._statics)
             if keep_off >= 0:
                 maps = work[:, work.shape[1] - K - 1:]
                 if maps[:, K].any():
-                    store.kept[base] = maps[:, :K].max(axis=0)
+                    store.keep(base, maps[:, :K].max(axis=0))
                     store.used = max(keep_off + w * keep + int(maps[w, K]) * (keep // K) for w in range(T))
         else:
-            nv = mask_base(u, store.mem, store.nodes, base, store.e_off[base], store.term[base], b0, b1, xs, search,
-                           viable, nv, work, L, self._flags, scr, store.used + keep, stride, keep_off, clear, eos, acc,
-                           self._tot, phase, self._xflag, *ac, *self._statics)
+            nv = mask_base(u, store.mem, store.nodes, base, e_off, term, b0, b1, xs, search, viable, nv, work, L,
+                           flags, scr, store.used + keep, stride, keep_off, clear, eos, acc, self._tot, phase, xflag,
+                           *ac, *self._statics)
             if keep_off >= 0:
                 used = int(work[-1])
                 if used:
-                    store.kept[base] = work[-K - 1:-1].copy()
+                    store.keep(base, work[-K - 1:-1])
                     store.used = keep_off + used * (keep // K)
         return nv
 
@@ -360,11 +290,12 @@ class ValiantEngine(Engine):
         store, al = self.store, self.comp.align
         if needed is None:
             needed = np.ones(al.n_nodes, dtype=np.uint8)
-        stride, _, (work, scr) = self._scratch(store.depth[base], 1)
+        n, e_off, term = self._node(base)
+        stride, _, (work, scr) = self._scratch(n, 1)
         viable = np.zeros(al.n_nodes, dtype=np.int32)
         L = self._depth + 2
-        cnt = search_nodes(store.mem, store.nodes, base, store.e_off[base], store.term[base], needed, viable, work, L,
-                           scr, store.used, stride, *self._statics[:3])
+        cnt = search_nodes(store.mem, store.nodes, base, e_off, term, needed, viable, work, L, scr, store.used, stride,
+                           *self._statics[:3])
         return viable[:cnt]
 
     @property
@@ -376,40 +307,44 @@ class ValiantEngine(Engine):
         boundaries' chains (a mask's second phase: kernels_common.mask_base), bases' token sets taken from the
         assembled-token cache and assembled (kernels_common.fill_cached)."""
         t = self._tot.tolist()
-        return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits, "chart_steps": t[ST_STEPS],
-                "base_steps": self._steps_done + self.store.steps, "nodes_checked": t[ST_CHECKED],
-                "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED], "leaves_certified": t[ST_CERTIFIED],
-                "adopted_charts": self._adopted_done + self.store.adopted, "base_charts_skipped": t[N_STATS + 1],
-                "chain_searches": t[N_STATS + 2], "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS]}
+        return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits + self.store.memo_hits,
+                "chart_steps": t[ST_STEPS], "base_steps": self._steps_done + self.store.steps,
+                "nodes_checked": t[ST_CHECKED], "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED],
+                "leaves_certified": t[ST_CERTIFIED], "adopted_charts": self._adopted_done + self.store.adopted,
+                "base_charts_skipped": t[N_STATS + 1], "chain_searches": t[N_STATS + 2],
+                "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS]}
 
     def fill_mask(self, out: np.ndarray) -> None:
         self._fill(out, self.threads)
 
     def _fill(self, out: np.ndarray, T: int) -> None:
-        """The mask into ``out``, each search on ``T`` threads."""
+        """The mask into ``out``, each search on ``T`` threads: one jitted call on the CPU with one thread
+        (``kernels_common.fill_host``), else the bases' loop here."""
         u = out.view(np.uint32)
+        if self.backend is None and T == 1:
+            s = self.store
+            while fill_host(u, s.mem, s.nodes, s.hdr, s.kept, s.medge, s.memo, s.work, s.scr, s.cfg, self._flags,
+                            self._tot, self.tokenizer.eos_id, *self._acache(), *self._statics):
+                s.grow()
+            return
         bases, acc = self._bases_acc(lazy=self.backend is None)
         eos = self.tokenizer.eos_id
         if not bases:
             u[:] = 0
-            u[eos >> 5] &= ~np.uint32(1 << (eos & 31))
             return
         last = len(bases) - 1
         later = []       # the bases a second phase may search (kernels_common.mask_base)
         ch = self._chain
-        for i, (base, (b0, b1, xs)) in enumerate(bases.items()):
-            xt = tuple(xs)
-            xa = self._xs_arrays.get(xt)
-            if xa is None:
-                xa = self._xs_arrays[xt] = np.array(xs, dtype=np.int32)
+        N = self.comp.align.n_nodes
+        for i, (base, (b0, b1, xt)) in enumerate(bases.items()):
+            xa = np.array(xt, dtype=np.int32)
             e = eos if i == last else -1
-            if ch["any"] and ((b0 and ch["b0"]) or (b1 and ch["b1"]) or any(ch["x_chain"][x] for x in xs)):
+            if ch["any"] and ((b0 and ch["b0"]) or (b1 and ch["b1"]) or ch["x_chain"][xa].any()):
                 later.append((base, b0, b1, xa))
             if type(base) is tuple:    # c + t, needed only by lexer states inside t: maybe no chart at all
                 c, t = base
-                s_ = self._statics
-                if mask_virtual(u, self.store.mem, self.store.nodes, c, t, xa, self._vbuf, self._flags, self._ws1, i == 0,
-                                e, acc, self._tot, *self._acache(), *s_) >= 0:
+                if mask_virtual(u, self.store.mem, self.store.nodes, c, t, xa, self._vbuf, self._flags[:2 * N],
+                                self._ws1, i == 0, e, acc, self._tot, *self._acache(), *self._statics) >= 0:
                     continue
                 base = self.store.child(c, t)
                 if later and later[-1][0] == (c, t):
@@ -421,7 +356,7 @@ class ValiantEngine(Engine):
                 self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc, T=T)
                 continue
             if self.backend is not None:
-                memo = self.backend.search(self.store, base, self.needed(b0, b1, xs))
+                memo = self.backend.search(self.store, base, self.needed(b0, b1, xa))
                 self._base_mask(u, base, b0, b1, xa, memo, i == 0, e, acc, need=True, T=T)
             else:
                 nv = self._base_mask(u, base, b0, b1, xa, None, i == 0, e, acc, T=T)
@@ -435,12 +370,13 @@ class ValiantEngine(Engine):
             if self.backend is None:
                 self._base_mask(u, base, b0, b1, xa, None, False, -1, acc, T=T, phase=2)
                 continue
-            needed = np.zeros(self.comp.align.n_nodes, dtype=np.uint8)
+            needed = np.zeros(N, dtype=np.uint8)
             _, si, sl, _ = self._statics
             lo, hi = 0, FIRST_ROUND       # the rounds of kernels_common._second_phase
+            e_off = self._node(base)[1]
             while True:
-                cnt, deeper = chain_needed(u, needed, b0, b1, xa, self._xflag, lo, hi, self.store.mem,
-                                           self.store.e_off[base], si, sl)
+                cnt, deeper = chain_needed(u, needed, b0, b1, xa, self._flags[2 * N:], lo, hi, self.store.mem, e_off,
+                                           si, sl)
                 if cnt:
                     viable = self.backend.search(self.store, base, needed)
                     self._base_mask(u, base, b0, b1, xa, viable, False, -1, acc, need=True, T=T)
@@ -458,9 +394,8 @@ class ValiantEngine(Engine):
         other._flags = np.zeros_like(self._flags)
         other._vbuf = np.zeros_like(self._vbuf)
         other._ws1 = np.zeros_like(self._ws1)
-        other._xflag = np.zeros_like(self._xflag)
         other._tot = np.zeros_like(self._tot)
-        other._ws, other._sizes, other._xs_arrays = {}, {}, {}
+        other._ws, other._sizes = {}, {}
         if self.threads > 1:
             other._vb2 = tuple(np.zeros_like(a) for a in self._vb2)
         other._memo_hits = other._steps_done = other._adopted_done = 0

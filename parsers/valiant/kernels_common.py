@@ -877,17 +877,13 @@ def _fill_path(nodes, node, tiers, ps):
     return n
 
 
-@_cpu
-def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, prev_term, gu, gi, gm):
-    """:func:`chart_step` on the CPU (one thread) from chart node ``node`` (rows of ``nodes``; ``pathbuf`` int64
-    scratch of 2 (n + 2)), then :func:`certify` against that parent chart (last terminal ``prev_term``). Returns
-    the INFO word."""
-    mem, nodes, pathbuf, cur, seeds = borrowed(mem), borrowed(nodes), borrowed(pathbuf), borrowed(cur), borrowed(seeds)
+@_cpu_inline
+def _extend_g(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, prev_term, G):
+    """:func:`extend` with the grammar record (what the jitted chart store calls)."""
     n = nodes[node, 1]
     tier_offs = pathbuf[:n + 1]
     p_offs = pathbuf[n + 1:2 * n + 3]
     _fill_path(nodes, node, tier_offs, p_offs)
-    G = unpack_grammar(gu, gi, gm)
     info = chart_step(mem, tier_offs, p_offs, n, t, out_tier, out_p, out_e, cur, seeds, G)
     prev_info = np.int64(mem[p_offs[n] + G.WN + G.WT])
     p_offs[n + 1] = out_p
@@ -898,21 +894,37 @@ def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, pre
 
 
 @_cpu
+def extend(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, prev_term, gu, gi, gm):
+    """:func:`chart_step` on the CPU (one thread) from chart node ``node`` (rows of ``nodes``; ``pathbuf`` int64
+    scratch of 2 (n + 2)), then :func:`certify` against that parent chart (last terminal ``prev_term``). Returns
+    the INFO word."""
+    mem, nodes, pathbuf, cur, seeds = borrowed(mem), borrowed(nodes), borrowed(pathbuf), borrowed(cur), borrowed(seeds)
+    return _extend_g(mem, nodes, node, t, out_tier, out_p, out_e, cur, seeds, pathbuf, prev_term,
+                     unpack_grammar(gu, gi, gm))
+
+
+@_cpu_inline
+def _extend_edges_g(mem, nodes, node, t, e_rows, e_terms, out_tier, out_p, out_e, cur, seeds, pathbuf, G):
+    """:func:`extend_edges` with the grammar record."""
+    n = nodes[node, 1]
+    tier_offs = pathbuf[:n + 1]
+    p_offs = pathbuf[n + 1:2 * n + 3]
+    _fill_path(nodes, node, tier_offs, p_offs)
+    info = chart_step_edges(mem, tier_offs, p_offs, n, t, e_rows, e_terms, e_rows.size, out_tier, out_p, out_e, cur,
+                            seeds, G) | INFO_OLD
+    mem[out_e + G.WT] = np.uint64(info)
+    return info
+
+
+@_cpu
 def extend_edges(mem, nodes, node, t, e_rows, e_terms, out_tier, out_p, out_e, cur, seeds, pathbuf, gu, gi, gm):
     """A merged boundary after chart node ``node`` (CPU, one thread): terminal ``t`` (or none if < 0) from
     ``node`` itself and terminal ``e_terms[k]`` over row ``e_rows[k]`` (from an older node of the chain). No idem
     mark (the new node has no single last terminal); INFO_OLD is set, so nothing is certified from it."""
     mem, nodes, pathbuf, cur, seeds = borrowed(mem), borrowed(nodes), borrowed(pathbuf), borrowed(cur), borrowed(seeds)
     e_rows, e_terms = borrowed(e_rows), borrowed(e_terms)
-    n = nodes[node, 1]
-    tier_offs = pathbuf[:n + 1]
-    p_offs = pathbuf[n + 1:2 * n + 3]
-    _fill_path(nodes, node, tier_offs, p_offs)
-    G = unpack_grammar(gu, gi, gm)
-    info = chart_step_edges(mem, tier_offs, p_offs, n, t, e_rows, e_terms, e_rows.size, out_tier, out_p, out_e, cur,
-                            seeds, G) | INFO_OLD
-    mem[out_e + G.WT] = np.uint64(info)
-    return info
+    return _extend_edges_g(mem, nodes, node, t, e_rows, e_terms, out_tier, out_p, out_e, cur, seeds, pathbuf,
+                           unpack_grammar(gu, gi, gm))
 
 
 # -- CPU entry points of a mask: needed nodes, tree search, token assembly, in one call per base chart ----------
@@ -926,9 +938,15 @@ Tables = namedtuple("Tables", [
     "merge_row", "merge_term", "no_alias", "no_alias0",           # merged boundaries (int32; see Trie; no_alias0 zeros)
     "chain", "ct_tok", "ct_node", "ct_kind", "x_chain",           # the second phase (int32; search.chain_tables)
     "node_depth",
+    "lx_trans", "lx_accept", "lx_term", "lx_start",               # the lexer (int32; lexer.py; trans flat [G * 256])
+    "root_child",                                                 # terminal -> index among the root's children, or K
+    "host",                                                       # int32 scalars: HOST_FIELDS
     "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
     "merge_start", "ct_start", "ct_gstart",
 ])
+#: the scalars a mask's and a commit's bookkeeping read (``Tables.host``, in this order)
+HOST_FIELDS = ("n_grammar", "n_lex", "start_nullable", "chain_b0", "chain_b1", "chain_any", "k_root", "depth")
+HX_NG, HX_NLEX, HX_NULLABLE, HX_CB0, HX_CB1, HX_CANY, HX_K, HX_D = range(len(HOST_FIELDS))
 _I_FIELDS = Tables._fields[:Tables._fields.index("bnd_start")]    # int32 (search.pack_statics: ``si``)
 _L_FIELDS = Tables._fields[len(_I_FIELDS):]                           # int64 (``sl``)
 
@@ -1362,3 +1380,631 @@ def mask_base_par(out, mem, nodes, base, e_off, term, b0, b1, xs, search, viable
     fill_cached(out, viable, nv, flags[N:], b0, b1, xs, A, dense, ac_rows, ac_keys, tot)
     _mask_ends(out, False, eos, acc)
     return nv
+
+
+# -- the host's bookkeeping in one call (issue 29): a sequence's chart store, the lexer over its configurations, a
+#    mask's bases and the memo of their searches, what the engine did in Python between the jitted calls above -----
+#: columns of a chart store's node table (int64): parent, depth, tier offset, ANC offset (the four the chart step
+#: reads), last terminal (-1: the root or a merged boundary), first child and next sibling (a node's children are a
+#: list: ``(node, t)`` and merged boundaries are found by walking it), kept-chart row (or -1), memo head (or -1), a
+#: merged boundary's edges (rows ``[e0, e1)`` of the edge table)
+NC_PARENT, NC_DEPTH, NC_TIER, NC_P, NC_TERM, NC_CHILD, NC_NEXT, NC_KEPT, NC_MEMO, NC_E0, NC_E1 = range(11)
+N_COLS = 11
+#: a chart store's header words (int64): arena words used, nodes, chart steps, charts adopted from a search, edge
+#: rows used, kept rows used, memo words used, memo entries, memo hits, configurations, then what a call that ran
+#: out of room needs (resource, size: :data:`R_MEM` ...)
+H_USED, H_NODES, H_STEPS, H_ADOPTED, H_EDGES, H_KEPT, H_MEMO, H_MEMO_N, H_MEMO_HITS, H_NCFG, H_NEED, H_SIZE = range(12)
+H_LEN = 12
+#: resources a call can run out of: arena words, node rows, edge rows, kept rows, scratch for charts of ``size``
+#: tiers (the search's ``work`` and ``scr``), configuration rows
+R_MEM, R_NODES, R_EDGES, R_KEPT, R_DEPTH, R_CFG = 1, 2, 3, 4, 5, 6
+MEMO_MAX = 64      # viable-node sets kept per store (then all are dropped)
+START = -1         # lexer state of a configuration at a boundary: a grammar terminal must start
+
+
+@_cpu_inline
+def _words(n):
+    return (n + 63) >> 6
+
+
+@_cpu_inline
+def _tier_words(G, n):
+    """``PackedGrammar.tier_words``."""
+    return G.n_left * _words(n + 1) + _words(G.n_left)
+
+
+@_cpu_inline
+def _node_words(G, n):
+    """``PackedGrammar.node_words``."""
+    return _tier_words(G, n) + G.WN + G.WT + 1
+
+
+@_cpu_inline
+def _scratch_words(G, n):
+    """``PackedGrammar.scratch_words``."""
+    return G.n_nt * _words(n + 1) + (n + 1) * G.WN + _words(n + 1) + 1 + G.WN + G.n_nt
+
+
+@_cpu_inline
+def _need(hdr, what, size):
+    """Record that the call ran out of room (``what``: an ``R_*``, ``size``: how much) and return -1."""
+    hdr[H_NEED] = what
+    hdr[H_SIZE] = size
+    return -1
+
+
+@_cpu_inline
+def _kid(nodes, node, t):
+    """The child of ``node`` by terminal ``t``, or -1."""
+    c = nodes[node, NC_CHILD]
+    while c >= 0:
+        if nodes[c, NC_TERM] == t:
+            return c
+        c = nodes[c, NC_NEXT]
+    return -1
+
+
+@_cpu_inline
+def _new_node(nodes, hdr, parent, t, t_off, p_off):
+    c = hdr[H_NODES]
+    hdr[H_NODES] = c + 1
+    nodes[c, NC_PARENT] = parent
+    nodes[c, NC_DEPTH] = nodes[parent, NC_DEPTH] + 1
+    nodes[c, NC_TIER] = t_off
+    nodes[c, NC_P] = p_off
+    nodes[c, NC_TERM] = t
+    nodes[c, NC_CHILD] = -1
+    nodes[c, NC_NEXT] = nodes[parent, NC_CHILD]
+    nodes[parent, NC_CHILD] = c
+    nodes[c, NC_KEPT] = -1
+    nodes[c, NC_MEMO] = -1
+    nodes[c, NC_E0] = 0
+    nodes[c, NC_E1] = 0
+    return c
+
+
+@_cpu_inline
+def _step_room(mem, nodes, hdr, scr, n, G):
+    """Whether a chart step from a node of ``n`` tiers has room (else the need is recorded)."""
+    if hdr[H_NODES] >= nodes.shape[0]:
+        return _need(hdr, R_NODES, hdr[H_NODES] + 1) == 0
+    if hdr[H_USED] + _node_words(G, n) > mem.size:
+        return _need(hdr, R_MEM, hdr[H_USED] + _node_words(G, n)) == 0
+    if scr.size < G.WN + _scratch_words(G, n):
+        return _need(hdr, R_DEPTH, n) == 0
+    return True
+
+
+@_cpu
+def _child(mem, nodes, hdr, kept, scr, node, t, root_child, G):
+    """The chart node of ``node`` plus terminal ``t``: found among its children, adopted from a search's kept chart,
+    or one chart step; -1 if out of room (``hdr[H_NEED]``)."""
+    c = _kid(nodes, node, t)
+    if c >= 0:
+        return c
+    n = nodes[node, NC_DEPTH]
+    if hdr[H_NODES] >= nodes.shape[0]:
+        return _need(hdr, R_NODES, hdr[H_NODES] + 1)
+    t_off = -1
+    r = nodes[node, NC_KEPT]
+    if r >= 0:
+        k = root_child[t]
+        if k < kept.shape[1]:
+            t_off = kept[r, k]
+    if t_off >= 0:      # the search from ``node`` computed this chart already (kernels_common.dfs)
+        p_off = t_off + _tier_words(G, n)
+        hdr[H_ADOPTED] += 1
+    else:
+        if not _step_room(mem, nodes, hdr, scr, n, G):
+            return -1
+        t_off = hdr[H_USED]
+        hdr[H_USED] = t_off + _node_words(G, n)
+        p_off = t_off + _tier_words(G, n)
+        pathbuf = np.empty(2 * n + 4, np.int64)
+        _extend_g(mem, nodes, node, t, t_off, p_off, p_off + G.WN, scr[G.WN:], scr[:G.WN], pathbuf,
+                  nodes[node, NC_TERM], G)
+        hdr[H_STEPS] += 1
+    return _new_node(nodes, hdr, node, t, t_off, p_off)
+
+
+@_cpu
+def _merged(mem, nodes, hdr, kept, medge, scr, node, E, root_child, G):
+    """The chart node of one boundary where several pieces end at once, a child of ``node``: ``E`` int64 [k, 2] the
+    pieces ``(c, t)`` (sorted, distinct), each ``c`` on the chain of ``node``, ``t`` spanning from ``c``'s boundary
+    to the new one (``ChartStore.merged``); -1 if out of room."""
+    ne = E.shape[0]
+    if ne == 1 and E[0, 0] == node:
+        return _child(mem, nodes, hdr, kept, scr, node, E[0, 1], root_child, G)
+    c = nodes[node, NC_CHILD]
+    while c >= 0:
+        if nodes[c, NC_TERM] < 0 and nodes[c, NC_E1] - nodes[c, NC_E0] == ne:
+            o = nodes[c, NC_E0]
+            k = 0
+            while k < ne and medge[o + k, 0] == E[k, 0] and medge[o + k, 1] == E[k, 1]:
+                k += 1
+            if k == ne:
+                return c
+        c = nodes[c, NC_NEXT]
+    n = nodes[node, NC_DEPTH]
+    if hdr[H_EDGES] + ne > medge.shape[0]:
+        return _need(hdr, R_EDGES, hdr[H_EDGES] + ne)
+    if not _step_room(mem, nodes, hdr, scr, n, G):
+        return -1
+    t0 = -1
+    rows = np.empty(ne, np.int64)
+    terms = np.empty(ne, np.int64)
+    m = 0
+    for k in range(ne):
+        if E[k, 0] == node and t0 < 0:
+            t0 = E[k, 1]
+        else:
+            rows[m] = n - nodes[E[k, 0], NC_DEPTH]
+            terms[m] = E[k, 1]
+            m += 1
+    t_off = hdr[H_USED]
+    hdr[H_USED] = t_off + _node_words(G, n)
+    p_off = t_off + _tier_words(G, n)
+    pathbuf = np.empty(2 * n + 4, np.int64)
+    _extend_edges_g(mem, nodes, node, t0, rows[:m], terms[:m], t_off, p_off, p_off + G.WN, scr[G.WN:], scr[:G.WN],
+                    pathbuf, G)
+    hdr[H_STEPS] += 1
+    c = _new_node(nodes, hdr, node, -1, t_off, p_off)
+    o = hdr[H_EDGES]
+    for k in range(ne):
+        medge[o + k, 0] = E[k, 0]
+        medge[o + k, 1] = E[k, 1]
+    nodes[c, NC_E0] = o
+    nodes[c, NC_E1] = o + ne
+    hdr[H_EDGES] = o + ne
+    return c
+
+
+@_cpu_inline
+def _accepts(mem, nodes, node, G):
+    return (mem[nodes[node, NC_P] + G.WN + G.WT] & np.uint64(1)) != 0
+
+
+@_cpu_inline
+def _push_cfg(buf, cnt, c, x):
+    """Append ``(c, x)`` to the growable buffer ``buf`` (returns it, maybe a larger copy)."""
+    if cnt >= buf.shape[0]:
+        big = np.empty((2 * buf.shape[0] + 8, 2), np.int64)
+        big[:cnt] = buf[:cnt]
+        buf = big
+    buf[cnt, 0] = c
+    buf[cnt, 1] = x
+    return buf
+
+
+@_cpu_inline
+def _starts(buf, cnt, mem, nodes, b, byte, with_ignored, A, G):
+    """Append ``(b, g)`` for every terminal ``u`` expected at chart node ``b`` (and every ignored one if
+    ``with_ignored``) whose DFA moves on ``byte`` from its start to ``g``."""
+    H = A.host
+    e = nodes[b, NC_P] + G.WN
+    for w in range(G.WT):
+        bits = mem[e + w]
+        while bits:
+            low = bits & (~bits + np.uint64(1))
+            bits ^= low
+            u = w * 64 + _ctz(low)
+            if u < H[HX_NG]:
+                s0 = A.lx_start[u]
+                if s0 >= 0:
+                    g = A.lx_trans[s0 * 256 + byte]
+                    if g >= 0:
+                        buf = _push_cfg(buf, cnt, b, g)
+                        cnt += 1
+    if with_ignored:
+        for u in range(H[HX_NG], H[HX_NLEX]):
+            s0 = A.lx_start[u]
+            if s0 >= 0:
+                g = A.lx_trans[s0 * 256 + byte]
+                if g >= 0:
+                    buf = _push_cfg(buf, cnt, b, g)
+                    cnt += 1
+    return buf, cnt
+
+
+@_cpu_inline
+def _sorted_unique(buf, cnt, key_base):
+    """The rows ``buf[:cnt]`` sorted by ``(c, x)`` without repeats, as a new [k, 2] array."""
+    keys = np.empty(cnt, np.int64)
+    for i in range(cnt):
+        keys[i] = buf[i, 0] * key_base + buf[i, 1] + 1
+    keys.sort()
+    out = np.empty((cnt, 2), np.int64)
+    k = 0
+    for i in range(cnt):
+        if i == 0 or keys[i] != keys[i - 1]:
+            out[k, 0] = keys[i] // key_base
+            out[k, 1] = keys[i] % key_base - 1
+            k += 1
+    return out[:k].copy()
+
+
+@_cpu
+def _lex_step(mem, nodes, hdr, kept, medge, scr, cur, byte, A, G):
+    """The configurations after one more byte (``ChartStore``'s chart nodes; ``cur`` [m, 2] sorted ``(c, x)``,
+    ``x`` a lexer state or :data:`START`). Every piece that ends before ``byte`` ends at one boundary (a merged
+    node, a child of the deepest chart node of ``cur``: they all lie on one chain), so the configurations stay one
+    per (boundary, lexer state) however many ways the bytes can be cut into terminals. Returns (configurations,
+    ok); not ok: out of room (``hdr[H_NEED]``)."""
+    H = A.host
+    ng = H[HX_NG]
+    nxt = np.empty((2 * cur.shape[0] + 8, 2), np.int64)
+    cnt = 0
+    ends = np.empty((cur.shape[0], 2), np.int64)
+    ne = 0
+    bases = np.empty(cur.shape[0] + 1, np.int64)
+    nb = 0
+    deepest = cur[0, 0]
+    for i in range(cur.shape[0]):
+        c, x = cur[i, 0], cur[i, 1]
+        if nodes[c, NC_DEPTH] > nodes[deepest, NC_DEPTH]:
+            deepest = c
+        if x == START:
+            nxt, cnt = _starts(nxt, cnt, mem, nodes, c, byte, False, A, G)
+            continue
+        g = A.lx_trans[x * 256 + byte]
+        if g >= 0:
+            nxt = _push_cfg(nxt, cnt, c, g)
+            cnt += 1
+        if A.lx_accept[x]:
+            t = A.lx_term[x]
+            if t < ng:
+                ends[ne, 0] = c
+                ends[ne, 1] = t
+                ne += 1
+            else:           # an ignored piece ends: new pieces start from where it began
+                seen = False
+                for j in range(nb):
+                    seen = seen or bases[j] == c
+                if not seen:
+                    bases[nb] = c
+                    nb += 1
+    if ne:
+        E = _sorted_unique(ends, ne, H[HX_NG] + 1)
+        b = _merged(mem, nodes, hdr, kept, medge, scr, deepest, E, A.root_child, G)
+        if b < 0:
+            return cur, False
+        seen = False
+        for j in range(nb):
+            seen = seen or bases[j] == b
+        if not seen:
+            bases[nb] = b
+            nb += 1
+    for j in range(nb):
+        nxt, cnt = _starts(nxt, cnt, mem, nodes, bases[j], byte, True, A, G)
+    return _sorted_unique(nxt, cnt, A.lx_accept.size + 2), True
+
+
+@_cpu
+def walk_bytes(mem, nodes, hdr, kept, medge, scr, cfg, data, su, si, sl):
+    """Commit the bytes ``data`` (uint8) from the configurations ``cfg[:hdr[H_NCFG]]``: on success the new ones
+    replace them (sorted) and the count is returned (0: no configuration is left, ``cfg`` untouched); -1: out of room
+    (``hdr[H_NEED]``: grow it and call again; the chart nodes made so far are kept and found again)."""
+    mem, nodes, hdr, kept, medge, scr = borrowed(mem), borrowed(nodes), borrowed(hdr), borrowed(kept), \
+        borrowed(medge), borrowed(scr)
+    A = unpack_tables(si, sl)
+    G = unpack_grammar(su, si, sl)
+    cur = cfg[:hdr[H_NCFG]].copy()
+    for i in range(data.size):
+        if cur.shape[0] == 0:
+            return 0
+        cur, ok = _lex_step(mem, nodes, hdr, kept, medge, scr, cur, np.int64(data[i]), A, G)
+        if not ok:
+            return -1
+    m = cur.shape[0]
+    if m == 0:
+        return 0
+    if m > cfg.shape[0]:
+        return _need(hdr, R_CFG, m)
+    cfg[:m] = cur
+    hdr[H_NCFG] = m
+    return m
+
+
+#: a mask's bases (:func:`_plan`), one row each: chart node (or -1: ``c + t`` not made yet), c, t, flags (bit 0:
+#: boundary without leading ignore, bit 1: with it), start and end of its lexer states in the plan's ``xs``
+P_NODE, P_C, P_T, P_FLAGS, P_X0, P_X1 = range(6)
+
+
+@_cpu_inline
+def _group(rows, nr, node, c, t):
+    """The row of ``rows[:nr]`` for base ``node`` (or, with ``node < 0``, the unmade ``c + t``); -1 if none."""
+    for i in range(nr):
+        if rows[i, P_NODE] == node and (node >= 0 or (rows[i, P_C] == c and rows[i, P_T] == t)):
+            return i
+    return -1
+
+
+@_cpu
+def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
+    """A mask's bases from the configurations ``cur`` in one pass: (rows [nb, 6] (:data:`P_NODE` ...), lexer states
+    ``xs`` (each base's ascending), whether the prefix is a sentence, ok). The base of a lexer state ``x`` of a
+    grammar terminal ``t`` is the boundary where its piece would end: ``c + t`` for its one configuration ``(c, x)``,
+    or the merged boundary of all of them (a child of the deepest node of ``cur``). A configuration at a boundary
+    (:data:`START`) or inside an ignored piece has its own node as base. With ``lazy``, a base ``c + t`` that is not
+    made yet and that only non-final lexer states need stays unmade (row node -1): a mask may not need its chart
+    (:func:`mask_virtual`). Not ok: out of room."""
+    H = A.host
+    ng, nullable = H[HX_NG], H[HX_NULLABLE] != 0
+    m = cur.shape[0]
+    rows = np.empty((m + 1, 6), np.int64)
+    nr = 0
+    xgrp = np.full(m, -1, np.int64)     # each configuration's row (its lexer state joins that base)
+    xs0 = np.empty(m, np.int32)
+    acc = False
+    deepest = cur[0, 0] if m else 0
+    gram = np.empty(m, np.int64)        # the configurations inside a grammar terminal, by (x, c)
+    ng_ = 0
+    for i in range(m):
+        c, x = cur[i, 0], cur[i, 1]
+        if nodes[c, NC_DEPTH] > nodes[deepest, NC_DEPTH]:
+            deepest = c
+        if x != START and A.lx_term[x] < ng:
+            gram[ng_] = i
+            ng_ += 1
+            continue
+        r = _group(rows, nr, c, c, -1)
+        if r < 0:
+            r = nr
+            nr += 1
+            rows[r, P_NODE], rows[r, P_C], rows[r, P_T], rows[r, P_FLAGS] = c, c, -1, 0
+        if x == START:
+            rows[r, P_FLAGS] |= 1
+            acc = acc or nullable
+        else:               # an ignored piece: its boundary is where it began
+            xgrp[i] = r
+            if A.lx_accept[x]:
+                rows[r, P_FLAGS] |= 3
+                acc = acc or _accepts(mem, nodes, c, G) or (c == 0 and nullable)
+    # the grammar terminals' lexer states: each x with its configurations' boundaries (ascending)
+    keys = np.empty(ng_, np.int64)
+    for k in range(ng_):
+        i = gram[k]
+        keys[k] = cur[i, 1] * (nodes.shape[0] + 1) + cur[i, 0]
+    order = np.argsort(keys)
+    # pass 1: whether some lexer state of a single-boundary base c + t is final (then its chart is needed)
+    final = np.zeros(ng_, np.bool_)
+    k = 0
+    while k < ng_:
+        j = k
+        x = cur[gram[order[k]], 1]
+        while j < ng_ and cur[gram[order[j]], 1] == x:
+            j += 1
+        if j - k == 1 and A.lx_accept[x]:
+            c = cur[gram[order[k]], 0]
+            t = A.lx_term[x]
+            for q in range(ng_):      # mark every single-boundary state of the same c + t
+                xq = cur[gram[order[q]], 1]
+                if cur[gram[order[q]], 0] == c and A.lx_term[xq] == t:
+                    final[q] = True
+        k = j
+    k = 0
+    while k < ng_:
+        j = k
+        x = cur[gram[order[k]], 1]
+        while j < ng_ and cur[gram[order[j]], 1] == x:
+            j += 1
+        t = A.lx_term[x]
+        c = cur[gram[order[k]], 0]
+        node = -1
+        if j - k == 1:
+            node = _kid(nodes, c, t)
+            if node < 0 and not (lazy and not final[k]):
+                node = _child(mem, nodes, hdr, kept, scr, c, t, A.root_child, G)
+                if node < 0:
+                    return rows[:0], xs0[:0], False, False
+        else:
+            E = np.empty((j - k, 2), np.int64)
+            for q in range(k, j):
+                E[q - k, 0] = cur[gram[order[q]], 0]
+                E[q - k, 1] = t
+            node = _merged(mem, nodes, hdr, kept, medge, scr, deepest, E, A.root_child, G)
+            if node < 0:
+                return rows[:0], xs0[:0], False, False
+        r = _group(rows, nr, node, c, t)
+        if r < 0:
+            r = nr
+            nr += 1
+            rows[r, P_NODE], rows[r, P_C], rows[r, P_T], rows[r, P_FLAGS] = node, c, t, 0
+        for q in range(k, j):
+            xgrp[gram[order[q]]] = r
+        if A.lx_accept[x]:
+            rows[r, P_FLAGS] |= 3
+            if not acc and node >= 0:
+                acc = _accepts(mem, nodes, node, G)
+        k = j
+    # each base's lexer states, ascending (the configurations are sorted by (c, x): gather by row, then sort)
+    xs = xs0
+    o = 0
+    for r in range(nr):
+        rows[r, P_X0] = o
+        for i in range(m):
+            if xgrp[i] == r:
+                xs[o] = cur[i, 1]
+                o += 1
+        xs[rows[r, P_X0]:o].sort()
+        rows[r, P_X1] = o
+    return rows[:nr], xs[:o], acc, True
+
+
+@_cpu
+def plan_bases(mem, nodes, hdr, kept, medge, scr, cfg, lazy, su, si, sl):
+    """:func:`_plan` of the configurations ``cfg[:hdr[H_NCFG]]`` for the Python side (tests, ``accepting``, the
+    CUDA backend's and the multi-threaded search's masks): (rows, xs, accept, ok)."""
+    return _plan(mem, nodes, hdr, kept, medge, scr, cfg[:hdr[H_NCFG]], lazy, unpack_tables(si, sl),
+                 unpack_grammar(su, si, sl))
+
+
+@_cpu
+def store_child(mem, nodes, hdr, kept, medge, scr, node, t, su, si, sl):
+    """``ChartStore.child`` (-1: out of room)."""
+    A = unpack_tables(si, sl)
+    return _child(mem, nodes, hdr, kept, scr, node, t, A.root_child, unpack_grammar(su, si, sl))
+
+
+@_cpu
+def store_merged(mem, nodes, hdr, kept, medge, scr, node, E, su, si, sl):
+    """``ChartStore.merged`` (``E``: int64 [k, 2] sorted distinct (c, t); -1: out of room)."""
+    A = unpack_tables(si, sl)
+    return _merged(mem, nodes, hdr, kept, medge, scr, node, E, A.root_child, unpack_grammar(su, si, sl))
+
+
+_work_words = _cpu_inline(work_words)
+
+
+@_cpu_inline
+def _search_room(mem, hdr, work, scr, n, K, D, G):
+    """Whether a search from a base of ``n`` tiers has its scratch and arena room (after the kept charts)."""
+    if work.size < _work_words(D, n, K) or scr.size < G.WN + _scratch_words(G, n + D):
+        return _need(hdr, R_DEPTH, n) == 0
+    need = hdr[H_USED] + K * _node_words(G, n) + _node_words(G, n + D) * (D + 2)
+    if need > mem.size:
+        return _need(hdr, R_MEM, need) == 0
+    return True
+
+
+@_cpu_inline
+def _memo_find(memo, nodes, base, fl, xa):
+    """The memo entry of (base, flags, lexer states), or -1. An entry: [next, flags, len(xs), nv, xs ..., viable]."""
+    o = nodes[base, NC_MEMO]
+    while o >= 0:
+        if memo[o + 1] == fl and memo[o + 2] == xa.size:
+            k = 0
+            while k < xa.size and memo[o + 4 + k] == xa[k]:
+                k += 1
+            if k == xa.size:
+                return o
+        o = memo[o]
+    return -1
+
+
+@_cpu_inline
+def _memo_add(memo, nodes, hdr, base, fl, xa, viable, nv, N):
+    """Keep the viable nodes of a first-phase search (all entries are dropped once :data:`MEMO_MAX` are kept or the
+    arena after the ``N`` words of the search's buffer is full)."""
+    size = 4 + xa.size + nv
+    if hdr[H_MEMO_N] >= MEMO_MAX or hdr[H_MEMO] + size > memo.size:
+        for c in range(hdr[H_NODES]):
+            nodes[c, NC_MEMO] = -1
+        hdr[H_MEMO] = N
+        hdr[H_MEMO_N] = 0
+    o = hdr[H_MEMO]
+    if o + size > memo.size:
+        return
+    memo[o] = nodes[base, NC_MEMO]
+    memo[o + 1] = fl
+    memo[o + 2] = xa.size
+    memo[o + 3] = nv
+    for k in range(xa.size):
+        memo[o + 4 + k] = xa[k]
+    for k in range(nv):
+        memo[o + 4 + xa.size + k] = viable[k]
+    nodes[base, NC_MEMO] = o
+    hdr[H_MEMO] = o + size
+    hdr[H_MEMO_N] += 1
+
+
+@_cpu
+def fill_host(out, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, tot, eos, ac_rows, ac_keys, su, si,
+              sl, dense):
+    """The mask of the configurations ``cfg[:hdr[H_NCFG]]`` into ``out`` (uint32), one thread, in one call: the bases
+    (:func:`_plan`, lazily), then per base its first phase (:func:`mask_virtual` for an unmade ``c + t``, else the
+    memoised viable nodes or a search whose root-child charts are kept for the store to adopt, :func:`mask_base`),
+    then the second phase of the bases whose lexer states or boundary lists have chains. ``memo``: int32, the search's
+    viable-node buffer (first ``N`` words, N = trie nodes), then the memo (:func:`_memo_add`); ``flags``: uint8 [2 N]
+    (second half zeroed) then the zeroed lexer-state flags of a second phase; ``tot``: the work counters. Returns 0,
+    or -1 out of room (``hdr[H_NEED]``: grow it and call again; the mask is computed whole again)."""
+    out, mem, nodes, hdr, kept, medge, memo = borrowed(out), borrowed(mem), borrowed(nodes), borrowed(hdr), \
+        borrowed(kept), borrowed(medge), borrowed(memo)
+    work, scr, flags, tot = borrowed(work), borrowed(scr), borrowed(flags), borrowed(tot)
+    A = unpack_tables(si, sl)
+    G = unpack_grammar(su, si, sl)
+    H = A.host
+    N = A.node_parent.size
+    rows, xs, acc, ok = _plan(mem, nodes, hdr, kept, medge, scr, cfg[:hdr[H_NCFG]], True, A, G)
+    if not ok:
+        return -1
+    nb = rows.shape[0]
+    if nb == 0:
+        out[:] = 0
+        return 0
+    vbuf = memo[:N]
+    fl2 = flags[:2 * N]
+    xflag = flags[2 * N:]
+    K, D = np.int64(H[HX_K]), np.int64(H[HX_D])
+    L = D + 2
+    later = np.empty(nb, np.int64)
+    nl = 0
+    for i in range(nb):
+        fl = rows[i, P_FLAGS]
+        b0, b1 = (fl & 1) != 0, (fl & 2) != 0
+        xa = xs[rows[i, P_X0]:rows[i, P_X1]]
+        e = eos if i == nb - 1 else -1
+        if H[HX_CANY]:
+            ch = (b0 and H[HX_CB0] != 0) or (b1 and H[HX_CB1] != 0)
+            for k in range(xa.size):
+                ch = ch or A.x_chain[xa[k]] != 0
+            if ch:
+                later[nl] = i
+                nl += 1
+        base = rows[i, P_NODE]
+        if base < 0:        # c + t, needed only by lexer states inside t: maybe no chart at all
+            if mask_virtual(out, mem, nodes, rows[i, P_C], rows[i, P_T], xa, vbuf, fl2, scr, i == 0, e, acc, tot,
+                            ac_rows, ac_keys, su, si, sl, dense) >= 0:
+                continue
+            base = _child(mem, nodes, hdr, kept, scr, rows[i, P_C], rows[i, P_T], A.root_child, G)
+            if base < 0:
+                return -1
+            rows[i, P_NODE] = base
+        n = nodes[base, NC_DEPTH]
+        e_off = nodes[base, NC_P] + G.WN
+        o = _memo_find(memo, nodes, base, fl, xa)
+        if o >= 0:
+            hdr[H_MEMO_HITS] += 1
+            nv = np.int64(memo[o + 3])
+            mask_base(out, mem, nodes, base, e_off, nodes[base, NC_TERM], b0, b1, xa, False,
+                      memo[o + 4 + xa.size:o + 4 + xa.size + nv], nv, work, L, fl2, scr, 0, 0, -1, i == 0, e, acc,
+                      tot, 1, xflag, ac_rows, ac_keys, su, si, sl, dense)
+            continue
+        if not _search_room(mem, hdr, work, scr, n, K, D, G):
+            return -1
+        keep_words = K * _node_words(G, n)
+        keep_off = -1
+        if K > 0 and nodes[base, NC_KEPT] < 0:
+            if hdr[H_KEPT] >= kept.shape[0]:
+                return _need(hdr, R_KEPT, hdr[H_KEPT] + 1)
+            keep_off = hdr[H_USED]
+        nv = mask_base(out, mem, nodes, base, e_off, nodes[base, NC_TERM], b0, b1, xa, True, vbuf, 0, work, L, fl2,
+                       scr, hdr[H_USED] + keep_words, _node_words(G, n + D), keep_off, i == 0, e, acc, tot, 1, xflag,
+                       ac_rows, ac_keys, su, si, sl, dense)
+        if keep_off >= 0:
+            used = work[work.size - 1]
+            if used:
+                r = hdr[H_KEPT]
+                hdr[H_KEPT] = r + 1
+                for k in range(K):
+                    kept[r, k] = work[work.size - K - 1 + k]
+                nodes[base, NC_KEPT] = r
+                hdr[H_USED] = keep_off + used * (keep_words // K)
+        _memo_add(memo, nodes, hdr, base, fl, xa, vbuf, nv, N)
+    for q in range(nl):      # the chains, for the tokens no base has allowed yet
+        i = later[q]
+        fl = rows[i, P_FLAGS]
+        xa = xs[rows[i, P_X0]:rows[i, P_X1]]
+        base = rows[i, P_NODE]
+        if base < 0:
+            base = _child(mem, nodes, hdr, kept, scr, rows[i, P_C], rows[i, P_T], A.root_child, G)
+            if base < 0:
+                return -1
+            rows[i, P_NODE] = base
+        n = nodes[base, NC_DEPTH]
+        if not _search_room(mem, hdr, work, scr, n, K, D, G):
+            return -1
+        mask_base(out, mem, nodes, base, nodes[base, NC_P] + G.WN, nodes[base, NC_TERM], (fl & 1) != 0,
+                  (fl & 2) != 0, xa, True, vbuf, 0, work, L, fl2, scr, hdr[H_USED] + K * _node_words(G, n),
+                  _node_words(G, n + D), -1, False, -1, acc, tot, 2, xflag, ac_rows, ac_keys, su, si, sl, dense)
+    return 0

@@ -21,8 +21,8 @@ import numba
 import numpy as np
 
 from .kernels_common import (  # noqa: F401  (the jitted mask entry points live beside the device logic they call)
-    _GM_LEN, _I_FIELDS, _L_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, mask_virtual, needed_nodes,
-    search_nodes, chain_needed, unpack_tables, work_words)
+    _GM_LEN, _I_FIELDS, _L_FIELDS, HOST_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, mask_virtual,
+    needed_nodes, search_nodes, chain_needed, unpack_tables, work_words)
 
 
 def dense_lists(al, vocab_size: int, min_len: int = 512):
@@ -122,14 +122,13 @@ def close_upward(flags, node_parent):
     flags[0] = 1
 
 
-def pack_statics(gpack, al, dense_idx, chain: dict, no_alias) -> tuple:
-    """``(su, si, sl)``: everything static a search and a mask read, in three flat arrays: ``su`` the grammar's
-    uint64 tables, ``si`` its int32 tables then the trie's and the token lists' (``Tables`` fields 0-14), ``sl``
-    the grammar header (``kernels_common.pack_grammar``), then (offset, length) of each ``Tables`` field, then
-    the int64 fields. :func:`unpack_tables` views them as :data:`Tables`, ``unpack_grammar(su, si, sl)`` as the
-    grammar record."""
-    gu, gi, gm = gpack
-    assert gm.size == _GM_LEN
+def pack_statics(gpack, al, dense_idx, chain: dict, no_alias, host: dict | None = None) -> tuple:
+    """``(su, si, sl)``: everything static a search, a mask and a commit read, in three flat arrays: ``su`` the
+    grammar's uint64 tables, ``si`` its int32 tables then the trie's, the token lists', the lexer's and the host
+    scalars (``Tables`` int32 fields), ``sl`` the grammar header (``kernels_common.pack_grammar``), then (offset,
+    length) of each ``Tables`` field, then the int64 fields. :func:`unpack_tables` views them as :data:`Tables`,
+    ``unpack_grammar(su, si, sl)`` as the grammar record. ``host``: the lexer tables (``trans``, ``accept``,
+    ``term_of``, ``start_of``: ``compiled.Compiled``), ``root_child`` and the scalars of ``HOST_FIELDS``."""
     d_b0, d_b1, d_call, d_cont = dense_idx
     src = {"child_start": al.child_start, "child_ids": al.child_ids, "node_term": al.node_term,
            "node_parent": al.node_parent, "bnd_tok0": al.bnd_tok[0], "bnd_tok1": al.bnd_tok[1],
@@ -142,16 +141,34 @@ def pack_statics(gpack, al, dense_idx, chain: dict, no_alias) -> tuple:
            "bnd_start": al.bnd_start.ravel(), "call_start": al.call_start, "cont_xstart": al.cont_xstart,
            "cont_nstart": al.cont_nstart, "merge_start": al.merge_start, "ct_start": chain["ct_start"],
            "ct_gstart": chain["ct_gstart"]}
+    host = host or {}
+    if "trans" in host:
+        src.update(lx_trans=np.asarray(host["trans"]).ravel(), lx_accept=host["accept"], lx_term=host["term_of"],
+                   lx_start=host["start_of"], root_child=host["root_child"])
+    src["host"] = np.array([int(host.get(f, 0)) for f in HOST_FIELDS], dtype=np.int32)
+    return _pack(gpack, src)
+
+
+def pack_statics_grammar(g) -> tuple:
+    """:func:`pack_statics` of a chart store alone (``ChartStore(g)``: tests, the CUDA step's checks): the grammar,
+    every other table empty."""
+    return _pack(g.packed, {"host": np.zeros(len(HOST_FIELDS), np.int32)})
+
+
+def _pack(gpack, src: dict) -> tuple:
+    """The three arrays of :func:`pack_statics` from the tables by ``Tables`` field (a missing one is empty)."""
+    gu, gi, gm = gpack
+    assert gm.size == _GM_LEN
     head, parts_i, parts_l = [], [gi], []
     oi = gi.size
     ol = _GM_LEN + 2 * len(Tables._fields)
     for f in _I_FIELDS:
-        a = np.ascontiguousarray(src[f], dtype=np.int32)
+        a = np.ascontiguousarray(src.get(f, ()), dtype=np.int32)
         head += [oi, a.size]
         parts_i.append(a)
         oi += a.size
     for f in _L_FIELDS:
-        a = np.ascontiguousarray(src[f], dtype=np.int64)
+        a = np.ascontiguousarray(src.get(f, ()), dtype=np.int64)
         head += [ol, a.size]
         parts_l.append(a)
         ol += a.size
