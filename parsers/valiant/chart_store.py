@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from .chart import PackedGrammar
-from .kernels_common import (H_ADOPTED, H_EDGES, H_KEPT, H_LEN, H_MEMO, H_MEMO_HITS, H_NCFG, H_NEED, H_NODES, H_SIZE,
-                             H_STEPS, H_USED, N_COLS, NC_CHILD, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_MEMO, NC_NEXT,
-                             NC_P, NC_PARENT, NC_TERM, NC_TIER, R_CFG, R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START,
-                             plan_bases, store_child, store_merged, work_words)
+from .kernels_common import (H_ADOPTED, H_KEPT, H_LEN, H_MEMO, H_MEMO_HITS, H_NCFG, H_NEED, H_NODES, H_SIZE, H_STEPS,
+                             H_USED, N_COLS, NC_CHILD, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_NEXT, NC_P, NC_PARENT,
+                             NC_TERM, NC_TIER, R_CFG, R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START, plan_bases,
+                             store_child, store_merged, work_words)
 
 
 class ChartStore:
