@@ -8,9 +8,14 @@ import numpy as np
 
 from .chart import PackedGrammar
 from .kernels_common import (H_ADOPTED, H_KEPT, H_LEN, H_MEMO, H_MEMO_HITS, H_NCFG, H_NEED, H_NODES, H_SIZE, H_STEPS,
-                             H_USED, N_COLS, NC_CHILD, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_NEXT, NC_P, NC_PARENT,
-                             NC_TERM, NC_TIER, R_CFG, R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START, plan_bases,
-                             store_child, store_merged, work_words)
+                             H_USED, N_COLS, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_P, NC_PARENT, NC_TERM, NC_TIER, R_CFG,
+                             R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START, plan_bases, store_child, store_merged,
+                             work_words)
+
+
+def _hdr_word(k: int) -> property:
+    """A read-only view of header word ``k`` of a store (``kernels_common.H_*``)."""
+    return property(lambda self: int(self.hdr[k]))
 
 
 class ChartStore:
@@ -111,21 +116,10 @@ class ChartStore:
     def used(self, v: int) -> None:
         self.hdr[H_USED] = v
 
-    @property
-    def n_nodes(self) -> int:
-        return int(self.hdr[H_NODES])
-
-    @property
-    def steps(self) -> int:
-        return int(self.hdr[H_STEPS])
-
-    @property
-    def adopted(self) -> int:
-        return int(self.hdr[H_ADOPTED])
-
-    @property
-    def memo_hits(self) -> int:
-        return int(self.hdr[H_MEMO_HITS])
+    n_nodes = _hdr_word(H_NODES)
+    steps = _hdr_word(H_STEPS)          # chart steps computed
+    adopted = _hdr_word(H_ADOPTED)      # chart nodes adopted from searches
+    memo_hits = _hdr_word(H_MEMO_HITS)  # first-phase searches taken from the memo
 
     def _col(self, k: int) -> np.ndarray:
         return self.nodes[: self.n_nodes, k]
@@ -160,18 +154,6 @@ class ChartStore:
         self.nodes[node, NC_KEPT] = r
         self.hdr[H_KEPT] = r + 1
 
-    def children(self, node: int) -> list[int]:
-        out, c = [], int(self.nodes[node, NC_CHILD])
-        while c >= 0:
-            out.append(c)
-            c = int(self.nodes[c, NC_NEXT])
-        return out
-
-    def edges(self, node: int) -> frozenset:
-        """A merged boundary's pieces ``(c, t)``."""
-        e0, e1 = int(self.nodes[node, NC_E0]), int(self.nodes[node, NC_E1])
-        return frozenset((int(c), int(t)) for c, t in self.medge[e0:e1])
-
     def path(self, node: int, extra: int = 0):
         """tier offsets (tier 0 .. n-1) and ANC offsets (0 .. n) of ``node``, with ``extra`` spare slots."""
         nd = self.nodes
@@ -191,7 +173,6 @@ class ChartStore:
     def child(self, node: int, t: int) -> int:
         """The chart node of ``node`` plus terminal ``t``: a child it has, adopted from a search's kept chart, or one
         chart step (``kernels_common._child``)."""
-        self._depth_room(int(self.nodes[node, NC_DEPTH]))
         while True:
             c = store_child(*self.args(), node, t, *self.statics)
             if c >= 0:
@@ -204,7 +185,6 @@ class ChartStore:
         ``c``'s boundary to the new one. The new node is a child of ``node`` whose tier holds every edge (a lattice
         chart: the tiers of later nodes never need to know). One edge from ``node`` itself is :meth:`child`."""
         E = np.array(sorted(set(edges)), dtype=np.int64).reshape(-1, 2)
-        self._depth_room(int(self.nodes[node, NC_DEPTH]))
         while True:
             m = store_merged(*self.args(), node, E, *self.statics)
             if m >= 0:

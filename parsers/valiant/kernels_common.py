@@ -1577,6 +1577,18 @@ def _push_cfg(buf, cnt, c, x):
 
 
 @_cpu_inline
+def _start_on(buf, cnt, b, u, byte, A):
+    """Append ``(b, g)`` if lexer terminal ``u``'s DFA moves on ``byte`` from its start to ``g``."""
+    s0 = A.lx_start[u]
+    if s0 >= 0:
+        g = A.lx_trans[s0 * 256 + byte]
+        if g >= 0:
+            buf = _push_cfg(buf, cnt, b, g)
+            cnt += 1
+    return buf, cnt
+
+
+@_cpu_inline
 def _starts(buf, cnt, mem, nodes, b, byte, with_ignored, A, G):
     """Append ``(b, g)`` for every terminal ``u`` expected at chart node ``b`` (and every ignored one if
     ``with_ignored``) whose DFA moves on ``byte`` from its start to ``g``."""
@@ -1589,20 +1601,10 @@ def _starts(buf, cnt, mem, nodes, b, byte, with_ignored, A, G):
             bits ^= low
             u = w * 64 + _ctz(low)
             if u < H[HX_NG]:
-                s0 = A.lx_start[u]
-                if s0 >= 0:
-                    g = A.lx_trans[s0 * 256 + byte]
-                    if g >= 0:
-                        buf = _push_cfg(buf, cnt, b, g)
-                        cnt += 1
+                buf, cnt = _start_on(buf, cnt, b, u, byte, A)
     if with_ignored:
         for u in range(H[HX_NG], H[HX_NLEX]):
-            s0 = A.lx_start[u]
-            if s0 >= 0:
-                g = A.lx_trans[s0 * 256 + byte]
-                if g >= 0:
-                    buf = _push_cfg(buf, cnt, b, g)
-                    cnt += 1
+            buf, cnt = _start_on(buf, cnt, b, u, byte, A)
     return buf, cnt
 
 
