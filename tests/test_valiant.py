@@ -713,6 +713,48 @@ def test_host_calls_grow_the_store_and_run_again(name):
     assert grown > 0
 
 
+def test_batch_threads_follow_new_and_grown_stores():
+    """Batch mode on two threads (``batch.Lanes``: each thread's group of sequences in one nogil call over typed
+    lists of their store arrays): sequences reset to new samples at different steps (new stores) and every store
+    starved before every step (arrays replaced, then grown inside the step) give the masks of one thread with room,
+    step by step; the lists follow the stores (a stale array would leave a mask or a later commit wrong)."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 numba threads (NUMBA_NUM_THREADS < 2 on this machine)")
+    name = "overlap"      # long tokens: merged boundaries and second phases too
+    sp = spec(name)
+    tok = multi_tokenizer(SAMPLES[name], extra=LONG_TOKENS)
+    B = 3
+    batch, ref = _engine(sp, tok, threads=2, token_states=1), _engine(sp, tok, token_states=1)
+    seqs, refs = [batch] + [batch.fork() for _ in range(B - 1)], [ref] + [ref.fork() for _ in range(B - 1)]
+    queue = itertools.cycle([tok.encode(t) for t in SAMPLES[name]])
+    work = [next(queue) for _ in range(B)]
+    pos = [0] * B
+    out, want = (np.stack([allocate_mask(tok.vocab_size) for _ in range(B)]) for _ in range(2))
+    resets = grown = 0
+    for step in range(3 * sum(map(len, work)) + 3):
+        sizes = [s.store.mem.size for s in seqs]
+        for s in seqs:
+            _starve(s.store)
+        batch.fill_masks(seqs, out)
+        ref.fill_masks(refs, want)
+        assert np.array_equal(out, want), step
+        grown += sum(s.store.mem.size > n for s, n in zip(seqs, sizes))
+        for i in range(B):
+            if pos[i] < len(work[i]):
+                t = work[i][pos[i]]
+                assert seqs[i].commit(t) and refs[i].commit(t), (step, i)
+                pos[i] += 1
+            else:                      # this sample is over: the lane takes the next one (a new chart store)
+                seqs[i].reset()
+                refs[i].reset()
+                work[i], pos[i] = next(queue), 0
+                resets += 1
+    assert resets >= B and grown > 0
+    batch.close()
+
+
 # tokens long enough that their walks go on merged boundaries with the default cap, several lexical shapes (two-piece
 # camelCase, digits inside words, keywords inside words, ignored runs inside a token), as a Qwen3 vocabulary has them
 LONG_TOKENS = [b"classname", b"className", b" className", b"toStringIs", b"a1b2c3d4e5", b"isabcdefgh", b" is abcdef",

@@ -18,13 +18,18 @@ def _hdr_word(k: int) -> property:
     return property(lambda self: int(self.hdr[k]))
 
 
+#: the arrays the jitted calls take; setting one bumps ``ChartStore.gen`` (batch.Lanes re-reads them then)
+ARRAYS = frozenset(("mem", "nodes", "hdr", "kept", "medge", "cfg", "memo", "work", "scr"))
+
+
 class ChartStore:
     """Chart nodes (one per committed terminal sequence, or per boundary where several pieces end at once) in one
     uint64 arena; tiers are never rewritten, a child node only adds its own tier, so branches share everything below
     them. Each node is a row of ``nodes`` (``kernels_common.NC_*``: parent, depth, tier offset, ANC offset, last
     terminal, children list, kept charts, memo). ``statics``: the engine's packed tables (``search.pack_statics``;
     default: the grammar's alone, enough for chart steps); ``depth``, ``k_root``, ``n_trie``: the trie's depth, the
-    root's children and the trie's nodes (a mask's search scratch, kept charts and memo)."""
+    root's children and the trie's nodes (a mask's search scratch, kept charts and memo). ``gen`` counts the
+    arrays replaced (set) so far."""
 
     def __init__(self, g: PackedGrammar, statics: tuple | None = None, depth: int = 0, k_root: int = 0,
                  n_trie: int = 0):
@@ -54,6 +59,11 @@ class ChartStore:
         self.cfg[0] = (0, START)
         self.hdr[H_NCFG] = 1
         self._expected: dict[int, list[int]] = {}
+
+    def __setattr__(self, name, value) -> None:
+        if name in ARRAYS:
+            object.__setattr__(self, "gen", self.__dict__.get("gen", 0) + 1)
+        object.__setattr__(self, name, value)
 
     # -- room ---------------------------------------------------------------------------------------------------
     def _alloc(self, nwords: int) -> int:

@@ -2,8 +2,8 @@
 scannerless token alignment. See chart.py (recognizer), align.py (tokens), search.py (tree search).
 
 Batch mode: ``fork()`` shares the compiled grammar and alignment and owns a chart store, scratch and counters;
-on the CPU ``fill_masks`` runs the sequences on a pool of ``threads`` threads (the numba functions release the
-GIL), each sequence's mask on one thread. CUDA: one search launch per sequence (the default loop)."""
+on the CPU ``fill_masks`` computes a step's masks in one parallel nogil call over ``threads`` numba threads
+(batch.py), each sequence's mask on one thread. CUDA: one search launch per sequence (the default loop)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +28,8 @@ from .search import (chain_tables, dense_lists, mask_base, mask_base_par, mask_v
 class ValiantOptions:
     backend: str = option("cpu", "cpu (numba njit) | cuda (numba.cuda kernels; NUMBA_ENABLE_CUDASIM=1 runs them on "
                           "the CPU)", choices=("cpu", "cuda"))
-    threads: int = option(1, "cpu: threads sharing one terminal tree search (numba prange over the root's subtrees)")
+    threads: int = option(1, "cpu: threads sharing one terminal tree search (numba prange over the root's subtrees); "
+                          "in batch mode threads over the sequences")
     workers: int = option(32, "cuda: thread blocks that share the terminal tree search (one DFS per block)")
     bfs_depth: int = option(2, "cuda: BFS the terminal tree to this depth, then DFS per worker with its own tier stack")
     cache_dir: str | None = option(None, "compiled artifacts; null: $GCDBENCH_CACHE/valiant (default ~/.cache/gcdbench)")
@@ -216,9 +217,13 @@ class ValiantEngine(Engine):
         k = threading.get_ident()
         c = self._ac.get(k)
         if c is None:
-            S, words = int(self.opts["mask_cache"]), allocate_mask(self.vocab_size).view(np.uint32).size
-            c = self._ac[k] = (np.zeros((S, words), np.uint32), np.zeros((S, self._ac_width), np.int32))
+            c = self._ac[k] = self._new_cache()
         return c
+
+    def _new_cache(self) -> tuple:
+        """An empty assembled-token cache: (rows of a packed mask's uint32 words, keys)."""
+        S, words = int(self.opts["mask_cache"]), allocate_mask(self.vocab_size).view(np.uint32).size
+        return np.zeros((S, words), np.uint32), np.zeros((S, self._ac_width), np.int32)
 
     def _scratch(self, n: int, T: int):
         """Arena room for the kept root-child charts and the search's tiers from a base of ``n`` tiers, and (work,
@@ -399,7 +404,7 @@ class ValiantEngine(Engine):
         if self.threads > 1:
             other._vb2 = tuple(np.zeros_like(a) for a in self._vb2)
         other._memo_hits = other._steps_done = other._adopted_done = 0
-        other._pool = None
+        other._lanes = None
         other.store = None
         if self.backend is not None:
             # the device tables are shared; the device arena mirrors one chart store, so each sequence gets its own
@@ -414,10 +419,8 @@ class ValiantEngine(Engine):
         return other
 
     def fill_masks(self, seqs: Sequence["ValiantEngine"], out: np.ndarray) -> None:
-        """CPU, ``threads`` = T > 1 and several sequences: the sequences are dealt round-robin into T groups, the
-        calling thread works through one group and T - 1 pool threads through the others, each mask on one
-        thread (the numba functions release the GIL, the chart bookkeeping between them holds it); one task per
-        thread and step, not one per sequence, so the pool's hand-offs do not outweigh 20-100 µs masks.
+        """CPU, ``threads`` = T > 1 and several sequences: one parallel nogil call a step (:mod:`.batch`), the
+        sequences dealt round-robin into T groups, each group on one of numba's threads, each mask on one thread.
         Otherwise one ``fill_mask`` per sequence (one sequence with ``threads`` > 1: its search runs on the
         threads, as in single mode; CUDA: one search launch per sequence)."""
         for s in seqs:
@@ -429,29 +432,15 @@ class ValiantEngine(Engine):
             for i, s in enumerate(seqs):
                 s.fill_mask(out[i])
             return
-        if getattr(self, "_pool", None) is None:
-            from concurrent.futures import ThreadPoolExecutor
+        lanes = getattr(self, "_lanes", None)
+        if lanes is None or lanes.key != tuple(map(id, seqs)):
+            from .batch import Lanes
 
-            self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="valiant-batch")
-        T = min(self.threads, len(seqs))
-
-        def group(k: int) -> None:
-            for i in range(k, len(seqs), T):
-                seqs[i]._fill(out[i], 1)
-
-        others = [self._pool.submit(group, k) for k in range(1, T)]
-        try:
-            group(0)
-        finally:
-            for f in others:   # wait for every group (an error of one is raised once all have stopped)
-                f.exception()
-        for f in others:
-            f.result()
+            lanes = self._lanes = Lanes(seqs, min(self.threads, len(seqs)), self._new_cache)
+        lanes.fill(out.view(np.uint32), self.tokenizer.eos_id, self._statics)
 
     def close(self) -> None:
-        if getattr(self, "_pool", None) is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._lanes = None
 
     def info(self) -> dict:
         m = self.comp.meta
