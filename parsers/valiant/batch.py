@@ -13,10 +13,11 @@ import numba
 import numpy as np
 from numba.typed import List
 
+from .chart_store import ARRAYS as STORE_FIELDS
 from .kernels_common import fill_host
 
-#: the per-sequence arrays of :func:`fill_group`, in its order: the chart store's, then the engine fork's
-STORE_FIELDS = ("mem", "nodes", "hdr", "kept", "medge", "memo", "work", "scr", "cfg")
+#: the per-sequence arrays of :func:`fill_group`, in its order: the chart store's (``chart_store.ARRAYS``), then
+#: the engine fork's
 FORK_FIELDS = ("_flags", "_tot")
 
 

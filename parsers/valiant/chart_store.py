@@ -18,8 +18,9 @@ def _hdr_word(k: int) -> property:
     return property(lambda self: int(self.hdr[k]))
 
 
-#: the arrays the jitted calls take; setting one bumps ``ChartStore.gen`` (batch.Lanes re-reads them then)
-ARRAYS = frozenset(("mem", "nodes", "hdr", "kept", "medge", "cfg", "memo", "work", "scr"))
+#: the arrays the jitted calls take, in ``fill_host``'s order; setting one bumps ``ChartStore.gen`` (batch.Lanes
+#: re-reads them then)
+ARRAYS = ("mem", "nodes", "hdr", "kept", "medge", "memo", "work", "scr", "cfg")
 
 
 class ChartStore:
