@@ -9,6 +9,7 @@ from __future__ import annotations
 import types
 
 import numba
+from numba.core import cgutils
 from numba.core import types as nbtypes
 from numba.core.extending import intrinsic
 
@@ -63,3 +64,18 @@ def keep_alive(typingctx, arrs):
         return context.get_dummy_value()
 
     return nbtypes.none(arrs), codegen
+
+
+@intrinsic
+def fetch_add(typingctx, arr, idx):
+    """``arr[idx] += 1`` as one atomic operation (CPU, int64 ``arr``), returning the value before: threads that
+    claim work items from one counter each get a different item."""
+    if not (isinstance(arr, nbtypes.Array) and arr.dtype == nbtypes.int64 and isinstance(idx, nbtypes.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = context.make_array(sig.args[0])(context, builder, value=args[0])
+        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], a, [args[1]])
+        return builder.atomic_rmw("add", ptr, context.get_constant(nbtypes.int64, 1), "monotonic")
+
+    return nbtypes.int64(arr, idx), codegen

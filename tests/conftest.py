@@ -11,10 +11,11 @@ DEFAULT_DATA_ROOT = REPO.parent / "shared" / "data"
 
 
 def pytest_collection_modifyitems(items):
-    """Tests marked ``first`` (one subprocess of half a minute or more, no shared fixtures) run before the rest:
-    under ``-n auto --dist worksteal`` a long test left to the end keeps one worker busy alone for its whole
-    length; started first, the other worker's queue and work stealing even the two out. The order is fixed, so
-    every worker collects the same list."""
+    """Tests marked ``first`` (a subprocess of half a minute or more, no shared fixtures; or one of two that share a
+    long cold compile) run before the rest: under ``-n auto --dist worksteal`` the first worker's share starts with
+    all of them (two that share a compile pay it once, there), and a long test left to the end would keep one
+    worker busy alone for its whole length; started first, the other worker's queue and work stealing even the two
+    out. The order is fixed, so every worker collects the same list."""
     items.sort(key=lambda item: item.get_closest_marker("first") is None)
 
 

@@ -100,6 +100,7 @@ def test_batch_masks_equal_single_mode_at_every_step(name, case, bytes_tokenizer
             assert np.array_equal(a, b), f"{name} on {case}: sample {k} step {step}: batch row != single mask"
 
 
+@pytest.mark.first      # with test_valiant's batch-threads test: one worker compiles the parallel batch call
 @pytest.mark.parametrize("name", engine_params(where=lambda cls: cls.threads_option))
 def test_threaded_batch_path_equals_single_mode(name, bytes_tokenizer):
     """With 2 threads (the engine's thread option) the batch rows are still the single-mode masks."""

@@ -16,6 +16,7 @@ from gcdbench.parsers.grammar import load_ir
 from gcdbench.parsers.tokenizers import Tokenizer, byte_level
 from gcdbench.parsers.valiant.chart import PackedGrammar, ReadableChart, words
 from gcdbench.parsers.valiant.cnf import to_cnf
+from gcdbench.parsers.valiant.chart_store import ARRAYS, START
 from gcdbench.parsers.valiant.engine import ChartStore, ValiantEngine
 
 GDIR = Path(__file__).parent / "grammars"
@@ -713,6 +714,36 @@ def test_host_calls_grow_the_store_and_run_again(name):
     assert grown > 0
 
 
+def test_reset_clears_the_store_in_place():
+    """A reset keeps the sequence's chart store and the room its arrays grew to (no new arrays, ``gen`` unchanged),
+    zeroed: after a long sample, every mask of the next samples equals a new engine's, one and two threads."""
+    name = "overlap"
+    sp = spec(name)
+    tok = multi_tokenizer(SAMPLES[name], extra=LONG_TOKENS)
+    for threads in (1, 2):
+        e = _engine(sp, tok, threads=threads)
+        _starve(e.store)
+        gen = e.store.gen
+        for t in tok.encode(max(SAMPLES[name], key=len)):
+            _ids(e, tok.vocab_size)
+            assert e.commit(t)
+        store = e.store
+        assert store.gen > gen       # a starved store grew (arrays replaced) on the way
+        for text in SAMPLES[name]:
+            gen, arrays = store.gen, [getattr(store, n) for n in ARRAYS]
+            e.reset()
+            assert e.store is store and store.gen == gen
+            assert all(getattr(store, n) is a for n, a in zip(ARRAYS, arrays))     # the same arrays, room and all
+            assert not (store.kept.any() or store.medge.any() or store.work.any() or store.scr.any())
+            assert store.n_nodes == 1 and store.configs == [(0, START)]
+            fresh = _engine(sp, tok, threads=threads)
+            for t in tok.encode(text) + [None]:
+                assert _ids(e, tok.vocab_size) == _ids(fresh, tok.vocab_size), (threads, text, t)
+                if t is not None:
+                    assert e.commit(t) and fresh.commit(t)
+
+
+@pytest.mark.first      # with test_batch's threaded test: one worker compiles the parallel batch call
 def test_batch_threads_follow_new_and_grown_stores():
     """Batch mode on two threads (``batch.Lanes``: each thread's group of sequences in one nogil call over typed
     lists of their store arrays): sequences reset to new samples at different steps (new stores) and every store
@@ -1101,6 +1132,11 @@ for threads in (1, 2):
             assert e.commit(t)
         e.fill_mask(m)
         h.update(m.tobytes())
+        e.reset()                  # the store cleared in place (its grown arrays kept): the first masks again
+        for t in ids[:6]:
+            e.fill_mask(m)
+            h.update(m.tobytes())
+            assert e.commit(t)
     print("masks", threads, h.hexdigest())
 """
 
@@ -1113,7 +1149,8 @@ def test_no_out_of_bounds_access(data_root, tmp_path):
     have edges in a tier's second word, fuzz grammar 34 (token walks on merged boundaries, the mask's second
     phase over their chains) and a run of 130 atoms of an ambiguous grammar (columns of three words, filled:
     the step's skips and early ends) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba
-    cache), one and two threads, and give the same masks as the normal build."""
+    cache), one and two threads, each case's store then cleared by a reset and its first masks taken again, and
+    give the same masks as the normal build."""
     import os
     import subprocess
     import sys

@@ -1,53 +1,53 @@
-"""Batch mode on CPU threads: the masks of all the sequences of a step in one nogil call, the sequences split into
-groups over numba's threads (``prange``), each group computed by one thread without Python in between.
+"""Batch mode on CPU threads: the masks of all the sequences of a step in one nogil call (:func:`fill_claimed`), on
+numba's threads (``prange`` over T threads), each thread claiming the next sequence from one atomic counter and
+computing its mask (``fill_host``) without Python in between.
 
 One ``fill_host`` call per sequence from a pool of Python threads left each thread to take the GIL back after every
 mask (20-100 µs), and on a 2-core VM the GIL's hand-offs cost more than the second core gave (issue 29: 2 threads
 ran 0.44-1.22x as fast as one). Here each sequence's store arrays sit in typed lists, one list per array, and one
-parallel call a step (:func:`fill_groups`) runs every group; with numba's OpenMP or TBB layer its threads wait for
-the next step spinning, not asleep. The lists are refreshed only for the sequences whose store changed since the
-last step (a new store at a reset, or arrays replaced: ``ChartStore.gen``)."""
+parallel call a step runs them all; with numba's OpenMP or TBB layer its threads wait for the next step spinning,
+not asleep. Fixed shares (sequences g, g + T, ...) left the step waiting for the unluckier thread (its span 1.18-1.25x
+the mean over Spider and TreeBank steps, rdtsc per mask); claimed one at a time, 1.04-1.06x. The lists are
+refreshed only for the sequences whose store changed since the last step (arrays replaced: ``ChartStore.gen``; a
+reset keeps the store and its arrays)."""
 from __future__ import annotations
 
 import numba
 import numpy as np
 from numba.typed import List
 
+from ..targets import fetch_add
 from .chart_store import ARRAYS as STORE_FIELDS
 from .kernels_common import fill_host
 
-#: the per-sequence arrays of :func:`fill_group`, in its order: the chart store's (``chart_store.ARRAYS``), then
+#: the per-sequence arrays of :func:`fill_claimed`, in its order: the chart store's (``chart_store.ARRAYS``), then
 #: the engine fork's
 FORK_FIELDS = ("_flags", "_tot")
 
 
-@numba.njit(cache=True, nogil=True)
-def fill_group(out, idx, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, tot, status, eos, ac_rows,
-               ac_keys, su, si, sl, dense):
-    """The masks of sequences ``idx`` into the rows of ``out`` (uint32 [B, words]), one ``fill_host`` each; the
-    per-sequence arrays are typed lists indexed by sequence. ``status[i]``: 0, or -1 where sequence i's store ran out
-    of room (grow it and compute that mask again)."""
-    for j in range(idx.size):
-        i = idx[j]
-        status[i] = fill_host(out[i], mem[i], nodes[i], hdr[i], kept[i], medge[i], memo[i], work[i], scr[i], cfg[i],
-                              flags[i], tot[i], eos, ac_rows, ac_keys, su, si, sl, dense)
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
-def fill_groups(out, T, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, tot, status, eos, ac_rows, ac_keys,
-                su, si, sl, dense):
-    """:func:`fill_group` for the ``T`` groups g, g + T, g + 2 T, ... of the sequences on numba's threads, group g
-    with the assembled-token cache ``ac_rows[g], ac_keys[g]`` (typed lists: no two threads share a cache)."""
+def fill_claimed(out, T, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, tot, status, eos, ac_rows, ac_keys,
+                su, si, sl, dense, claim):
+    """Every sequence's mask, one ``fill_host`` each, on ``T`` of numba's threads: each thread claims the next
+    sequence from the counter ``claim[0]`` until none is left (a thread whose masks were cheap takes more of them:
+    the step ends when the last mask does, not when the unluckiest fixed share does), thread p with the
+    assembled-token cache ``ac_rows[p], ac_keys[p]`` (typed lists: no two threads share a cache)."""
     B = status.size
+    claim[0] = 0
     for p in numba.prange(T):
         g = np.int64(p)     # prange's index is unsigned; typed lists take a signed one
-        fill_group(out, np.arange(g, B, T), mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, tot, status,
-                   eos, ac_rows[g], ac_keys[g], su, si, sl, dense)
+        rows, keys = ac_rows[g], ac_keys[g]
+        while True:
+            i = fetch_add(claim, 0)
+            if i >= B:
+                break
+            status[i] = fill_host(out[i], mem[i], nodes[i], hdr[i], kept[i], medge[i], memo[i], work[i], scr[i],
+                                  cfg[i], flags[i], tot[i], eos, rows, keys, su, si, sl, dense)
 
 
 class Lanes:
     """The typed lists of a fixed list of sequences (an engine and its forks), kept in step with their stores, and
-    ``T`` assembled-token caches (``new_cache()``: (rows, keys)), one per group."""
+    ``T`` assembled-token caches (``new_cache()``: (rows, keys)), one per thread."""
 
     def __init__(self, seqs, T: int, new_cache):
         self.seqs = list(seqs)
@@ -65,6 +65,7 @@ class Lanes:
                 lst.append(a)
         self.stamp = [(s.store, s.store.gen) for s in self.seqs]
         self.status = np.zeros(len(self.seqs), dtype=np.int64)
+        self.claim = np.zeros(1, dtype=np.int64)
 
     def refresh(self) -> None:
         """Point the lists at the current arrays of every sequence whose store changed since the last call."""
@@ -81,7 +82,7 @@ class Lanes:
         """Every sequence's mask into its row of ``out`` (uint32), one parallel call; then, one by one, again for the
         sequences whose store ran out of room, after growing it."""
         self.refresh()
-        fill_groups(out, self.T, *self.lists, self.status, eos, *self.caches, *statics)
+        fill_claimed(out, self.T, *self.lists, self.status, eos, *self.caches, *statics, self.claim)
         for i in np.flatnonzero(self.status < 0):
             s = self.seqs[i]
             s.store.grow()

@@ -50,6 +50,19 @@ class ChartStore:
         self.memo = np.zeros(self.N + max(1 << 14, 4 * self.N), dtype=np.int32)
         self.m = -1
         self._depth_room(32)
+        self._start()
+
+    def clear(self) -> None:
+        """Back to the empty prefix in place: every array zeroed as a new store's, none replaced, so the room it grew
+        to stays (a sequence that takes its next sample grows only past its longest so far, allocates nothing, and
+        ``gen`` is unchanged)."""
+        for name in ARRAYS:
+            getattr(self, name)[...] = 0
+        self._start()
+
+    def _start(self) -> None:
+        """The empty prefix in zeroed arrays: the root node and the start configuration."""
+        g = self.g
         p = self._alloc(g.WN + g.WT + 1)
         g.root(self.mem, p, p + g.WN)
         self.nodes[0] = -1

@@ -155,7 +155,11 @@ class ValiantEngine(Engine):
             self._steps_done += old.steps
             self._adopted_done += old.adopted
             self._memo_hits += old.memo_hits
-        self.store = ChartStore(self.comp.grammar, self._statics, self._depth, self._k_root, self.comp.align.n_nodes)
+        if old is not None and self.backend is None:
+            old.clear()         # the arrays and the room they grew to stay (a CUDA arena mirrors one store: new one)
+        else:
+            self.store = ChartStore(self.comp.grammar, self._statics, self._depth, self._k_root,
+                                    self.comp.align.n_nodes)
         # (base chart node, lists in use) -> viable trie nodes, for the masks computed from Python (threads > 1, CUDA);
         # a chart node never changes, so neither does its search: steps inside one piece (long names) reuse it
         self._memo: dict[tuple, np.ndarray] = {}
@@ -419,8 +423,8 @@ class ValiantEngine(Engine):
         return other
 
     def fill_masks(self, seqs: Sequence["ValiantEngine"], out: np.ndarray) -> None:
-        """CPU, ``threads`` = T > 1 and several sequences: one parallel nogil call a step (:mod:`.batch`), the
-        sequences dealt round-robin into T groups, each group on one of numba's threads, each mask on one thread.
+        """CPU, ``threads`` = T > 1 and several sequences: one parallel nogil call a step (:mod:`.batch`): T of
+        numba's threads claim the sequences one at a time from a shared counter, each mask on one thread.
         Otherwise one ``fill_mask`` per sequence (one sequence with ``threads`` > 1: its search runs on the
         threads, as in single mode; CUDA: one search launch per sequence)."""
         for s in seqs:

@@ -1923,6 +1923,10 @@ def fill_host(out, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, to
     out, mem, nodes, hdr, kept, medge, memo = borrowed(out), borrowed(mem), borrowed(nodes), borrowed(hdr), \
         borrowed(kept), borrowed(medge), borrowed(memo)
     work, scr, flags, tot = borrowed(work), borrowed(scr), borrowed(flags), borrowed(tot)
+    # the grammar's tables are shared by every sequence (and thread): views of them without a memory record, so
+    # that no call below counts references on them (atomic adds on one cache line that threads fight for)
+    su, si, sl, dense = borrowed(su), borrowed(si), borrowed(sl), borrowed(dense)
+    ac_rows, ac_keys = borrowed(ac_rows), borrowed(ac_keys)
     A = unpack_tables(si, sl)
     G = unpack_grammar(su, si, sl)
     H = A.host
