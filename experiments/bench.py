@@ -23,7 +23,8 @@ each part of a mask the engine names (``instruction_phases``; engines naming non
 calls per mask and per commit by part, the rest being Python between the calls (:func:`bench_setup.phase_times`).
 ``init``: cold build (fresh cache) and cache load, each in its own process (peak RSS per phase). ``batch``: B
 sequences in lock-step, one ``fill_masks`` call per step, timed (``--processes P``: the sequences sharded over P
-processes that step together; :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and
+processes that step together; ``--interleave``: every option set in one process, stepped together, each step
+timed for each set in turn; :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and
 per commit under callgrind (:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput
 against B. Every command prints one JSON line per record; ``--out`` also writes them with command, machine, versions
 and commit (:func:`gcdbench.experiments.benchfile.write_bench`).
@@ -40,7 +41,7 @@ import tempfile
 import numpy as np
 
 
-from gcdbench.experiments.bench_batch import time_batch
+from gcdbench.experiments.bench_batch import time_batch, time_batch_interleaved
 from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, engine_phases, load, option_sets,
                                               parse_overrides, per_prefix, phase_times)
 from gcdbench.parsers.base import CompileError
@@ -241,6 +242,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--processes", nargs="+", type=int, default=[1],
                    help="shard the B sequences over this many processes, stepping together (one record per count)")
+    b.add_argument("--interleave", action="store_true",
+                   help="every option set (--sweep) in one process, stepped together, each step timed for each set "
+                        "in rotating order: ratios between sets that the machine's drift cannot bend")
     i = sub.choices["instructions"]
     i.add_argument("--phases", action="store_true", help="also per part of a mask (the engine's instruction_phases)")
     i.add_argument("--count-child", default=None, help=argparse.SUPPRESS)
@@ -274,12 +278,18 @@ def main(argv=None) -> None:
         if getattr(args, "phases", False) and not any(engine_phases(e) for e in args.engine):
             raise SystemExit(f"bench masks --phases: no engine of {args.engine} names instruction_phases (parts of a "
                              "mask); engines that do get the pass, the others none")
+        interleave = args.cmd == "batch" and args.interleave
+        if interleave and args.processes != [1]:
+            raise SystemExit("bench batch --interleave runs every option set in one process: drop --processes")
         tok = load_tokenizer(args.tokenizer)
         run = time_masks if args.cmd == "masks" else time_batch
         records = []
         for name in args.dataset:
             ds = load(name, dopts, args.data_root, args.n, args.seed)
             for engine in args.engine:
+                if interleave:
+                    records.extend(time_batch_interleaved(engine, sets[engine], name, ds, tok, args))
+                    continue
                 for opts in sets[engine]:
                     try:
                         out = run(engine, opts, name, ds, tok, args)

@@ -122,6 +122,83 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
     return records
 
 
+def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok, args) -> list[dict]:
+    """``--interleave``: every option set of ``engine`` in this one process, each with its own B sequences over the
+    same samples, stepped together. At every step each set's ``fill_masks`` is timed, the sets' order rotating from
+    step to step, the sets' rows compared (``masks_equal``, or the first step where they differ), then every
+    sequence of every set commits the sample's next token (a finished sample: the lane resets to the next one).
+    The machine's drift falls on every set alike, so the ratio between sets holds where two runs minutes apart do
+    not; the samples cycle as in :func:`time_batch`. One record per (set, B), ``interleaved`` naming the sets."""
+    from gcdbench.experiments.worker_batch import make_sequences
+    from gcdbench.parsers.base import mask_get
+
+    streams = [list(s.ids(tok)) for s in ds.samples]
+    built = [(opts, *_compile(engine, opts, ds.grammar, tok, args.cache_dir)) for opts in opt_sets]
+    labels = [json.dumps(o, sort_keys=True) for o in opt_sets]
+    records = []
+    for B in args.batch:
+        work = _work(streams, B, args)
+        nxt = B
+        lanes = [[list(work[i][1]), 0] for i in range(B)]
+        sets = []
+        for opts, e, _ in built:
+            seqs, how = make_sequences(e, B, lambda o=opts: _compile(engine, o, ds.grammar, tok, args.cache_dir)[0])
+            for q in seqs:
+                q.reset()
+            sets.append((e, seqs, how, np.zeros((B, (tok.vocab_size + 31) // 32), dtype=np.int32)))
+        K = len(sets)
+        step_us, commit_us = [[] for _ in range(K)], [[] for _ in range(K)]
+        differ, violations, finished = None, 0, 0
+        for step in range(args.warmup + args.steps):
+            for r in range(K):
+                k = (step + r) % K
+                e, seqs, _, out = sets[k]
+                t0 = time.perf_counter()
+                e.fill_masks(seqs, out)
+                step_us[k].append((time.perf_counter() - t0) * 1e6)
+            if differ is None and any(not np.array_equal(sets[0][3], st[3]) for st in sets[1:]):
+                differ = step
+            spent = [0.0] * K
+            for i, lane in enumerate(lanes):
+                ids, pos = lane
+                t = ids[pos] if pos < len(ids) else tok.eos_id
+                violations += not mask_get(sets[0][3][i], t)
+                ok = pos < len(ids)
+                for k, (_, seqs, _, _) in enumerate(sets):
+                    if ok:
+                        t0 = time.perf_counter()
+                        ok = seqs[i].commit(t) and ok
+                        spent[k] += (time.perf_counter() - t0) * 1e6
+                if ok:
+                    lane[1] += 1
+                    continue
+                violations += pos < len(ids)       # a commit refused inside the sample
+                finished += 1
+                lane[:] = [list(work[nxt % len(work)][1]), 0]
+                nxt += 1
+                for _, seqs, _, _ in sets:
+                    seqs[i].reset()
+            for k in range(K):
+                commit_us[k].append(spent[k])
+        for k, (opts, e, init_s) in enumerate(built):
+            st = _stats(step_us[k][args.warmup:])
+            rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B, "processes": 1,
+                   "steps": args.steps, "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
+                   "commit_us_per_step": _stats(commit_us[k][args.warmup:]), "interleaved": labels,
+                   "masks_equal": differ is None, "first_difference_step": differ, "violations": violations,
+                   "samples_finished": finished, "sequences": sets[k][2], "init_s": round(init_s, 3),
+                   "cpu_count": os.cpu_count()}
+            print(json.dumps(rec, default=str), flush=True)
+            records.append(rec)
+        for e, seqs, how, _ in sets:
+            if how != "fork":
+                for q in seqs[1:]:
+                    q.close()
+    for _, e, _ in built:
+        e.close()
+    return records
+
+
 # --------------------------------------------------------------------------------------------------------------
 # one process per shard
 # --------------------------------------------------------------------------------------------------------------

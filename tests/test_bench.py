@@ -79,6 +79,43 @@ def test_batch_sharded_over_processes_steps_together(tmp_path):
 
 
 @pytest.mark.slow
+def test_batch_interleave_steps_option_sets_together(tmp_path, monkeypatch):
+    """--interleave: two option sets in one process, stepped together over the same samples: one record per set,
+    each naming both, the same timed steps, samples finished and refilled, no violation, the sets' masks equal
+    (threads change no mask); a set whose mask differs is caught at its first step; --processes is refused."""
+    from gcdbench.experiments import bench_batch
+
+    args = ["batch", "--engine", "xgrammar", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes", "--batch", "2",
+            "--steps", "120", "--warmup", "1", "--sweep", "xgrammar.max_threads=1,2", "--interleave"]
+    out = tmp_path / "inter.json"
+    bench.main(args + ["--out", str(out)])
+    one, two = _records(out)
+    assert [one["options"], two["options"]] == [{"max_threads": 1}, {"max_threads": 2}]
+    assert one["interleaved"] == two["interleaved"] and len(one["interleaved"]) == 2
+    assert one["steps"] == two["steps"] == 120 and one["samples_finished"] >= 2
+    assert one["masks_equal"] and one["first_difference_step"] is None and one["violations"] == 0
+    compile_ = bench_batch._compile
+
+    def flipping(engine, opts, *rest):          # the second set's first row loses one bit at every step
+        e, s = compile_(engine, opts, *rest)
+        if opts.get("max_threads") == 2:
+            fill = e.fill_masks
+
+            def fill_masks(seqs, rows):
+                fill(seqs, rows)
+                rows[0, 0] ^= 1
+            e.fill_masks = fill_masks
+        return e, s
+
+    monkeypatch.setattr(bench_batch, "_compile", flipping)
+    out = tmp_path / "differ.json"
+    bench.main(args + ["--steps", "3", "--out", str(out)])
+    assert all(not r["masks_equal"] and r["first_difference_step"] == 0 for r in _records(out))
+    with pytest.raises(SystemExit, match="drop --processes"):
+        bench.main(args + ["--processes", "1", "2"])
+
+
+@pytest.mark.slow
 def test_init_phases_build_then_load_from_cache(tmp_path):
     out = tmp_path / "init.json"
     bench.main(["init", "--engine", "psc", "--dataset", "sample", "--tokenizer", "bytes", "--cache-dir",
