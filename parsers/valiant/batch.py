@@ -58,6 +58,7 @@ class Lanes:
             lst = List()
             for s in self.seqs:
                 lst.append(getattr(s.store, name) if name in STORE_FIELDS else getattr(s, name))
+            lst[0] = lst[0]     # a typed list's first setitem compiles it (0.25-0.35 s a type): here, not mid-run
             self.lists.append(lst)
         self.caches = (List(), List())
         for _ in range(self.T):
