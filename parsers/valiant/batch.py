@@ -27,11 +27,13 @@ FORK_FIELDS = ("_flags", "_tot")
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def fill_claimed(out, T, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, tot, status, eos, ac_rows, ac_keys,
-                su, si, sl, dense, claim):
+                 su, si, sl, dense, claim):
     """Every sequence's mask, one ``fill_host`` each, on ``T`` of numba's threads: each thread claims the next
     sequence from the counter ``claim[0]`` until none is left (a thread whose masks were cheap takes more of them:
     the step ends when the last mask does, not when the unluckiest fixed share does), thread p with the
-    assembled-token cache ``ac_rows[p], ac_keys[p]`` (typed lists: no two threads share a cache)."""
+    assembled-token cache ``ac_rows[p], ac_keys[p]`` (typed lists: no two threads share a cache). The per-sequence
+    arrays are typed lists indexed by sequence; ``status[i]``: 0, or -1 where sequence i's store ran out of room
+    (grow it and compute that mask again)."""
     B = status.size
     claim[0] = 0
     for p in numba.prange(T):
