@@ -6,10 +6,10 @@ the tokenizer and the compiled grammar from the artifact cache, and makes its sh
 step together: before each step's timer every process waits at a barrier in shared memory (it spins, yielding the
 core, until every other process has reached the step or finished), so a step of the whole batch is the step of
 its slowest shard. The record's ``step_us`` is that maximum at each step; ``per_sequence_us`` divides it by B, as
-for one process. This is how a CPU mask server scales past the GIL: an engine whose step holds the GIL between
-its compiled calls (Valiant's chart bookkeeping) gains nothing from threads, and one process per core gains for
-every engine. The barrier assumes one core per process: with more processes than cores, they wait for each
-other's time slices (``cpu_count`` is in the record).
+for one process; ``per_sequence_with_commit_us`` adds the step's ``commit_many`` call (the commits of all B).
+This is how a CPU mask server scales past the GIL: an engine whose step holds the GIL between its compiled calls
+gains nothing from threads, and one process per core gains for every engine. The barrier assumes one core per
+process: with more processes than cores, they wait for each other's time slices (``cpu_count`` is in the record).
 """
 from __future__ import annotations
 
@@ -112,6 +112,8 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
                     s.close()
         st = _stats([s for s, _ in full])
         rec.update({"steps": len(full), "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
+                    "per_sequence_with_commit_us": round(float(np.mean([a + c for a, c in full])) / B, 2)
+                    if full else 0.0,
                     "commit_us_per_step": _stats([c for _, c in full]), "outcomes": outcomes,
                     "violations": sum(v for k, v in outcomes.items() if k != "ok"), "sequences": how,
                     "fallback_steps": fallbacks, "init_s": round(init_s, 3), "cache_hit": e.info().get("cache_hit"),
@@ -125,8 +127,9 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
 def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok, args) -> list[dict]:
     """``--interleave``: every option set of ``engine`` in this one process, each with its own B sequences over the
     same samples, stepped together. At every step each set's ``fill_masks`` is timed, the sets' order rotating from
-    step to step, the sets' rows compared (``masks_equal``, or the first step where they differ), then every
-    sequence of every set commits the sample's next token (a finished sample: the lane resets to the next one).
+    step to step, the sets' rows compared (``masks_equal``, or the first step where they differ), then each set
+    commits every lane's next token in one ``commit_many`` call, timed too, the order rotating alike (a finished
+    sample: the lane resets to the next one).
     The machine's drift falls on every set alike, so the ratio between sets holds where two runs minutes apart do
     not; the samples cycle as in :func:`time_batch`. One record per (set, B), ``interleaved`` naming the sets."""
     from gcdbench.experiments.worker_batch import make_sequences
@@ -158,32 +161,36 @@ def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok
                 step_us[k].append((time.perf_counter() - t0) * 1e6)
             if differ is None and any(not np.array_equal(sets[0][3], st[3]) for st in sets[1:]):
                 differ = step
-            spent = [0.0] * K
+            going = []      # the lanes inside their sample: each set commits their tokens in one commit_many
+            for i, (ids, pos) in enumerate(lanes):
+                violations += not mask_get(sets[0][3][i], ids[pos] if pos < len(ids) else tok.eos_id)
+                if pos < len(ids):
+                    going.append(i)
+            oks = [True] * B
+            for r in range(K):
+                k = (step + r) % K
+                e, seqs, _, _ = sets[k]
+                t0 = time.perf_counter()
+                got = e.commit_many([seqs[i] for i in going], [lanes[i][0][lanes[i][1]] for i in going])
+                commit_us[k].append((time.perf_counter() - t0) * 1e6)
+                for i, ok in zip(going, got):
+                    oks[i] = oks[i] and not isinstance(ok, BaseException) and bool(ok)
             for i, lane in enumerate(lanes):
-                ids, pos = lane
-                t = ids[pos] if pos < len(ids) else tok.eos_id
-                violations += not mask_get(sets[0][3][i], t)
-                ok = pos < len(ids)
-                for k, (_, seqs, _, _) in enumerate(sets):
-                    if ok:
-                        t0 = time.perf_counter()
-                        ok = seqs[i].commit(t)
-                        spent[k] += (time.perf_counter() - t0) * 1e6
-                if ok:
+                if i in going and oks[i]:
                     lane[1] += 1
                     continue
-                violations += pos < len(ids)       # a commit refused inside the sample
+                violations += i in going       # a commit refused (or failed) inside the sample
                 finished += 1
                 lane[:] = [list(work[nxt % len(work)][1]), 0]
                 nxt += 1
                 for _, seqs, _, _ in sets:
                     seqs[i].reset()
-            for k in range(K):
-                commit_us[k].append(spent[k])
         for k, (opts, e, init_s) in enumerate(built):
             st = _stats(step_us[k][args.warmup:])
+            both = [a + c for a, c in zip(step_us[k], commit_us[k])][args.warmup:]
             rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B, "processes": 1,
                    "steps": args.steps, "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
+                   "per_sequence_with_commit_us": round(float(np.mean(both)) / B, 2) if both else 0.0,
                    "commit_us_per_step": _stats(commit_us[k][args.warmup:]), "interleaved": labels,
                    "masks_equal": differ is None, "first_difference_step": differ, "violations": violations,
                    "samples_finished": finished, "sequences": sets[k][2], "init_s": round(init_s, 3),

@@ -64,7 +64,8 @@ STEP_COLUMNS_DECLARED = _KEY + (
     Column("prefix_tokens", pa.int64(), "tokens before this mask; equals step (derived when the table is built)"),
     Column("prefix_bytes", pa.int64(), "bytes of the prefix before this mask"),
     Column("mask_us", pa.float64(), "time of the fill call (batch mode: the step's time / live sequences)"),
-    Column("commit_us", pa.float64(), "time of committing the oracle token after this mask (0: not committed)"),
+    Column("commit_us", pa.float64(), "time of committing the oracle token after this mask (0: not committed; "
+                                      "batch mode: the sequence's share of the step's commit_many call)"),
     Column("n_allowed", pa.int64(), "tokens the mask allows"),
     Column("oracle_allowed", pa.bool_(), "the sample's next token (EOS at the last step) is in the mask"),
     Column("outcome", _STR, "the sample's outcome (parsers.base.Outcome), repeated on each of its rows"),
@@ -116,7 +117,7 @@ BATCH_STEP_COLUMNS_DECLARED = (
     Column("size", pa.int64(), "B, the batch's slots"),
     Column("live", pa.int64(), "sequences in the call"),
     Column("step_us", pa.float64(), "time of the fill_masks call (of the per-sequence loop on a fallback step)"),
-    Column("commit_us", pa.float64(), "the commits of the step together"),
+    Column("commit_us", pa.float64(), "time of the step's commit_many call (the commits of the step together)"),
     Column("fallback", pa.int64(), "0; 1: the batch call raised and a sequence's own fill_mask failed too; "
                                    "2: the batch call raised where every fill_mask worked"),
 )

@@ -114,7 +114,8 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
     """Teacher-force ``work`` (``[(sample_id, token_ids, audit_steps)]``) over the slots ``seqs`` in lock-step.
 
     One batch step = one ``fill_masks`` call over the live sequences (rows ``0..live-1`` of the mask buffer),
-    timed as one; then each live sequence's oracle token is checked in its row and committed (each commit timed).
+    timed as one; then each live sequence's oracle token is checked in its row, and the tokens of those that go on
+    are committed by one ``commit_many`` call, timed as one (each row's ``commit_us`` its share).
     A sequence that ends (any outcome) is reported at once (``("seq", ...)``) and its slot takes the next sample
     of ``work`` before the next step (continuous batching). Outcomes are those of single mode, per sequence:
 
@@ -196,6 +197,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
         step_us = (t1 - t0) / 1000.0
         share = step_us / L
         commits = 0.0
+        going = []      # the live sequences that commit their oracle token this step
         for j, i in enumerate(live):
             q = slots[i]
             if i in failed:
@@ -216,24 +218,30 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                                                      batch_step=batch_step))
             outcome, message = step_verdict(allowed, step == len(q.steps) - 1, tok, step)
             if outcome is None:
-                try:
-                    t2 = perf()
-                    ok = seqs[i].commit(tok)
-                    us = (perf() - t2) / 1000.0
-                    journal.set_commit_us(i, us)
-                    commits += us
-                except EngineError as err:
-                    ok, outcome, message = False, Outcome.ENGINE_ERROR, f"commit at step {step}: {err}"
-                except Exception as err:   # noqa: BLE001
-                    ok, outcome = False, Outcome.CRASH
-                    message = f"commit at step {step}: {type(err).__name__}: {err}"
-                if not ok and outcome is None:
-                    outcome, message = Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
-            if outcome is not None:
+                going.append(i)
+            else:
                 finish(i, outcome, message)
-                continue
-            q.pos += 1
-            q.nbytes += len(token_bytes[tok])
+        results: list = []
+        if going:
+            t2 = perf()
+            try:
+                results = engine.commit_many([seqs[i] for i in going], [slots[i].steps[slots[i].pos] for i in going])
+            except Exception as err:   # noqa: BLE001 - its contract is one entry per sequence; a raise fails them all
+                results = [err] * len(going)
+            commits = (perf() - t2) / 1000.0
+        for i, ok in zip(going, results):
+            q = slots[i]
+            step, tok = q.pos, q.steps[q.pos]
+            journal.set_commit_us(i, commits / len(going))
+            if isinstance(ok, EngineError):
+                finish(i, Outcome.ENGINE_ERROR, f"commit at step {step}: {ok}")
+            elif isinstance(ok, BaseException):
+                finish(i, Outcome.CRASH, f"commit at step {step}: {type(ok).__name__}: {ok}")
+            elif ok:
+                q.pos += 1
+                q.nbytes += len(token_bytes[tok])
+            else:
+                finish(i, Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}")
         if log.count == log.capacity:
             chan.send(("bsteps", log.raw_rows()))
             log.reset()

@@ -343,5 +343,18 @@ class Engine(ABC):
         for i, s in enumerate(seqs):
             s.fill_mask(out[i])
 
+    def commit_many(self, seqs: Sequence["Engine"], tokens: Sequence[int]) -> list:
+        """Commit ``tokens[i]`` to ``seqs[i]`` (``self`` and forks of it), one call per decoding step of a batch.
+        Returns one entry per sequence: what its ``commit`` returns (bool), or the exception it raised, so that a
+        failure ends that sequence only. Default: one ``commit`` per sequence; engines with a native batch path
+        override it (the same results, never raising for one sequence's fault)."""
+        results: list = []
+        for s, t in zip(seqs, tokens):
+            try:
+                results.append(bool(s.commit(t)))
+            except Exception as err:   # noqa: BLE001 - that sequence's failure, reported in its entry
+                results.append(err)
+        return results
+
     def close(self) -> None:
         """Release resources (GPU memory, threads)."""

@@ -207,6 +207,19 @@ class BatchRaiseEngine(ReferenceEngine):
         raise RuntimeError("deliberate failure of the batch call")
 
 
+class CommitManyRaiseEngine(BatchRaiseEngine):
+    """Its batch commit raises as a whole once a sequence commits 'z' (against commit_many's contract: one entry
+    per sequence); its masks are fine."""
+
+    def fill_masks(self, seqs, out):
+        ReferenceEngine.fill_masks(self, seqs, out)
+
+    def commit_many(self, seqs, tokens):
+        if any(self.tokenizer.token_bytes[t] == b"z" for t in tokens):
+            raise RuntimeError("deliberate failure of the batch commit")
+        return super().commit_many(seqs, tokens)
+
+
 class SlowGrammarEngine(ReferenceEngine):
     """Hangs while compiling a grammar named ``slow`` (a dataset of many grammars: one group's compile times out,
     the worker is replaced for the next group)."""

@@ -321,6 +321,18 @@ def test_one_failing_sequence_is_recorded_and_the_others_finish(tmp_path, letter
     assert bs["masks"].sum() == len(steps)
 
 
+def test_a_batch_commit_that_raises_ends_the_sequences_it_held(tmp_path, letters):
+    """``commit_many`` owes one entry per sequence; one that raises instead leaves every sequence of that call in an
+    unknown state: each of them ends 'crash' with the error, the sequences of later steps run."""
+    out = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:CommitManyRaiseEngine",
+                       *letters, "batch.size=2", "audit.per_sample=0", "warmup=false", "batch.steps=all"))
+    got = outcomes(out)
+    assert got.pop("letters-0000") == got.pop("letters-0001") == "crash" and set(got.values()) == {"ok"}
+    samples = pd.read_parquet(out / "samples.parquet").set_index("sample_id")
+    assert "commit at step 1: RuntimeError: deliberate failure of the batch commit" in \
+        samples.loc["letters-0001", "message"]
+
+
 @pytest.mark.parametrize("cls,expected,timeout,message", [
     ("ExitEngine", "crash", 60, "worker died (exit code 3)"),
     pytest.param("HangEngine", "timeout", 2.5, "no batch step finished within 2.5 s (limits.sample_timeout_s)",

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_get, mask_to_ids
 from gcdbench.parsers.grammar import load_ir
 from gcdbench.parsers.tokenizers import Tokenizer, byte_level
 from gcdbench.parsers.valiant.chart import PackedGrammar, ReadableChart, words
@@ -748,7 +748,9 @@ def test_batch_threads_follow_new_and_grown_stores():
     """Batch mode on two threads (``batch.Lanes``: each thread's group of sequences in one nogil call over typed
     lists of their store arrays): sequences reset to new samples at different steps (new stores) and every store
     starved before every step (arrays replaced, then grown inside the step) give the masks of one thread with room,
-    step by step; the lists follow the stores (a stale array would leave a mask or a later commit wrong)."""
+    step by step; the lists follow the stores (a stale array would leave a mask or a later commit wrong). The commits
+    of a step go in one ``commit_many`` call (``batch.walk_claimed``), starved too, and leave each sequence in the
+    configurations its one-thread twin's ``commit`` does; its refusals are ``commit``'s."""
     import numba
 
     if numba.config.NUMBA_NUM_THREADS < 2:
@@ -772,10 +774,15 @@ def test_batch_threads_follow_new_and_grown_stores():
         ref.fill_masks(refs, want)
         assert np.array_equal(out, want), step
         grown += sum(s.store.mem.size > n for s, n in zip(seqs, sizes))
+        going = [i for i in range(B) if pos[i] < len(work[i])]
+        sizes = [s.store.mem.size for s in seqs]
+        for s in seqs:
+            _starve(s.store)           # the commits' walks grow the stores too
+        assert batch.commit_many([seqs[i] for i in going], [work[i][pos[i]] for i in going]) == [True] * len(going)
+        grown += sum(s.store.mem.size > n for s, n in zip(seqs, sizes))
         for i in range(B):
-            if pos[i] < len(work[i]):
-                t = work[i][pos[i]]
-                assert seqs[i].commit(t) and refs[i].commit(t), (step, i)
+            if i in going:
+                assert refs[i].commit(work[i][pos[i]]) and seqs[i].configs == refs[i].configs, (step, i)
                 pos[i] += 1
             else:                      # this sample is over: the lane takes the next one (a new chart store)
                 seqs[i].reset()
@@ -783,6 +790,16 @@ def test_batch_threads_follow_new_and_grown_stores():
                 work[i], pos[i] = next(queue), 0
                 resets += 1
     assert resets >= B and grown > 0
+    # refusals as commit's: a token the mask leaves out (the sequence is then dead), an id outside the vocabulary, a
+    # dead sequence, a fork the lanes do not hold (one commit)
+    batch.fill_masks(seqs, out)
+    bad = next(t for t in range(tok.vocab_size) if tok.token_bytes[t] and not mask_get(out[0], t))
+    good = [next(t for t in range(tok.vocab_size) if tok.token_bytes[t] and mask_get(out[i], t)) for i in range(B)]
+    extra = batch.fork()
+    assert batch.commit_many(seqs + [extra], [bad, good[1], -1, tok.encode(SAMPLES[name][0])[0]]) == \
+        [False, True, False, True]
+    assert [refs[0].commit(bad), refs[1].commit(good[1])] == [False, True] and seqs[1].configs == refs[1].configs
+    assert batch.commit_many(seqs[:2], [good[0], good[1]])[0] is False    # seqs[0] is dead
     batch.close()
 
 
@@ -1118,7 +1135,7 @@ cases = [(tb.grammar, longest.text), (load_grammar("spider"), "SELECT T1.name FR
          (GrammarSpec(name="fuzz34", lark=f34.lark), sample_sentences(f34, (25,), seed=0)[0]),
          (GrammarSpec(name="binary", lark='start: e\ne: e e | "(" e ")" | ATOM\nATOM: /[a-c]/\n%ignore " "\n'),
           " ".join("abc"[i % 3] for i in range(130)) + " (a b)")]
-for threads in (1, 2):
+for threads in map(int, sys.argv[3].split(",")):
     h = hashlib.sha256()
     for sp, text in cases:
         e = ValiantEngine(cache_dir=sys.argv[2], threads=threads)
@@ -1149,20 +1166,23 @@ def test_no_out_of_bounds_access(data_root, tmp_path):
     have edges in a tier's second word, fuzz grammar 34 (token walks on merged boundaries, the mask's second
     phase over their chains) and a run of 130 atoms of an ambiguous grammar (columns of three words, filled:
     the step's skips and early ends) run with NUMBA_BOUNDSCHECK=1 (every array access checked; a fresh numba
-    cache), one and two threads, each case's store then cleared by a reset and its first masks taken again, and
-    give the same masks as the normal build."""
+    cache) on one thread, each case's store then cleared by a reset and its first masks taken again, and give the
+    masks of the normal build, whose two-thread run gives them too."""
     import os
     import subprocess
     import sys
 
-    def run(env_extra):
+    def run(threads, env_extra):
         env = {**os.environ, **env_extra}
-        r = subprocess.run([sys.executable, "-c", _BOUNDS_CHILD, str(data_root), str(tmp_path / "cache")], env=env,
-                           capture_output=True, text=True, timeout=1200)
+        r = subprocess.run([sys.executable, "-c", _BOUNDS_CHILD, str(data_root), str(tmp_path / "cache"), threads],
+                           env=env, capture_output=True, text=True, timeout=1200)
         assert r.returncode == 0, r.stderr[-3000:]
         return [ln for ln in r.stdout.splitlines() if ln.startswith("masks")]
 
-    checked = run({"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
-    plain = run({})
-    assert len(checked) == 2 and checked == plain
-    assert checked[0].split()[2] == checked[1].split()[2]     # threads=2 gives the masks of threads=1
+    # the checked build runs one thread: a two-thread build adds the bases' loop from Python and the parallel
+    # search (110 s more of checked compile, a third of the test); their device functions are the one-thread build's,
+    # and the bases' loop is the CUDA backend's, which the simulator runs with NumPy's index checks
+    checked = run("1", {"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    plain = run("1,2", {})
+    assert len(checked) == 1 and len(plain) == 2 and checked[0] == plain[0]
+    assert plain[0].split()[2] == plain[1].split()[2]     # threads=2 gives the masks of threads=1

@@ -443,6 +443,47 @@ class ValiantEngine(Engine):
             lanes = self._lanes = Lanes(seqs, min(self.threads, len(seqs)), self._new_cache)
         lanes.fill(out.view(np.uint32), self.tokenizer.eos_id, self._statics)
 
+    def commit_many(self, seqs: Sequence["ValiantEngine"], tokens: Sequence[int]) -> list:
+        """CPU, ``threads`` > 1, several sequences of the lanes ``fill_masks`` made: one parallel nogil call walks
+        every token (:meth:`.batch.Lanes.commit`), each on the thread that claims it, as the masks are; the
+        results are ``commit``'s. Otherwise one ``commit`` per sequence."""
+        lanes = getattr(self, "_lanes", None)
+        if self.backend is not None or self.threads <= 1 or len(seqs) <= 1 or lanes is None:
+            return super().commit_many(seqs, tokens)
+        results: list = [False] * len(seqs)
+        which, ids, pos = [], [], []
+        tb = self.tokenizer.token_bytes
+        for j, (s, t) in enumerate(zip(seqs, tokens)):
+            k = lanes.index.get(id(s))
+            if k is None:
+                results[j] = super().commit_many([s], [t])[0]
+            elif 0 <= t < self.vocab_size and tb[t] and s.store.hdr[H_NCFG]:
+                which.append(k)
+                ids.append(t)
+                pos.append(j)
+        if which:
+            try:
+                left = lanes.commit(np.array(which, np.int64), np.array(ids, np.int64), *self._token_bytes_flat(),
+                                    self._statics)
+            except Exception as err:   # noqa: BLE001 - the call's sequences may be half committed: each fails
+                for j in pos:
+                    results[j] = err
+            else:
+                for j, r in zip(pos, left.tolist()):
+                    results[j] = r > 0
+        return results
+
+    def _token_bytes_flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """(every token's bytes one after another, uint8; where token t's begin, int64, one more than the
+        vocabulary): token t is ``data[start[t]:start[t + 1]]``."""
+        flat = getattr(self, "_tok_flat", None)
+        if flat is None or flat[0] is not self.tokenizer:
+            tb = self.tokenizer.token_bytes
+            start = np.zeros(len(tb) + 1, dtype=np.int64)
+            np.cumsum([len(b) for b in tb], out=start[1:])
+            flat = self._tok_flat = (self.tokenizer, np.frombuffer(b"".join(tb), dtype=np.uint8), start)
+        return flat[1:]
+
     def close(self) -> None:
         self._lanes = None
 
