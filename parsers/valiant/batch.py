@@ -123,20 +123,11 @@ class Lanes:
                statics: tuple) -> np.ndarray:
         """Commit to each sequence ``which[j]`` (an index of ``seqs``) token ``ids[j]``, whose bytes are
         ``data[start[t]:start[t + 1]]`` (every one a live sequence and a non-empty token), one parallel call; then,
-        one by one, again for the sequences whose store ran out of room, after growing it (the chart nodes made
-        before are found again). Returns the configurations left per commit (0: refused)."""
+        one by one, again for the sequences whose store ran out of room (their own ``_walk``, which grows it; the
+        chart nodes made before are found again). Returns the configurations left per commit (0: refused)."""
         self.refresh()
         status = np.empty(which.size, dtype=np.int64)
         walk_claimed(min(self.T, which.size), self.arrays, which, ids, data, start, status, *statics[:3], self.claim)
         for j in np.flatnonzero(status < 0):
-            st = self.seqs[which[j]].store
-            arr = data[start[ids[j]]:start[ids[j] + 1]]
-            while True:
-                st.grow()
-                r = walk_bytes(*st.args(), st.cfg, arr, *statics[:3])
-                if r >= 0:
-                    break
-            if r == 0:
-                st.hdr[H_NCFG] = 0
-            status[j] = r
+            status[j] = self.seqs[which[j]]._walk(data[start[ids[j]]:start[ids[j] + 1]])
         return status

@@ -173,13 +173,20 @@ class ValiantEngine(Engine):
     def commit(self, token_id: int) -> bool:
         """One jitted call over the token's bytes (``kernels_common.walk_bytes``: the lexer over configurations,
         one boundary chart node per byte where pieces end)."""
-        if token_id < 0 or token_id >= self.vocab_size:
+        if not self._walkable(token_id):
             return False
-        data = self.tokenizer.token_bytes[token_id]
+        return self._walk(np.frombuffer(self.tokenizer.token_bytes[token_id], dtype=np.uint8)) > 0
+
+    def _walkable(self, token_id: int) -> bool:
+        """Whether a commit of ``token_id`` walks its bytes: False (refused without a walk) for an id outside the
+        vocabulary, an empty (special) token or a dead sequence."""
+        return 0 <= token_id < self.vocab_size and bool(self.tokenizer.token_bytes[token_id]) \
+            and bool(self.store.hdr[H_NCFG])
+
+    def _walk(self, arr: np.ndarray) -> int:
+        """``walk_bytes`` over ``arr``, the store grown until it fits: the configurations left (0: refused, and the
+        sequence is dead from then on)."""
         s = self.store
-        if not data or not s.hdr[H_NCFG]:
-            return False
-        arr = np.frombuffer(data, dtype=np.uint8)
         while True:
             r = walk_bytes(*s.args(), s.cfg, arr, *self._statics[:3])
             if r >= 0:
@@ -187,8 +194,7 @@ class ValiantEngine(Engine):
             s.grow()
         if r == 0:
             s.hdr[H_NCFG] = 0
-            return False
-        return True
+        return r
 
     def accepting(self) -> bool:
         return self.store.plan()[2]
@@ -452,12 +458,11 @@ class ValiantEngine(Engine):
             return super().commit_many(seqs, tokens)
         results: list = [False] * len(seqs)
         which, ids, pos = [], [], []
-        tb = self.tokenizer.token_bytes
         for j, (s, t) in enumerate(zip(seqs, tokens)):
             k = lanes.index.get(id(s))
             if k is None:
                 results[j] = super().commit_many([s], [t])[0]
-            elif 0 <= t < self.vocab_size and tb[t] and s.store.hdr[H_NCFG]:
+            elif s._walkable(t):
                 which.append(k)
                 ids.append(t)
                 pos.append(j)
