@@ -228,6 +228,9 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 results = engine.commit_many([seqs[i] for i in going], [slots[i].steps[slots[i].pos] for i in going])
             except Exception as err:   # noqa: BLE001 - its contract is one entry per sequence; a raise fails them all
                 results = [err] * len(going)
+            if len(results) != len(going):   # a short list would leave sequences neither advanced nor ended
+                results = [RuntimeError(f"commit_many returned {len(results)} results for {len(going)} sequences")] \
+                    * len(going)
             commits = (perf() - t2) / 1000.0
         for i, ok in zip(going, results):
             q = slots[i]
