@@ -9,19 +9,21 @@ a merged node hashed by (parent, sorted edge codes ``row * (T + 1) + terminal``)
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import types
 from numba.typed import Dict, List
 
+from ..targets import callee_jit
 from .align import Alignment
+
+_jit = callee_jit(cache=True)   # one compile per plain signature, whatever constants a caller passes
 
 #: a walk holding more than this many (trie node, DFA state, flag) triples after some byte is done again as a
 #: merged walk (align.py, "merged boundaries"); the engine option ``token_states``
 MAX_STATES = 256
 
 
-@numba.njit(cache=True)
+@_jit
 def _can_follow(tr, node, t, n_term, follow):
     """:meth:`align._Trie.can_follow`."""
     term, m_lo, m_hi, m_code = tr[3], tr[5], tr[6], tr[7]
@@ -36,7 +38,7 @@ def _can_follow(tr, node, t, n_term, follow):
     return False
 
 
-@numba.njit(cache=True)
+@_jit
 def _new(tr, node, t):
     parent, term, depth, m_lo, m_hi, m_code = tr[2], tr[3], tr[4], tr[5], tr[6], tr[7]
     c = np.int64(len(parent))
@@ -48,7 +50,7 @@ def _new(tr, node, t):
     return c
 
 
-@numba.njit(cache=True)
+@_jit
 def _child(tr, node, t, n_term, follow):
     kids = tr[0]
     key = np.int64(node) * (n_term + 1) + t
@@ -61,7 +63,7 @@ def _child(tr, node, t, n_term, follow):
     return c
 
 
-@numba.njit(cache=True)
+@_jit
 def _merged(tr, tip, codes, n_term, follow):
     """:meth:`align._Trie.merged` for the sorted, distinct edge codes ``codes``."""
     mkids, parent, m_lo, m_hi, m_code = tr[1], tr[2], tr[5], tr[6], tr[7]
@@ -91,7 +93,7 @@ def _merged(tr, tip, codes, n_term, follow):
     return c
 
 
-@numba.njit(cache=True)
+@_jit
 def _add(buf, nb, key):
     """Append ``key`` to ``buf[:nb]`` unless present; returns the new count."""
     for j in range(nb):
@@ -101,7 +103,7 @@ def _add(buf, nb, key):
     return nb + 1
 
 
-@numba.njit(cache=True)
+@_jit
 def _walk(data, lo, hi, trans, accept, st_start, st_u, st_g, ng, n_term, follow, tr, out_node, out_flag, buf_a, buf_b,
           cap):
     """Boundary walk of data[lo:hi]; writes distinct (node, first_ignored) pairs, returns their count, or -1 when
@@ -169,7 +171,7 @@ def _walk(data, lo, hi, trans, accept, st_start, st_u, st_g, ng, n_term, follow,
     return n_out
 
 
-@numba.njit(cache=True)
+@_jit
 def _may_start(u, ng, et, ne, follow):
     """May terminal ``u`` start at a boundary where the grammar terminals ``et[:ne]`` end?"""
     if u >= ng:
@@ -180,7 +182,7 @@ def _may_start(u, ng, et, ne, follow):
     return False
 
 
-@numba.njit(cache=True)
+@_jit
 def _mwalk(data, lo, hi, first_ignored, trans, accept, term_of, st_start, st_u, st_g, ng, n_term, follow, tr,
            out_node, out_flag, n_out, ws, stamp):
     """:meth:`align.Aligner.merged_walk` of data[lo:hi], appending its distinct tuple nodes to ``out_node`` (flag
@@ -279,7 +281,7 @@ def _mwalk(data, lo, hi, first_ignored, trans, accept, term_of, st_start, st_u, 
     return n_out, stamp
 
 
-@numba.njit(cache=True)
+@_jit
 def _any_walk(data, lo, hi, trans, accept, term_of, st_start, st_u, st_g, ng, n_term, follow, tr, out_node, out_flag,
               buf_a, buf_b, cap, ws, stamp):
     """The tuples of the boundary walk of data[lo:hi] (:meth:`align.Aligner.boundary`): the walk of terminal
@@ -294,7 +296,7 @@ def _any_walk(data, lo, hi, trans, accept, term_of, st_start, st_u, st_g, ng, n_
                   out_flag, k, ws, stamp)
 
 
-@numba.njit(cache=True)
+@_jit
 def _build(data, offs, ids, trans, accept, term_of, st_start, st_u, st_g, ng, n_term, follow, cap):
     G = trans.shape[0]
     tr = (Dict.empty(key_type=types.int64, value_type=types.int64),
@@ -387,7 +389,7 @@ def _build(data, offs, ids, trans, accept, term_of, st_start, st_u, st_g, ng, n_
             _to_arr(m_hi), _to_arr(tr[7]))
 
 
-@numba.njit(cache=True)
+@_jit
 def _to_arr(lst):
     out = np.empty(len(lst), np.int64)
     for i in range(len(lst)):
@@ -472,7 +474,7 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
     )
 
 
-@numba.njit(cache=True)
+@_jit
 def _dominated_bnd(par, flag, node, tok, mark0, mark1):
     """keep[i] for tuples (flag, node, tok) sorted by token: see :func:`align.prune_dominated`."""
     m = tok.size
@@ -506,7 +508,7 @@ def _dominated_bnd(par, flag, node, tok, mark0, mark1):
     return keep
 
 
-@numba.njit(cache=True)
+@_jit
 def _dominated_cont(par, xs, node, tok, call_start, call_tok, mark, tokmark):
     """keep[i] for cont tuples (x, node, tok) sorted by (x, tok): see :func:`align.prune_dominated`."""
     m = tok.size

@@ -55,7 +55,7 @@ from llvmlite import ir as llvm_ir
 from numba.core import types as nbtypes
 from numba.core.extending import intrinsic
 
-from gcdbench.parsers.targets import borrowed
+from gcdbench.parsers.targets import borrowed, callee_jit
 
 #: The grammar record's fields in order, each (name, kind, what it holds), the one place they are declared:
 #: :data:`Grammar` is built from it, and so are the CPU packing (:func:`pack_grammar`, :func:`unpack_grammar`) and
@@ -103,8 +103,8 @@ MAX_IDEM_PAIRS = 16    # certify gives up (soundly) on larger item sets
 ST_STEPS, ST_CHECKED, ST_VIABLE, ST_ALIASED, ST_CERTIFIED = 0, 1, 2, 3, 4
 N_STATS = 5
 
-_cpu = numba.njit(cache=True, nogil=True)
-_cpu_small = numba.njit(cache=True, nogil=True)   # tiny primitives: LLVM inlines them
+_cpu = callee_jit(cache=True, nogil=True)
+_cpu_small = callee_jit(cache=True, nogil=True)   # tiny primitives: LLVM inlines them
 # numba IR inlining for the helpers of the step's inner loops (as fast as one function; each site adds compile time)
 _cpu_inline = numba.njit(cache=True, nogil=True, inline="always")
 
@@ -1531,8 +1531,8 @@ def _merged(mem, nodes, hdr, kept, medge, scr, node, E, root_child, G):
     if not _step_room(mem, nodes, hdr, scr, n, G):
         return -1
     t0 = -1
-    rows = np.empty(ne, np.int64)
-    terms = np.empty(ne, np.int64)
+    rows = np.empty(ne, np.int32)     # int32 as the trie's merged edges (one compile of chart_step_edges)
+    terms = np.empty(ne, np.int32)
     m = 0
     for k in range(ne):
         if E[k, 0] == node and t0 < 0:
@@ -1790,7 +1790,7 @@ def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
         x = cur[gram[order[k]], 1]
         while j < ng_ and cur[gram[order[j]], 1] == x:
             j += 1
-        t = A.lx_term[x]
+        t = np.int64(A.lx_term[x])     # int64 as every other caller's (one compile of _child)
         c = cur[gram[order[k]], 0]
         node = -1
         if j - k == 1:
