@@ -407,18 +407,19 @@ def scatter_chunk(tabs, hdr, dense_mask, n_ch, ch_words, acnt, allowed, out, t):
     k = t - b * n_ch
     w0 = k * ch_words
     w1 = min(w0 + ch_words, W)
-    for w in range(w0, w1):
-        out[b, w] = 0
+    row = out[b]
+    row[w0:w1] = 0   # a slice store: the indexed loop over out[b, w] was not vectorised (2 µs, not 0.2, per mask)
     for a in range(acnt[b], acnt[b + 1]):
         j = allowed[a]
         d = dense_id[j]
         if d >= 0:
-            for w in range(w0, w1):
-                out[b, w] |= dense_mask[d, w]
+            part, src = row[w0:w1], dense_mask[d, w0:w1]
+            for w in range(w1 - w0):
+                part[w] |= src[w]
             continue
         for x in range(jt_ptr[j * n_ch + k], jt_ptr[j * n_ch + k + 1]):
             v = jt_tok[x]
-            out[b, v >> 5] |= one << np.uint32(v & 31)
+            row[v >> 5] |= one << np.uint32(v & 31)
 
 
 chunk_range = prange
