@@ -447,10 +447,10 @@ def test_dense_rows_equal_token_lists(bytes_tokenizer):
 def test_jobs_share_prefixes_in_order_and_masks_equal_unshared():
     """A class's jobs are in lexicographic order of their terminal sequences and ``job_lcp`` is the prefix each
     shares with the one before it (0 for a class's first job). A mask runs a shared prefix once, skips the jobs
-    behind a failed one and memoises runs on the committed stack: with tokens of several bytes and terminals, every
-    mask along the samples and random walks equals the one with neither (``share_prefixes=false``,
-    ``run_memo=0``), on the character level (json, calc) and the lexer front end (Spider), with one thread's jobs
-    split into parts."""
+    behind a failed one, memoises runs on the committed stack and whole masks by their allowed jobs: with tokens of
+    several bytes and terminals, every mask along the samples and random walks equals the one with none of these
+    (``share_prefixes=false``, ``run_memo=0``, ``mask_memo=0``), on the character level (json, calc) and the lexer
+    front end (Spider), with one thread's jobs split into parts."""
     import random
 
     from test_valiant import multi_tokenizer
@@ -460,11 +460,12 @@ def test_jobs_share_prefixes_in_order_and_masks_equal_unshared():
         samples = SQL_SAMPLES if name == "spider" else [x for x in CASES[name][1] if x]
         tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"  ", b"   "])
         eng = Pre3Engine(cache=False)
-        plain = Pre3Engine(cache=False, share_prefixes=False, run_memo=0)
+        plain = Pre3Engine(cache=False, share_prefixes=False, run_memo=0, mask_memo=0)
         for e in (eng, plain):
             e.compile(spec, tok)
         sh = eng._shared
         assert not plain._shared.job_lcp.any() and plain._shared.memo_cap == 0 and sh.memo_cap == 256
+        assert plain._shared.mkeys.shape[0] == 0 and sh.mkeys.shape[0] == 64
         seq_ptr, seq_term, cls_ptr, job_seq = (sh.jobs[k] for k in ("seq_ptr", "seq_term", "cls_ptr", "job_seq"))
         seq = lambda j: seq_term[seq_ptr[job_seq[j]]:seq_ptr[job_seq[j] + 1]].tolist()   # noqa: E731
         shared = 0
@@ -502,6 +503,8 @@ def test_jobs_share_prefixes_in_order_and_masks_equal_unshared():
                     nxt = rng.choice(options)
                 assert eng.commit(nxt) and plain.commit(nxt)
         assert steps > 60, name
+        # masks were kept (each walk's first mask, at the empty prefix, was then one copy of a kept row)
+        assert (sh.mkeys[:, 0] >= 0).any(), name
 
 
 # -- batch: fork and fill_masks -----------------------------------------------------------------------------
@@ -586,6 +589,8 @@ def test_bad_options_are_named():
         Pre3Engine(lexer="contextual")
     with pytest.raises(ValueError, match="run_memo"):
         Pre3Engine(run_memo=-1)._check_options()
+    with pytest.raises(ValueError, match="mask_memo"):
+        Pre3Engine(mask_memo=-1)._check_options()
 
 
 # -- Qwen3 (slow): the real vocabulary --------------------------------------------------------------------

@@ -23,6 +23,7 @@ from gcdbench.parsers.lr.lexer import final_terminal, lex_bytes
 
 FORMAT = 4   # bump when the cached artifact changes
 FRONT_ENDS = ("lexer", "chars", "auto")
+MASK_MEMO_JOBS = 64   # the longest list of allowed jobs the CPU's memo of whole masks keeps
 
 
 def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
@@ -168,6 +169,10 @@ class _Shared:
         # the memo's key packs (committed height, state, terminal) into 64 bits: 2^20 states, 2^12 terminals
         fits = int(p.n_states) < 2**20 and self.n_sym < 2**12
         self.memo_cap = 1 << max(0, int(opts["run_memo"]) - 1).bit_length() if fits and opts["run_memo"] > 0 else 0
+        # whole masks memoised across calls by their allowed jobs (kernels.masks_batch; CPU): entries x (count, jobs)
+        n_memo = 1 << max(0, int(opts["mask_memo"]) - 1).bit_length() if opts["mask_memo"] > 0 else 0
+        self.mkeys = np.full((n_memo, MASK_MEMO_JOBS + 1), -1, dtype=np.int64)
+        self.mrows = np.zeros((n_memo, (tokenizer.vocab_size + 31) // 32), dtype=np.uint32)
         self.qclass = j["qclass"]
         self.state_class = j.get("state_class")   # character level, split by context: class of the top LR state
         self.step_state = art["step_state"].tolist()
@@ -201,8 +206,8 @@ class _Shared:
             if self.threads > 1:   # per calling thread (another engine here may have changed it); ~1 µs a call
                 self.set_threads(self.threads)
             broken = self.kernel(self.tabs, self.hdr, self.dense_mask, self.n_sym, self.guard, self.end_sym, self.n_ch,
-                                 self.ch_words, self.max_len, self.memo_cap, self.maxloc, self.threads, base, lens, cls,
-                                 out_u32)
+                                 self.ch_words, self.max_len, self.memo_cap, self.maxloc, self.threads, self.mkeys,
+                                 self.mrows, base, lens, cls, out_u32)
         if broken:
             raise EngineError(f"pre3: {broken} DPDA run(s) did not terminate (a construction bug)")
 
@@ -237,6 +242,9 @@ class Pre3Options:
                                   "job from the stack (the ablation; the same masks)")
     run_memo: int = option(256, "cpu: entries (a power of two) of the per-mask memo of runs on the committed stack "
                            "(kernels.feed_memo; 0 = off, the ablation; the same masks)")
+    mask_memo: int = option(64, "cpu: entries (a power of two) of the memo of whole masks across calls, keyed by the "
+                            "jobs a mask allows (a mask equal to a kept one is one row copy; 0 = off, the ablation; "
+                            "the same masks)")
     conflicts: str = option("refuse", "shift/reduce conflicts of the grammar: refuse (CompileError naming them) | "
                             "shift (keep the shift, as Lark's LALR parser and yacc do, and seed 003 with SynCode's "
                             "grammars: the engine follows that parser, whose language can be smaller than the "
@@ -304,6 +312,8 @@ class Pre3Engine(Engine):
             raise ValueError(f"engine pre3: chunk must be a positive multiple of 32, not {o['chunk']}")
         if int(o["sort_share_mb"]) < 0:
             raise ValueError(f"engine pre3: sort_share_mb must be 0 (off) or a number of MB, not {o['sort_share_mb']}")
+        if int(o["mask_memo"]) < 0:
+            raise ValueError(f"engine pre3: mask_memo must be 0 (off) or a number of entries, not {o['mask_memo']}")
         if int(o["run_memo"]) < 0:
             raise ValueError(f"engine pre3: run_memo must be 0 (off) or a number of entries, not {o['run_memo']}")
 

@@ -259,7 +259,7 @@ def commit_terms(tabs, hdr, n_sym, guard, stack, L, terms, loc):
 
 
 def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, max_len, memo_cap, maxloc, threads,
-                base, lens, cls, out):
+                mkeys, mrows, base, lens, cls, out):
     """Masks of B sequences (stacks ``base[b, :lens[b]]``, lexer classes ``cls[b]``, -1 = finished) into
     ``out[b]`` (uint32 words), ``threads`` being the thread count the caller set (``numba.set_num_threads``;
     called here, it would make the function uncachable: numba reads it through a ctypes pointer). Phase 1: every
@@ -274,6 +274,11 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
     where that run failed fails the same way without running (after a finished JSON value, every token that
     starts with a space runs the space's reductions once, not once per token). Runs on the committed stack are
     memoised per sequence (``feed_memo``, ``memo_cap`` entries, 0 = none).
+
+    A mask is a function of its allowed jobs alone (phase 2 reads nothing else), so whole masks are memoised across
+    calls by that list (``mkeys[e]``: the count, then the job ids, -1 = empty; ``mrows[e]`` the mask; entries
+    direct-mapped by a hash of the list, a power of two of them, none = off; a list longer than ``mkeys.shape[1] -
+    1`` is not kept): a sequence whose list equals its entry's copies the row instead of phase 2.
 
     The static tables come packed (:func:`pack_tables`: ``tabs``, ``hdr``, in :data:`TABLES` order) and are
     viewed where they are read: each array argument costs its unboxing on every call from Python (36 arguments
@@ -314,13 +319,46 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
             if flags[i] == 1:
                 allowed[k] = j0 + i
                 k += 1
+    mkeys, mrows = borrowed(mkeys), borrowed(mrows)
+    slot_o = np.full(B, -1, dtype=np.int64)   # a sequence's memo entry: >= 0 to fill after phase 2, -2 a hit
+    slot = borrowed(slot_o)
+    C = mkeys.shape[0] if mrows.shape[1] == out.shape[1] else 0
+    for b in range(B):
+        n = acnt[b + 1] - acnt[b]
+        if C == 0 or n >= mkeys.shape[1]:
+            continue
+        h = n
+        for a in range(acnt[b], acnt[b + 1]):
+            h = h * 1000003 + allowed[a]   # wraps (int64): only a slot
+        e = h & (C - 1)
+        same = mkeys[e, 0] == n
+        for x in range(n):
+            if same and mkeys[e, 1 + x] != allowed[acnt[b] + x]:
+                same = False
+        if same:
+            row, src = out[b], mrows[e]
+            for w in range(row.shape[0]):
+                row[w] = src[w]
+            slot[b] = -2
+        else:
+            slot[b] = e
     for t in chunk_range(B * n_ch):
-        scatter_chunk(tabs, hdr, dense_mask, n_ch, ch_words, acnt, allowed, out, t)
+        if slot[t // n_ch] != -2:
+            scatter_chunk(tabs, hdr, dense_mask, n_ch, ch_words, acnt, allowed, out, t)
+    for b in range(B):
+        e = slot[b]
+        if e >= 0:
+            mkeys[e, 0] = acnt[b + 1] - acnt[b]
+            for x in range(acnt[b + 1] - acnt[b]):
+                mkeys[e, 1 + x] = allowed[acnt[b] + x]
+            row, dst = out[b], mrows[e]
+            for w in range(row.shape[0]):
+                dst[w] = row[w]
     broken = 0
     for i in range(total):
         if flags[i] == -2:
             broken += 1
-    keep_alive((offs_o, acnt_o, allowed_o, flags_o))
+    keep_alive((offs_o, acnt_o, allowed_o, flags_o, slot_o))
     return broken
 
 
