@@ -142,3 +142,25 @@ def test_audit_differences_and_provenance_of_the_cells():
     assert provenance_line([(base, None, None)]) == "Every cell at commit `aaaaaaa` on cpu (2 cores, 8 GB)."
     mixed = provenance_line([(base, None, None), ({**base, "commit": "b" * 40, "kind": "invalid"}, None, None)])
     assert mixed.startswith("**Cells of more than one commit or machine**") and "`bbbbbbb` on cpu" in mixed
+    shards = provenance_line([(base, None, None), (base, None, None), ({**base, "machine": "other"}, None, None)])
+    assert "`aaaaaaa` on cpu (2 cores, 8 GB): e valid (2 cells);" in shards and shards.endswith("other: e valid.")
+
+
+def test_category_rows_add_a_sharded_config_together():
+    """A config run as shards (one cell each) is one column of the per-category table: its cells' counts added."""
+    from gcdbench.experiments.report.maskbench import category_pivot, category_rows
+
+    def schemas(cat, n, errors, ok):
+        return pd.DataFrame({"category": [cat] * n, "compile_error": [i < errors for i in range(n)],
+                             "instances": [1] * n, "ok": [1] * ok + [0] * (n - ok), "rejected": [0] * n,
+                             "no_eos": [0] * n, "crash": [0] * n, "oom": [0] * n, "timeout": [0] * n,
+                             "engine_error": [0] * n})
+
+    info = {"config": "e", "kind": "valid"}
+    cells = [(info, schemas("A", 2, 0, 2), None), (info, schemas("A", 3, 1, 1), None),
+             (info, schemas("B", 1, 0, 1), None), ({**info, "kind": "invalid"}, schemas("A", 4, 0, 0), None)]
+    cats = category_rows(cells)
+    got = {(r["kind"], r["category"]): (r["schemas"], r["compile errors"], r["ok"]) for r in cats.to_dict("records")}
+    assert got == {("valid", "A"): (5, 1, 3), ("valid", "B"): (1, 0, 1), ("invalid", "A"): (4, 0, 0)}
+    pivot = category_pivot(cats, pd.DataFrame({"engine": ["e"]}))
+    assert pivot.set_index("category")["e"].to_dict() == {"A": "4/5 · 3/5", "B": "1/1 · 1/1"}

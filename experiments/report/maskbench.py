@@ -230,6 +230,8 @@ def category_pivot(cats: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def category_rows(cells) -> pd.DataFrame:
+    """Per engine config, kind and category: the counts of its cells added together (a config run as shards,
+    ``dataset.shard=i/N``, is one config)."""
     rows = []
     for info, schemas, _ in cells:
         if schemas.empty:
@@ -241,7 +243,9 @@ def category_rows(cells) -> pd.DataFrame:
                          "rejected": int((grp["rejected"] + grp["no_eos"]).sum()),   # a token or the final EOS
                          "crash/oom/timeout/error": int(grp[["crash", "oom", "timeout", "engine_error"]]
                                                         .to_numpy().sum())})
-    return pd.DataFrame(rows)
+    if not rows:
+        return pd.DataFrame(rows)
+    return pd.DataFrame(rows).groupby(["engine", "kind", "category"], sort=False, as_index=False).sum()
 
 
 def _cdf_figure(arrays: dict, out: Path, stem: str, xlabel: str) -> list[str]:
@@ -269,11 +273,13 @@ def provenance_line(cells) -> str:
     machines = sorted({str(i["machine"]) for i, _, _ in cells})
     if len(commits) == 1 and len(machines) == 1:
         return f"Every cell at commit `{commits[0]}` on {machines[0]}."
-    by = {}
+    by: dict = {}
     for i, _, _ in cells:
-        by.setdefault((str(i["commit"])[:7], str(i["machine"])), []).append(f"{i['config']} {i['kind']}")
-    return ("**Cells of more than one commit or machine** (compare rows only within one): " +
-            "; ".join(f"`{c}` on {m}: {', '.join(sorted(v))}" for (c, m), v in sorted(by.items())) + ".")
+        by.setdefault((str(i["commit"])[:7], str(i["machine"])), Counter())[f"{i['config']} {i['kind']}"] += 1
+    return ("**Cells of more than one commit or machine** (compare rows only within one; a config run as shards "
+            "counts its cells): " + "; ".join(f"`{c}` on {m}: " + ", ".join(k if n == 1 else f"{k} ({n} cells)"
+                                                                       for k, n in sorted(v.items()))
+                                      for (c, m), v in sorted(by.items())) + ".")
 
 
 def section_lines(ctx: Context) -> list[str]:
