@@ -107,3 +107,23 @@ def test_seed_tables_from_real_java_cells(tmp_path):
     assert (row["Model"], row["Method"]) == ("bytes", "psc") and row["Java"].startswith("100.0% (8/8)")
     text = (tmp_path / "report" / "README.md").read_text()
     assert "### Seed 003, Table 1" in text and "JSON Schemas: every schema" not in text
+
+
+def test_json_entries_add_a_sharded_config_together(monkeypatch):
+    """The JSON column of a config run as MaskBench shards (one cell each) counts every shard's schemas."""
+    def schemas(names, ok, masks):
+        n = len(names)
+        return pd.DataFrame({"schema": names, "instances": [1] * n, "ok": [ok] * n, "rejected": [1 - ok] * n,
+                             "no_eos": [0] * n, "compile_error": [False] * n, "mask_sum_us": [10.0 * masks] * n,
+                             "masks": [masks] * n})
+
+    def info(kind):
+        return {"config": "e", "tokenizer": "qwen3", "kind": kind, "commit": "a" * 40}
+
+    fake = [(info("valid"), schemas(["s1", "s2"], 1, 4), None), (info("valid"), schemas(["s3", "drop"], 1, 2), None),
+            (info("invalid"), schemas(["s1"], 0, 0), None), (info("invalid"), schemas(["s3"], 0, 0), None)]
+    monkeypatch.setattr(seeds.maskbench, "collect_maskbench", lambda roots: fake)
+    (entry,) = seeds.json_entries(["x"], drop={"drop"}).values()
+    # valid: s1, s2, s3 pass; invalid: s1, s3 refused (rejected); the mean over the kept valid masks (4 + 4 + 2)
+    assert (entry["passed"], entry["samples"], entry["masks"]) == (5, 5, 10) and entry["mean_us"] == 10.0
+    assert entry["notes"] == ["1 of 4 schemas left out (converted language not exact)"]

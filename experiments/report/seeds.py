@@ -100,7 +100,8 @@ def json_entries(roots, drop: set[str] = frozenset(), listed: set[str] | None = 
                                                                       "masks": 0, "commits": set(), "all": set()})
         slot["all"] |= set(schemas["schema"])
         schemas = schemas[~schemas["schema"].isin(drop)]
-        slot[info["kind"]] = schemas
+        kept = slot[info["kind"]]   # a config run as shards (dataset.shard=i/N): its cells added together
+        slot[info["kind"]] = schemas if kept is None else pd.concat([kept, schemas], ignore_index=True)
         slot["commits"].add(str(info["commit"])[:7])
         if info["kind"] == "valid" and len(schemas):
             slot["sum"] += float(schemas["mask_sum_us"].sum())
@@ -231,6 +232,12 @@ def coverage_file(ctx: Context) -> Path | None:
     return p if p.is_file() else None
 
 
+def _lower_first(text: str) -> str:
+    """A sentence continued after a colon: its first letter (after any ``**``) in lower case."""
+    i = len(text) - len(text.lstrip("*"))
+    return text[:i] + text[i:i + 1].lower() + text[i + 1:]
+
+
 def section_lines(ctx: Context) -> list[str]:
     if ctx.seeds is None:
         return []
@@ -275,7 +282,10 @@ def section_lines(ctx: Context) -> list[str]:
                   markdown(lat, parse_numbers=False), ""]
     seen = cells[cells["dataset"].isin([d for _, p, n in GRAMMARS for d in (p, n) if d])] if not cells.empty else cells
     if not seen.empty:
-        lines += [measured_at(seen), ""]
+        lines += ["Java, Go and SQL columns: " + _lower_first(measured_at(seen)), ""]
+    if json_cells:   # the JSON column reads the MaskBench cells: their own commits and machines, named apart
+        said = maskbench.provenance_line(maskbench.collect_maskbench([ctx.maskbench]))
+        lines += [f"JSON Schemas column (the MaskBench cells of `{ctx.maskbench}`): " + _lower_first(said), ""]
     lines += ["Seed 004 reports time per output token and throughput of an LLM on a GPU: not reproducible on this "
               "CPU machine; its engine's batch mask latency beside the others is in the batch section.", ""]
     return lines
