@@ -257,8 +257,8 @@ def section_lines(ctx: Context) -> list[str]:
              "Rows are engine configs per vocabulary (the `_schema` presets: the engines' own JSON Schema compilers; "
              "the other rows get each schema through the harness's converter). The seed's GreatGramma has no "
              "package and no row. × = the engine refused the grammar (notes below). Java and Go: the seed's Lark "
-             "grammars (README \"Java and Go\"), OpenJDK 17 and Go 1.19 sources the grammar accepts (the seed's source files differ); SQL: "
-             "Spider's gold queries.", "",
+             "grammars (README \"Java and Go\"), OpenJDK 17 and Go 1.19 sources the grammar accepts (the seed's "
+             "source files differ); SQL: Spider's gold queries.", "",
              markdown(t1, parse_numbers=False), "",
              "### Seed 003, Table 2: samples processed correctly", "",
              "A positive sample passes when every token and EOS is allowed; a negative one (a seeded mutation outside "
