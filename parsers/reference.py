@@ -38,6 +38,8 @@ configurations (terminals, DFA states), a node O(|G| n) items, and building one 
 O(|G|^2 n^3): Earley over bytes. On an unambiguous grammar a node's items are O(|G|) per origin that is still open,
 which is O(1) on LR-like grammars (no right-recursive chains), so a byte costs O(|G|) there. A full mask is the
 byte step times the trie nodes of the vocabulary that stay alive, memoised on equal configuration sets.
+Under ``lexing="dynamic"`` the pieces ending at a position share a boundary only when they leave the same
+shadows (below): a terminal whose DFA lives on long after accepting multiplies the configurations.
 Memory: the interned states of the committed path (one per prefix byte and profile) plus one mask's walk.
 
 Every profile (longest match, ``trailing_ignore=False`` included) keeps that one node per position: which pieces
@@ -215,8 +217,13 @@ class ReferenceChecker:
       text only the first in lexer order makes the piece: higher priority, then a string literal (keywords are
       reserved), then the longer literal, then the name: the LR engines' lexer (``parsers/lr/lexer.py``), Lark's
       standard lexer on ordinary grammars. ``lexing="dynamic"``: each terminal takes only
-      its *own* longest match (a piece of ``T`` ends only where ``T`` itself cannot go on), other terminals
-      may end elsewhere: Lark's ``lexer="dynamic"``.
+      its *own* longest match, with backtracking: a piece of ``T`` ends at an accepting DFA state only if ``T``'s
+      DFA, run on over the bytes that follow, accepts at no later position (other terminals may end elsewhere).
+      A piece that ends while its DFA could still go on leaves that DFA state behind as an obligation (a
+      "shadow") that travels with the configurations after it: the cut dies when the shadow accepts and is
+      settled when it dies. GLRMask's lexing; Lark's ``lexer="dynamic"`` is the same except where Python's
+      ``re`` prefers a shorter match (``/a|ab/``, lazy quantifiers). A prefix is viable when some cut of it keeps
+      every shadow unaccepted over the bytes so far (a continuation that settles them is not searched for).
     * ``trailing_ignore=False``: ignored text may not start at a terminal boundary where no parse expects a
       further terminal, i.e. after a sentence that no terminal can extend (``SELECT a FROM t;`` + ``\n``);
       ignored text after a sentence that could still go on (``SELECT a FROM t`` + `` ``) stays allowed.
@@ -236,7 +243,8 @@ class ReferenceChecker:
         self.profile = profile
         self.longest = profile.lexing != "scannerless"
         self.standard = profile.lexing == "standard"
-        self.rivals = profile.lexing != "dynamic"   # dynamic: each terminal's own longest match only
+        self.dynamic = profile.lexing == "dynamic"   # each terminal's own longest match, with backtracking
+        self.rivals = not self.dynamic
         self.ir = load_ir(grammar)
         self.dfas = {
             name: TerminalDFA(name, t.regex, t.ignore_case, profile.case_fold, profile.regex_classes)
@@ -261,9 +269,10 @@ class ReferenceChecker:
 
     # A configuration is (node, terminal_in_progress_or_None, dfa_state, rivals): ``node`` is the Earley node of
     # the boundary where the piece began. terminal None = at a boundary, where dfa_state is None, or "start" at
-    # the very beginning (no ignored piece may come first). rivals (longest_match only): frozenset of (terminal,
-    # dfa_state) of the other terminals allowed where the piece began that still match it; None in scannerless
-    # mode.
+    # the very beginning (no ignored piece may come first). rivals (longest_match, standard): frozenset of
+    # (terminal, dfa_state) of the other terminals allowed where the piece began that still match it; under
+    # dynamic lexing the same slot holds the shadows (terminal, dfa_state) of earlier pieces whose terminal could
+    # still match on (it must not accept again); None in scannerless mode.
     def _intern(self, configs: frozenset) -> int:
         if not configs:
             return DEAD
@@ -281,7 +290,7 @@ class ReferenceChecker:
             return True
         return any(self.dfas[t].step(r, byte) is not None for t, r in rivals)
 
-    def _start_pieces(self, node, at_start: bool, byte: int, out: set):
+    def _start_pieces(self, node, at_start: bool, byte: int, out: set, shadows: frozenset = frozenset()):
         ignore_here = not at_start and (self.profile.trailing_ignore or node.expected)
         allowed = node.expected | self._ignore if ignore_here else node.expected
         started = []
@@ -293,7 +302,7 @@ class ReferenceChecker:
                     started.append((t, q2))
         for t, q2 in started:
             if t in allowed:
-                rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else frozenset()) if self.longest else None
+                rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else shadows) if self.longest else None
                 if not self.standard or self._can_win(t, q2, rivals):
                     out.add((node, t, q2, rivals))
 
@@ -303,6 +312,9 @@ class ReferenceChecker:
             return False
         if not self.longest:
             return True
+        if self.dynamic:   # not when the terminal accepts one byte on (a later acceptance is its shadow's)
+            q2 = None if byte is None else self.dfas[term].step(q, byte)
+            return q2 is None or not self.dfas[term].accepting(q2)
         if byte is not None and self._extendable(term, q, rivals, byte):
             return False
         if self.standard:   # the lexeme is the first terminal in lexer order that matches all of it
@@ -341,14 +353,20 @@ class ReferenceChecker:
     def _next(self, configs: frozenset, byte: int) -> frozenset:
         """The configurations after one more byte (empty: dead)."""
         new: set = set()
-        ends = []
+        ends: dict = {}   # the shadows after this byte (dynamic lexing; else empty) -> the pieces that end here
         dfas = self.dfas
         for node, term, q, rivals in configs:
+            if self.dynamic:
+                rivals = self._shadows_on(rivals, byte)
+                if rivals is None:   # an earlier piece's terminal accepts again: that cut was not its longest
+                    continue
             if term is None:
-                self._start_pieces(node, q == "start", byte, new)
+                self._start_pieces(node, q == "start", byte, new, rivals or frozenset())
                 continue
             q2 = dfas[term].step(q, byte)
-            if q2 is not None:   # the piece goes on
+            if q2 is not None and self.dynamic:
+                new.add((node, term, q2, rivals))
+            elif q2 is not None:   # the piece goes on
                 if self.longest:
                     rivals2 = frozenset((t, r2) for t, r in rivals if (r2 := dfas[t].step(r, byte)) is not None)
                     if not self.standard or self._can_win(term, q2, rivals2):
@@ -356,14 +374,27 @@ class ReferenceChecker:
                 else:
                     new.add((node, term, q2, None))
             if self._may_end(term, q, rivals, byte):   # the piece ends here
-                ends.append((node, None if term in self._ignore else term))
-        if ends:
-            if self.merge == "position":     # one boundary for every piece that ends here
-                self._start_pieces(self.earley.boundary(frozenset(ends)), False, byte, new)
+                shadows = (rivals | {(term, q2)} if q2 is not None else rivals) if self.dynamic else frozenset()
+                ends.setdefault(shadows, []).append((node, None if term in self._ignore else term))
+        for shadows, cut in ends.items():
+            if self.merge == "position":     # one boundary for every piece that ends here (with these shadows)
+                self._start_pieces(self.earley.boundary(frozenset(cut)), False, byte, new, shadows)
             else:                            # one per cut path (tests only)
-                for e in set(ends):
-                    self._start_pieces(self.earley.boundary(frozenset((e,))), False, byte, new)
+                for e in set(cut):
+                    self._start_pieces(self.earley.boundary(frozenset((e,))), False, byte, new, shadows)
         return frozenset(new)
+
+    def _shadows_on(self, shadows, byte: int):
+        """Dynamic lexing: ``shadows`` after one more byte (those whose terminal cannot go on are settled), or None
+        when one of them accepts (the piece it was left by ended before its terminal's longest match)."""
+        out = []
+        for t, r in shadows or ():
+            r2 = self.dfas[t].step(r, byte)
+            if r2 is not None:
+                if self.dfas[t].accepting(r2):
+                    return None
+                out.append((t, r2))
+        return frozenset(out)
 
     def initial(self) -> int:
         return self._initial

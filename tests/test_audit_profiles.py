@@ -57,6 +57,24 @@ def test_dynamic_lexing_is_each_terminals_own_longest_match():
     assert scan.is_sentence(b"a xor d") and not dyn.is_viable(b"a xor d")
 
 
+def test_dynamic_lexing_backtracks_to_the_longest_accepting_match():
+    """A piece ends at its terminal's longest accepting match, also where the terminal's DFA could go on without
+    accepting again (``A: /a(bc)?/`` before ``b``); the cut dies if the terminal accepts later in the text."""
+    g = GrammarSpec("bt", 'start: A B\nA: /a(bc)?/\nB: /b+/\n')
+    dyn = ReferenceChecker(g, Profile(lexing="dynamic"))
+    parser = lark.Lark(g.lark, parser="earley", lexer="dynamic")
+    for text, ok in [("ab", True), ("abb", True), ("abcb", True), ("abcbb", True), ("abc", False)]:
+        assert dyn.is_sentence(text.encode()) == ok, text
+        if ok:
+            parser.parse(text)
+    # "a" + "bc"... as A = "a", B = "b", then "c": B cannot take it, and A = "abc" is the only cut left
+    assert dyn.is_viable(b"abc") and not dyn.is_sentence(b"abc")
+    # A = "a", C = "bcd": A's shadow accepts at "abc", so that cut dies (A's longest match is "abc")
+    g2 = GrammarSpec("bt2", 'start: A C\nA: /a(bc)?/\nC: /bcd/\n')
+    assert ReferenceChecker(g2).is_sentence(b"abcd")
+    assert not ReferenceChecker(g2, Profile(lexing="dynamic")).is_viable(b"abcd")
+
+
 def test_standard_lexing_gives_a_tie_to_the_first_terminal_in_lexer_order(bytes_tokenizer):
     """Issue 27's audit gap on fuzzed grammars (PSC and Pre3 agreed with ``lexing="standard"`` on 73 of 106 steps):
     two regexes matching the same longest text are not both kept; the first in lexer order (priority, literal,

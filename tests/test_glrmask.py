@@ -167,6 +167,41 @@ def test_spider_differences_are_the_declared_profile(bytes_tokenizer):
     assert differs, "GLRMask's profile no longer makes a difference on Spider"
 
 
+BACKTRACK = {   # terminals whose DFA can go on past an accepting state without accepting again
+    "optional_tail": ('start: A B\nA: /a(bc)?/\nB: /b/\n', ["ab", "abcb"]),
+    # Go's statement end (datasets/grammars/go.lark): a line break with the comment lines after it, then
+    # indentation that the EOS terminal could still run over (it would need another line break or comment)
+    "line_end": ('start: (S EOS)+\nS: /[a-z]+/\nEOS: /(\\n|\\/\\/[^\\n]*)([ \\t]*(\\n|\\/\\/[^\\n]*))*/\n'
+                 '%ignore /[ \\t]/\n', ["ab\n\tcd\n", "ab // x\n\t\tcd\n\n", "a\n  // c\n\tb\n"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BACKTRACK))
+def test_dynamic_lexing_backtracks_as_the_declared_profile_says(case, bytes_tokenizer):
+    """Issue 30's Go cells: a piece ends at its terminal's longest *accepting* match even where the terminal's DFA
+    could still go on (``A`` = ``a`` before ``b`` with ``A: /a(bc)?/``; Go's EOS before indentation). GLRMask's
+    masks equal the reference's under its declared ``lexing="dynamic"`` at every step (the reference refused
+    these prefixes while ``dynamic`` let a piece end only where its DFA could not go on)."""
+    from gcdbench.experiments.audit import Auditor
+
+    text, samples = BACKTRACK[case]
+    grammar, tok = GrammarSpec(case, text), bytes_tokenizer
+    engine = compiled(tok, text)
+    aud = Auditor(grammar, tok, engine.profile())
+    for sample in samples:
+        engine.reset()
+        prefix = b""
+        for t in tok.encode(sample) + [tok.eos_id]:
+            got = np.array(sorted(allowed(engine, tok)), dtype=np.int64)
+            row = aud.compare(prefix, got)
+            assert row["agree_profile"], (prefix, row["false_allow_examples_profile"], row["false_block_examples_profile"])
+            assert t in got, (sample, prefix)
+            if t == tok.eos_id:
+                break
+            assert engine.commit(t)
+            prefix += tok.token_bytes[t]
+
+
 @pytest.mark.parametrize("form", FORMS)
 def test_empty_rules(form, bytes_tokenizer):
     text = 'start: "a" x y "b"\nx:\ny: | "c"\n'
