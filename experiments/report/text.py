@@ -39,8 +39,9 @@ def md_code(s) -> str:
 
 
 def figure_link(stem: str) -> str:
-    """The README line that shows ``figures/<stem>.png`` and links its PDF."""
-    return f"![{stem}](figures/{stem}.png) ([PDF](figures/{stem}.pdf))"
+    """The README line that shows ``figures/<stem>.png`` (its PDF is written beside it, not linked: the repository
+    keeps the PNGs only, see ``.gitignore``)."""
+    return f"![{stem}](figures/{stem}.png)"
 
 
 def measured_at(cells: pd.DataFrame) -> str:
