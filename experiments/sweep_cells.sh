@@ -6,7 +6,10 @@
 #
 #   bash experiments/sweep_cells.sh EXPERIMENT [OUT [DONE]]
 #
-# OUT   the results folder (default: the preset's out_dir); a cell left half done there is resumed by the runner
+# OUT   the results folder (default: the preset's out_dir). A cell whose run ended there (run.json written, no
+#       parts/ left) is not run again: the runner would resume it, running the samples its run time limit
+#       skipped in a second session with the limit's time again; remove its folder to run it again. A cell left
+#       half done (killed: parts/ there) is resumed by the runner.
 # DONE  a folder of cells packed by `python -m gcdbench.experiments.report.restore` (e.g. what an earlier sitting
 #       stored and committed): a cell packed there (<dataset>/<tokenizer>/<engine>) is skipped
 # Environment: DATASETS, TOKENIZERS, ENGINES (default: the preset's hydra.sweeper.params lists; set one to run a
@@ -41,6 +44,9 @@ for tok in $TOKENIZERS; do
   for ds in $DATASETS; do
     for e in $ENGINES; do
       if grep -qxF "$ds/$tok/$e" <<< "$DONE_CELLS"; then echo "packed in $DONE: $ds/$tok/$e"; continue; fi
+      if [ -e "$OUT/$ds/$tok/$e/run.json" ] && [ ! -e "$OUT/$ds/$tok/$e/parts" ]; then
+        echo "ended in $OUT: $ds/$tok/$e"; continue
+      fi
       if [ -e "$OUT/STOP" ]; then echo "$OUT/STOP: stopping before $ds/$tok/$e"; exit 0; fi
       echo "== $(date -u '+%F %T') start $ds/$tok/$e"
       "$PY" -m experiments.run experiment="$EXP" dataset="$ds" tokenizer="$tok" engine="$e" out_dir="$OUT" \

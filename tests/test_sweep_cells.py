@@ -51,6 +51,19 @@ def test_packed_cells_are_skipped_and_the_stop_file_stops(tmp_path):
     assert calls == [] and "STOP: stopping before" in got.stdout
 
 
+def test_a_cell_that_ended_in_out_is_not_run_again_one_left_half_done_is(tmp_path):
+    """A restarted sweep must not resume a cell its run time limit ended (the runner would run its skipped
+    samples with the limit's time again); a cell killed half way (``parts/`` left) is resumed."""
+    runs = tmp_path / "runs"
+    (runs / "java" / "qwen3" / "psc").mkdir(parents=True)
+    (runs / "java" / "qwen3" / "psc" / "run.json").write_text("{}")
+    (runs / "java" / "qwen3" / "kbnf" / "parts").mkdir(parents=True)
+    (runs / "java" / "qwen3" / "kbnf" / "run.json").write_text("{}")
+    env = {"DATASETS": "java", "TOKENIZERS": "qwen3", "ENGINES": "psc kbnf valiant"}
+    calls, got = drive(tmp_path, env, ["seed_tables", str(runs)])
+    assert [c["engine"] for c in calls] == ["kbnf", "valiant"] and "ended in" in got.stdout
+
+
 def test_an_unknown_preset_is_one_clear_error(tmp_path):
     calls, got = drive(tmp_path, {}, ["no_such_preset"])
     assert got.returncode == 2 and "no preset conf/experiment/no_such_preset.yaml" in got.stderr and calls == []
