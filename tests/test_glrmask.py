@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conformance_check import allowed, disagreements
-from gcdbench.parsers.base import CompileError, GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.base import CompileError, GrammarSpec
 from gcdbench.parsers.glrmask_engine import GLRMaskEngine, lark_to_glrmask_lark
 from gcdbench.parsers.reference import ReferenceChecker
 from gcdbench.parsers.tokenizers import Tokenizer
