@@ -302,7 +302,8 @@ class ReferenceChecker:
                     started.append((t, q2))
         for t, q2 in started:
             if t in allowed:
-                rivals = (frozenset(x for x in started if x[0] != t) if self.rivals else shadows) if self.longest else None
+                rivals = None if not self.longest else (
+                    frozenset(x for x in started if x[0] != t) if self.rivals else shadows)
                 if not self.standard or self._can_win(t, q2, rivals):
                     out.add((node, t, q2, rivals))
 
