@@ -6,7 +6,9 @@
 #
 #   bash experiments/maskbench_cells.sh [OUT [DONE]]
 #
-# OUT   the results folder (default results/maskbench/runs); a cell left half done there is resumed by the runner
+# OUT   the results folder (default results/maskbench/runs). A cell whose run ended there (run.json written, no
+#       parts/ left) is not run again (the runner would resume it, running the samples its run time limit
+#       skipped with the limit's time again); a cell left half done (killed: parts/ there) is resumed.
 # DONE  a folder of cells packed by `python -m gcdbench.experiments.report.restore` (e.g. the cells of the same commit
 #       an earlier sitting stored): a cell packed there is skipped
 # Environment: CACHE_ROOT (default ~/.cache/gcdbench-maskbench: <root>/<engine> is each engine's GCDBENCH_CACHE),
@@ -38,6 +40,9 @@ cell() {   # engine kind [shard]
   [ "$2" = invalid ] && ds=maskbench_invalid
   if [ -n "${3:-}" ]; then ds="${ds}_shard${3}of${SHARDS}"; extra=("dataset.shard=$3/$SHARDS"); fi
   if grep -qxF "$ds/qwen3/$1" <<< "$DONE_CELLS"; then echo "packed in $DONE: $ds/qwen3/$1"; return 0; fi
+  if [ -e "$OUT/$ds/qwen3/$1/run.json" ] && [ ! -e "$OUT/$ds/qwen3/$1/parts" ]; then
+    echo "ended in $OUT: $ds/qwen3/$1"; return 0
+  fi
   if [ -e "$OUT/STOP" ]; then echo "$OUT/STOP: stopping before $ds/qwen3/$1"; exit 0; fi
   echo "== $(date -u '+%F %T') start $ds/qwen3/$1"
   GCDBENCH_CACHE="$CACHE_ROOT/$1" "$PY" -m experiments.run experiment=maskbench dataset=maskbench \

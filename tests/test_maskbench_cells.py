@@ -66,6 +66,19 @@ def test_packed_cells_are_skipped_and_the_stop_file_stops(tmp_path):
     assert calls == [] and "STOP: stopping before" in out
 
 
+def test_a_cell_that_ended_in_out_is_not_run_again_one_left_half_done_is(tmp_path):
+    """As in sweep_cells.sh: a restarted sitting must not resume a cell its run time limit ended; a cell killed
+    half way (``parts/`` left) is resumed."""
+    ended = tmp_path / "runs" / "maskbench" / "qwen3" / "quick"
+    ended.mkdir(parents=True)
+    (ended / "run.json").write_text("{}")
+    half = tmp_path / "runs" / "maskbench_invalid" / "qwen3" / "quick"
+    (half / "parts").mkdir(parents=True)
+    (half / "run.json").write_text("{}")
+    calls, out = drive(tmp_path, {"ENGINES": "quick", "SLOW": "none"})
+    assert len(calls) == 1 and "dataset.kind=invalid" in calls[0].split() and "ended in" in out
+
+
 def test_the_preset_names_the_sharded_engines(tmp_path):
     calls, _ = drive(tmp_path, {"ENGINES": "glrmask kbnf", "SHARDS": "1"})
     assert [("engine=kbnf" in c, "dataset.shard=0/1" in c) for c in calls] == [(False, False)] * 2 + [(True, True)] * 2
