@@ -365,10 +365,10 @@ class ReferenceChecker:
                 self._start_pieces(node, q == "start", byte, new, rivals or frozenset())
                 continue
             q2 = dfas[term].step(q, byte)
-            if q2 is not None and self.dynamic:
-                new.add((node, term, q2, rivals))
-            elif q2 is not None:   # the piece goes on
-                if self.longest:
+            if q2 is not None:   # the piece goes on
+                if self.dynamic:   # its shadows (stepped above) go on with it
+                    new.add((node, term, q2, rivals))
+                elif self.longest:
                     rivals2 = frozenset((t, r2) for t, r in rivals if (r2 := dfas[t].step(r, byte)) is not None)
                     if not self.standard or self._can_win(term, q2, rivals2):
                         new.add((node, term, q2, rivals2))
