@@ -62,6 +62,17 @@ IDENT: /[a-z0-9_]+/
 NUM: /[0-9]+/
 %ignore /\s+/
 """,
+    # terminals that end in one shared tail (Go's punctuation and statement ends carry its comment and line-break
+    # tail): their lexer states share residual classes, and the alignment keeps one token list per class
+    "tails": r"""
+start: stmt+
+stmt: NAME+ SEMI | NUM DOT
+SEMI: /;(#[a-z ]*\n)?/
+DOT: /\.(#[a-z ]*\n)?/
+NAME: /[a-z]+/
+NUM: /[0-9]+/
+%ignore " "
+""",
 }
 
 
@@ -438,6 +449,7 @@ SAMPLES = {
     "unicode": ["héllo é", "HÉLLO€ ; € 3.5", "€1→héllo"],
     "sexpr": ["(f x)", "((f x a) uu (list-vector 9 ab) (f x a) uu)", "(ab-c  (d) e)"],
     "overlap": ["isab_c9", "{ab12 cd}is x", "a1b2c3d {{e}} IS  f_g"],
+    "tails": ["ab;", "a b;#x y\n1.", "ab cd;#\n12.#c\nx;"],
 }
 
 
@@ -591,6 +603,65 @@ def test_numba_aligner_equals_python_aligner(name):
         b = build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id, cap)
         assert a.n_nodes == b.n_nodes
         assert _canonical(a) == _canonical(b)
+
+
+def test_residual_classes_merge_equal_states_only():
+    """Moore's classes of the union DFA: the shared tails of ``tails`` merge (across terminals, whatever each
+    accepts), states that read different strings do not, and a DFA without equal residuals keeps the identity."""
+    from gcdbench.parsers.valiant.lexer import build_lexer, residual_classes
+
+    ir = load_ir(spec("tails"))
+    lex = build_lexer(ir, to_cnf(ir).terminals)
+    G, cls = lex.n_states, lex.x_class
+    assert lex.n_classes < G
+    words_ = [bytes(w) for k in range(4) for w in itertools.product(b";.#a1 \n", repeat=k)]
+
+    def run(x, w):          # -1: dead; else (state, final)
+        for b in w:
+            x = int(lex.trans[x, b])
+            if x < 0:
+                return -1
+        return bool(lex.accept[x])
+
+    for x in range(G):
+        for y in range(x + 1, G):
+            same = all(run(x, w) == run(y, w) for w in words_)
+            assert (cls[x] == cls[y]) == same, (x, y)
+    # SEMI's and DOT's states after their first byte are one class, though their terminals differ
+    semi, dot = lex.names.index("SEMI"), lex.names.index("DOT")
+    after = [int(lex.trans[lex.start_of[semi], ord(";")]), int(lex.trans[lex.start_of[dot], ord(".")])]
+    assert cls[after[0]] == cls[after[1]] and lex.term_of[after[0]] != lex.term_of[after[1]]
+    distinct = np.array([[1, -1], [-1, 2], [-1, -1]], np.int32).repeat(128, axis=1)
+    assert residual_classes(distinct, np.array([False, False, True])).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("name", ["tails", "tiny_sql", "overlap"])
+def test_alignment_per_class_equals_per_state(name):
+    """The token lists kept once per residual class are the lists each lexer state of the class would have on its
+    own (an alignment built with one class per state)."""
+    import dataclasses
+
+    from gcdbench.parsers.valiant.align_nb import build_alignment
+    from gcdbench.parsers.valiant.lexer import build_lexer
+
+    ir = load_ir(spec(name))
+    cnf = to_cnf(ir)
+    lex = build_lexer(ir, cnf.terminals)
+    own = dataclasses.replace(lex, x_class=np.arange(lex.n_states, dtype=np.int32))
+    tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  ", b";#", b"\n1"])
+    per_state = _canonical(build_alignment(own, cnf.follow, tok.token_bytes, tok.eos_id))
+    shared = _canonical(build_alignment(lex, cnf.follow, tok.token_bytes, tok.eos_id))
+    cls = lex.x_class.tolist()
+    assert {(cls[x], t) for x, t in per_state["call"]} == shared["call"]
+    assert {(cls[x], v, t) for x, v, t in per_state["cont"]} == shared["cont"]
+    for k in ("call", "cont"):   # and every state of a class has the class's whole list
+        by_state = {}
+        for x, *rest in per_state[k]:
+            by_state.setdefault(x, set()).add(tuple(rest))
+        for x in range(lex.n_states):
+            assert by_state.get(x, set()) == {tuple(r) for c, *r in shared[k] if c == cls[x]}, (k, x)
+    if name == "tails":
+        assert lex.n_classes < lex.n_states
 
 
 # ----------------------------------------------------------------------------------------------

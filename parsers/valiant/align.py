@@ -22,6 +22,11 @@ are nodes of one global trie ``T`` (the paper's flat array of terminal sequences
 * ``cont_all`` x -> tokens that ``x`` reads entirely,
 * ``cont`` x -> (node, token) for the walks that end ``term(x)`` at some ``1 <= j < len(w)``.
 
+``cont_all`` and ``cont`` depend on ``x`` only through its residual class (``lexer.residual_classes``: the byte
+strings it reads and where it is final; the boundary walk starts at the trie's root whatever ``term(x)`` is, and
+the search checks the first terminal against the chart), so both are kept once per class (``x_class``), and a
+mask's lexer states become classes where a base is planned (``kernels_common._plan``).
+
 Trie children are only created for terminal pairs that can be adjacent in some sentence (``follow``).
 
 *Merged boundaries.* Where terminals overlap and may follow one another (``\w+`` beside ``[a-z]+``, a name beside
@@ -56,15 +61,16 @@ class Alignment:
     child_ids: np.ndarray      # int32
     bnd_start: np.ndarray      # int64 [2, N+1]
     bnd_tok: list              # two int32 arrays
-    call_start: np.ndarray     # int64 [G+1]
+    call_start: np.ndarray     # int64 [C+1] (C residual classes of lexer states: ``x_class``)
     call_tok: np.ndarray       # int32
-    cont_xstart: np.ndarray    # int64 [G+1] into cont_nodes / cont_nstart
-    cont_nodes: np.ndarray     # int32 node of each (x, node) group
+    cont_xstart: np.ndarray    # int64 [C+1] into cont_nodes / cont_nstart
+    cont_nodes: np.ndarray     # int32 node of each (class, node) group
     cont_nstart: np.ndarray    # int64 [groups+1] into cont_tok
     cont_tok: np.ndarray       # int32
     merge_start: np.ndarray    # int64 [N+1] CSR of each node's merged edges (empty for a node with a terminal)
     merge_row: np.ndarray      # int32: the edge starts ``row`` levels above the node's parent
     merge_term: np.ndarray     # int32: the terminal the edge spans
+    x_class: np.ndarray        # int32 [G]: lexer state -> residual class, the row of its call/cont lists
 
     @property
     def n_nodes(self) -> int:
@@ -81,7 +87,7 @@ class Alignment:
             "bnd_tok0": self.bnd_tok[0], "bnd_tok1": self.bnd_tok[1], "call_start": self.call_start,
             "call_tok": self.call_tok, "cont_xstart": self.cont_xstart, "cont_nodes": self.cont_nodes,
             "cont_nstart": self.cont_nstart, "cont_tok": self.cont_tok, "merge_start": self.merge_start,
-            "merge_row": self.merge_row, "merge_term": self.merge_term,
+            "merge_row": self.merge_row, "merge_term": self.merge_term, "x_class": self.x_class,
         }
 
     @classmethod
@@ -89,7 +95,7 @@ class Alignment:
         return cls(
             a["node_parent"], a["node_term"], a["node_depth"], a["child_start"], a["child_ids"], a["bnd_start"],
             [a["bnd_tok0"], a["bnd_tok1"]], a["call_start"], a["call_tok"], a["cont_xstart"], a["cont_nodes"],
-            a["cont_nstart"], a["cont_tok"], a["merge_start"], a["merge_row"], a["merge_term"],
+            a["cont_nstart"], a["cont_tok"], a["merge_start"], a["merge_row"], a["merge_term"], a["x_class"],
         )
 
 
@@ -252,7 +258,6 @@ class Aligner:
 
     def build(self, token_bytes: list[bytes], eos_id: int) -> Alignment:
         lex = self.lex
-        G = lex.n_states
         toks = [(i, b) for i, b in enumerate(token_bytes) if b and i != eos_id]
         bnd: list[dict[int, list[int]]] = [{}, {}]
         for i, b in toks:
@@ -265,11 +270,12 @@ class Aligner:
             for byte in b:
                 d = d.setdefault(byte, {})
             d.setdefault(None, []).append(i)
-        call: list[list[int]] = [[] for _ in range(G)]
-        cont: list[dict[int, set[int]]] = [{} for _ in range(G)]
+        reps = class_reps(lex.x_class)
+        C = reps.size
+        call: list[list[int]] = [[] for _ in range(C)]
+        cont: list[dict[int, set[int]]] = [{} for _ in range(C)]
         trans, accept = self.trans, self.accept
-        for x in range(G):
-            row = trans[x]
+        for x, row in enumerate(trans[reps]):     # x: the class, walked from its first state
             stack = [(root[b], int(row[b]), 1, (b,)) for b in np.flatnonzero(row >= 0).tolist() if b in root]
             while stack:
                 d, g, depth, path = stack.pop()
@@ -303,10 +309,10 @@ class Aligner:
             lists = [sorted(bnd[f].get(k, ())) for k in range(n)]
             bnd_start[f, 1:] = np.cumsum([len(x) for x in lists])
             bnd_tok.append(np.array([v for x in lists for v in x], dtype=np.int32))
-        call_start = np.zeros(G + 1, dtype=np.int64)
+        call_start = np.zeros(C + 1, dtype=np.int64)
         call_start[1:] = np.cumsum([len(set(c)) for c in call])
         call_tok = np.array([v for c in call for v in sorted(set(c))], dtype=np.int32)
-        cont_xstart = np.zeros(G + 1, dtype=np.int64)
+        cont_xstart = np.zeros(C + 1, dtype=np.int64)
         cont_xstart[1:] = np.cumsum([len(c) for c in cont])
         nodes, nstart, ctok = [], [0], []
         for c in cont:
@@ -321,7 +327,13 @@ class Aligner:
             parent, term, depth, child_start, child_ids, bnd_start, bnd_tok, call_start, call_tok, cont_xstart,
             np.array(nodes, dtype=np.int32), np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32),
             merge_start, np.array([r for r, _ in flat], dtype=np.int32), np.array([e for _, e in flat], dtype=np.int32),
+            lex.x_class.astype(np.int32),
         )
+
+
+def class_reps(x_class: np.ndarray) -> np.ndarray:
+    """The first lexer state of each residual class, by class."""
+    return np.unique(x_class, return_index=True)[1].astype(np.int64)   # classes are 0 .. C-1
 
 
 def alias_blocked(al: Alignment) -> np.ndarray:
@@ -360,7 +372,7 @@ def prune_dominated(al: Alignment) -> Alignment:
 
     * ``bnd[f]``: (v, tok) when tok is listed in ``bnd[f]`` at a proper ancestor of v, and, for ``f = 1``, also
       when it is in ``bnd[0]`` at v or an ancestor (``bnd[1]`` is used only together with ``bnd[0]``);
-    * ``cont``: (x, v, tok) when tok is in ``cont_all[x]`` (allowed whenever x is) or listed for x at a proper
+    * ``cont``: (x, v, tok) (``x`` a class) when tok is in ``cont_all[x]`` (allowed whenever x is) or listed for x at a proper
       ancestor of v.
 
     Fewer tuples make masks cheaper, and trie nodes left without tokens (nor needed descendants) are no longer
@@ -418,4 +430,5 @@ def prune_dominated(al: Alignment) -> Alignment:
     return Alignment(
         al.node_parent, al.node_term, al.node_depth, al.child_start, al.child_ids, bnd_start, bnd_tok, al.call_start,
         al.call_tok, np.array(xstart, dtype=np.int64), np.array(nodes, dtype=np.int32),
-        np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32), al.merge_start, al.merge_row, al.merge_term)
+        np.array(nstart, dtype=np.int64), np.array(ctok, dtype=np.int32), al.merge_start, al.merge_row, al.merge_term,
+        al.x_class)

@@ -1,10 +1,10 @@
 """The tuple precomputation of align.py, compiled with numba (same output up to trie node numbering).
 
-Per token: the boundary walk of the whole token (-> ``bnd``), and all lexer states at once read the token
-byte by byte (only the live ones are kept): where one is final before the token's end, the rest of the
-token is walked from a boundary (-> ``cont``); the states alive at the end give ``cont_all``. A walk that holds
-more than ``cap`` states after some byte is done again on a lattice of boundaries (:func:`_mwalk`, align.py's
-"merged boundaries"). The trie of terminal sequences is numba typed containers: ``(parent, terminal) -> node``,
+Per token: the boundary walk of the whole token (-> ``bnd``), and all residual classes of lexer states at once
+(each from its first state; align.py) read the token byte by byte (only the live ones are kept): where one is
+final before the token's end, the rest of the token is walked from a boundary (-> ``cont``); the classes alive at
+the end give ``cont_all``. A walk that holds more than ``cap`` states after some byte is done again on a lattice
+of boundaries (:func:`_mwalk`, align.py's "merged boundaries"). The trie of terminal sequences is numba typed containers: ``(parent, terminal) -> node``,
 a merged node hashed by (parent, sorted edge codes ``row * (T + 1) + terminal``), and per node its edge range.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from numba import types
 from numba.typed import Dict, List
 
 from ..targets import callee_jit
-from .align import Alignment
+from .align import Alignment, class_reps
 
 _jit = callee_jit(cache=True)   # one compile per plain signature, whatever constants a caller passes
 
@@ -297,7 +297,7 @@ def _any_walk(data, lo, hi, trans, accept, term_of, st_start, st_u, st_g, ng, n_
 
 
 @_jit
-def _build(data, offs, ids, trans, accept, term_of, st_start, st_u, st_g, ng, n_term, follow, cap):
+def _build(data, offs, ids, trans, accept, term_of, st_start, st_u, st_g, ng, n_term, follow, cap, reps):
     G = trans.shape[0]
     tr = (Dict.empty(key_type=types.int64, value_type=types.int64),
           Dict.empty(key_type=types.int64, value_type=types.int64),
@@ -333,8 +333,8 @@ def _build(data, offs, ids, trans, accept, term_of, st_start, st_u, st_g, ng, n_
           np.empty(states, np.int64), np.empty(states, np.int64), np.empty(states, np.int64),
           np.empty(states, np.int64), np.empty(states, np.int64), np.empty(states, np.int64))
     stamp = np.int64(0)
-    xs = np.empty(G, np.int64)
-    cur = np.empty(G, np.int64)
+    xs = np.empty(reps.size, np.int64)
+    cur = np.empty(reps.size, np.int64)
     for ti in range(ids.size):
         tok = ids[ti]
         lo = offs[ti]
@@ -345,11 +345,11 @@ def _build(data, offs, ids, trans, accept, term_of, st_start, st_u, st_g, ng, n_
             bnd_f.append(out_flag[i])
             bnd_n.append(out_node[i])
             bnd_t.append(tok)
-        # every lexer state at once
+        # every residual class at once (from its first state)
         na = 0
         b0 = data[lo]
-        for x in range(G):
-            g = trans[x, b0]
+        for x in range(reps.size):
+            g = trans[reps[x], b0]
             if g >= 0:
                 xs[na] = x
                 cur[na] = g
@@ -429,8 +429,10 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
                 cnt[b + 1] += 1
     st_start = np.cumsum(cnt)
     n_term = int(follow.shape[0])
+    reps = class_reps(lex.x_class)
+    C = reps.size
     res = _build(data, offs, ids, lex.trans.astype(np.int64), lex.accept, lex.term_of.astype(np.int64), st_start,
-                 _arr(su), _arr(sg), int(lex.n_grammar), n_term, follow, int(max_states))
+                 _arr(su), _arr(sg), int(lex.n_grammar), n_term, follow, int(max_states), reps)
     parent, term, depth, bf, bn, bt, cx, ct, kx, kn, kt, m_lo, m_hi, m_code = [np.asarray(r, dtype=np.int64)
                                                                                for r in res]
     n = parent.size
@@ -450,8 +452,8 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
         bnd_tok.append(toks.astype(np.int32))
     V = len(token_bytes) + 1
     key = _sorted_unique(cx * V + ct)
-    call_start = np.zeros(G + 1, dtype=np.int64)
-    call_start[1:] = np.cumsum(np.bincount(key // V, minlength=G))
+    call_start = np.zeros(C + 1, dtype=np.int64)
+    call_start[1:] = np.cumsum(np.bincount(key // V, minlength=C))
     call_tok = (key % V).astype(np.int32)
     key = _sorted_unique((kx * n + kn) * V + kt)
     grp, toks = key // V, key % V
@@ -460,8 +462,8 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
     gkeys = grp[gstart]
     cont_nodes = (gkeys % n).astype(np.int32)
     cont_nstart = np.append(gstart, grp.size).astype(np.int64)
-    cont_xstart = np.zeros(G + 1, dtype=np.int64)
-    cont_xstart[1:] = np.cumsum(np.bincount(gkeys // n, minlength=G))
+    cont_xstart = np.zeros(C + 1, dtype=np.int64)
+    cont_xstart[1:] = np.cumsum(np.bincount(gkeys // n, minlength=C))
     lens = m_hi - m_lo
     merge_start = np.zeros(n + 1, dtype=np.int64)
     merge_start[1:] = np.cumsum(lens)
@@ -470,7 +472,7 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
         parent.astype(np.int32), term.astype(np.int32), depth.astype(np.int32), child_start,
         order.astype(np.int32), bnd_start, bnd_tok, call_start, call_tok, cont_xstart, cont_nodes, cont_nstart,
         toks.astype(np.int32), merge_start, (codes // (n_term + 1)).astype(np.int32),
-        (codes % (n_term + 1)).astype(np.int32),
+        (codes % (n_term + 1)).astype(np.int32), lex.x_class.astype(np.int32),
     )
 
 
@@ -588,4 +590,4 @@ def prune_dominated(al: Alignment) -> Alignment:
     return Alignment(
         al.node_parent, al.node_term, al.node_depth, al.child_start, al.child_ids, bnd_start, bnd_tok, al.call_start,
         al.call_tok, cont_xstart, cnode[gstart].astype(np.int32), np.append(gstart, grp.size).astype(np.int64),
-        ctok.astype(np.int32), al.merge_start, al.merge_row, al.merge_term)
+        ctok.astype(np.int32), al.merge_start, al.merge_row, al.merge_term, al.x_class)

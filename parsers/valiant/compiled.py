@@ -17,7 +17,7 @@ from .chart import PackedGrammar
 from .cnf import to_cnf
 from .lexer import build_lexer
 
-VERSION = "gcdbench-valiant-5"    # also the key of the on-disk artifact cache: bump it when the artifact changes
+VERSION = "gcdbench-valiant-6"    # also the key of the on-disk artifact cache: bump it when the artifact changes
 
 
 class Compiled:
@@ -70,7 +70,7 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba", token_states:
     meta = {
         "n_nt": g.n_nt, "n_left": g.n_left, "n_term": g.n_term, "WN": g.WN, "WT": g.WT, "start": g.start,
         "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
-        "lexer_states": lex.n_states, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
+        "lexer_states": lex.n_states, "lexer_classes": lex.n_classes, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
         "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
         "merged_nodes": int(np.count_nonzero(np.diff(al.merge_start))),
         "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},

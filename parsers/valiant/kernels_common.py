@@ -937,6 +937,7 @@ Tables = namedtuple("Tables", [
     "need_b0", "need_b1",                                         # first-phase nodes of the boundary lists (int32 0/1)
     "merge_row", "merge_term", "no_alias", "no_alias0",           # merged boundaries (int32; see Trie; no_alias0 zeros)
     "chain", "ct_tok", "ct_node", "ct_kind", "x_chain",           # the second phase (int32; search.chain_tables)
+    "x_class",                                                    # lexer state -> residual class (align.py)
     "node_depth",
     "lx_trans", "lx_accept", "lx_term", "lx_start",               # the lexer (int32; lexer.py; trans flat [G * 256])
     "root_child",                                                 # terminal -> index among the root's children, or K
@@ -967,8 +968,9 @@ def _set_list(out, toks, lo, hi, dense_id, dense):
 
 @_cpu
 def fill_tokens(out, viable, cnt, flags, use_b0, use_b1, xs, A, dense):
-    """OR into the packed mask ``out`` (uint32) the tokens of the viable nodes for one base chart.
-    ``flags`` is a zeroed uint8 [n_nodes] scratch, left zeroed. ``A`` is the :data:`Tables` record."""
+    """OR into the packed mask ``out`` (uint32) the tokens of the viable nodes for one base chart and its lexer
+    states' residual classes ``xs``. ``flags`` is a zeroed uint8 [n_nodes] scratch, left zeroed. ``A`` is the
+    :data:`Tables` record."""
     for k in range(cnt):
         flags[viable[k]] = 1
     for k in range(cnt):
@@ -1050,7 +1052,7 @@ def fill_cached(out, viable, cnt, flags, use_b0, use_b1, xs, A, dense, ac_rows, 
 @_cpu
 def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent, chain):
     """Nodes the first phase of a search from one base has to visit: those of the boundary lists in use, those of
-    the continuation groups of its lexer states ``xs`` outside the chains (``chain``), and all their ancestors."""
+    the continuation groups of its lexer states' classes ``xs`` outside the chains (``chain``), and all their ancestors."""
     for v in range(out.size):
         out[v] = (use_b0 and need_b0[v]) or (use_b1 and need_b1[v])
     out[0] = 1
@@ -1070,7 +1072,7 @@ def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
     """Nodes a round of the second phase has to visit (into ``out``, zeroed): those of the chain tuples
     (``search.chain_tables``) at depth ``lo < d <= hi`` of the tokens not in the mask ``got`` (uint32 words) for
     the lists in use, below the root children viable from the base (EXPECT at ``e_off``), and their ancestors.
-    ``xflag`` is a zeroed uint8 scratch over lexer states, left zeroed. Returns (nodes marked, whether such a
+    ``xflag`` is a zeroed uint8 scratch over lexer states (or their classes), left zeroed. Returns (nodes marked, whether such a
     token has a tuple deeper than ``hi``)."""
     for i in range(xs.size):
         xflag[xs[i]] = 1
@@ -1708,7 +1710,7 @@ def walk_bytes(mem, nodes, hdr, kept, medge, scr, cfg, data, su, si, sl):
 
 
 #: a mask's bases (:func:`_plan`), one row each: chart node (or -1: ``c + t`` not made yet), c, t, flags (bit 0:
-#: boundary without leading ignore, bit 1: with it), start and end of its lexer states in the plan's ``xs``
+#: boundary without leading ignore, bit 1: with it), start and end of its lexer states' classes in the plan's ``xs``
 P_NODE, P_C, P_T, P_FLAGS, P_X0, P_X1 = range(6)
 
 
@@ -1723,11 +1725,12 @@ def _group(rows, nr, node, c, t):
 
 @_cpu
 def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
-    """A mask's bases from the configurations ``cur`` in one pass: (rows [nb, 6] (:data:`P_NODE` ...), lexer states
-    ``xs`` (each base's ascending), whether the prefix is a sentence, ok). The base of a lexer state ``x`` of a
-    grammar terminal ``t`` is the boundary where its piece would end: ``c + t`` for its one configuration ``(c, x)``,
-    or the merged boundary of all of them (a child of the deepest node of ``cur``). A configuration at a boundary
-    (:data:`START`) or inside an ignored piece has its own node as base. With ``lazy``, a base ``c + t`` that is not
+    """A mask's bases from the configurations ``cur`` in one pass: (rows [nb, 6] (:data:`P_NODE` ...), ``xs`` the
+    residual classes (``A.x_class``) of each base's lexer states, distinct, ascending, whether the prefix is a
+    sentence, ok). The base of a lexer state ``x`` of a grammar terminal ``t`` is the boundary where its piece would
+    end: ``c + t`` for its one configuration ``(c, x)``, or the merged boundary of all of them (a child of the
+    deepest node of ``cur``). A configuration at a boundary (:data:`START`) or inside an ignored piece has its own
+    node as base. With ``lazy``, a base ``c + t`` that is not
     made yet and that only non-final lexer states need stays unmade (row node -1): a mask may not need its chart
     (:func:`mask_virtual`). Not ok: out of room."""
     H = A.host
@@ -1819,16 +1822,23 @@ def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
             if not acc and node >= 0:
                 acc = _accepts(mem, nodes, node, G)
         k = j
-    # each base's lexer states, ascending (the configurations are sorted by (c, x): gather by row, then sort)
+    # each base's lexer states as their distinct residual classes, ascending (the token lists are per class)
     xs = xs0
     o = 0
     for r in range(nr):
-        rows[r, P_X0] = o
+        o0 = o
+        rows[r, P_X0] = o0
         for i in range(m):
             if xgrp[i] == r:
-                xs[o] = cur[i, 1]
+                xs[o] = A.x_class[cur[i, 1]]
                 o += 1
-        xs[rows[r, P_X0]:o].sort()
+        xs[o0:o].sort()
+        k = o0
+        for i in range(o0, o):
+            if i == o0 or xs[i] != xs[k - 1]:
+                xs[k] = xs[i]
+                k += 1
+        o = k
         rows[r, P_X1] = o
     return rows[:nr], xs[:o], acc, True
 

@@ -137,7 +137,7 @@ def pack_statics(gpack, al, dense_idx, chain: dict, no_alias, host: dict | None 
            "merge_row": al.merge_row, "merge_term": al.merge_term, "no_alias": no_alias,
            "no_alias0": np.zeros(al.n_nodes, np.int32), "chain": chain["chain"], "ct_tok": chain["ct_tok"],
            "ct_node": chain["ct_node"], "ct_kind": chain["ct_kind"], "x_chain": chain["x_chain"],
-           "node_depth": al.node_depth,
+           "x_class": al.x_class, "node_depth": al.node_depth,
            "bnd_start": al.bnd_start.ravel(), "call_start": al.call_start, "cont_xstart": al.cont_xstart,
            "cont_nstart": al.cont_nstart, "merge_start": al.merge_start, "ct_start": chain["ct_start"],
            "ct_gstart": chain["ct_gstart"]}
