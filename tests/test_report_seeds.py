@@ -3,6 +3,7 @@ hand-made cell rows and on real cells of the java dataset (a toy grammar and fil
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -98,8 +99,14 @@ def test_seed_tables_from_real_java_cells(tmp_path):
         return run(cfg)
 
     assert cell("engine=psc", "dataset=java").parts[-3] == "java"
-    assert cell("engine=psc", "dataset=java_negative").parts[-3] == "java_negative"
+    neg = cell("engine=psc", "dataset=java_negative")
+    assert neg.parts[-3] == "java_negative"
+    from gcdbench.experiments.report import cell_summary
     from gcdbench.experiments.report.build import write_report
+
+    # the runner's end-of-cell line counts a negative sample as passed when it is refused, as the tables do
+    assert re.search(r": refused (\d+)/\1 \(negative samples\), init", cell_summary(neg)), cell_summary(neg)
+    assert re.search(r": pass (\d+)/\1, init", cell_summary(neg.parents[2] / "java" / "bytes" / "psc"))
 
     write_report(tmp_path / "runs", tmp_path / "report", tokenizer="bytes", seeds=tmp_path / "runs")
     t2 = pd.read_csv(tmp_path / "report" / "seed003_table2.csv")

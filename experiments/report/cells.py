@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.report.collect import batch_stats, cell_stats, engine_class, find_runs, run_infos
+from gcdbench.experiments.report.collect import (NEGATIVE_PASS, batch_stats, cell_stats, engine_class, find_runs,
+                                                 run_infos)
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
 
@@ -88,7 +89,12 @@ def cell_summary(run_dir: Path) -> str:
         kind = f" [{c['compile_error_kind']}]" if c.get("compile_error_kind") else ""
         return f"{head}: compile error{kind}: {c['compile_error']}"
     prov = f"; WARNING: {c['provenance']}" if c.get("provenance") else ""
-    return (f"{head}: pass {c.get('passed', 0)}/{c.get('samples', 0)}, init {fmt_s(c.get('init_s'))}, "
+    if c.get("sample_kind") == "negative":      # a sample outside the language passes when it is refused
+        refused = sum(int((c.get("outcome_counts") or {}).get(k, 0)) for k in NEGATIVE_PASS)
+        passed = f"refused {refused}/{c.get('samples', 0)} (negative samples)"
+    else:
+        passed = f"pass {c.get('passed', 0)}/{c.get('samples', 0)}"
+    return (f"{head}: {passed}, init {fmt_s(c.get('init_s'))}, "
             f"TTFM {fmt_s(c.get('ttfm_s'))}, per-mask mean {fmt_us(c.get('mask_mean_us'))} µs "
             f"(p50 {fmt_us(c.get('mask_p50_us'))}, p99 {fmt_us(c.get('mask_p99_us'))}, "
             f"p99.9 {fmt_us(c.get('mask_p999_us'))}, p99.99 {fmt_us(c.get('mask_p9999_us'))}, "

@@ -24,6 +24,8 @@ DATASET_ORDER = ["spider", "spider_spop", "treebank", "sample", "sample_pos"]
 SUITE_ORDER = ["json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguous_expr", "ambiguous_concat",
                "ambiguous_right"]
 SAMPLED_SUFFIX = "_sampled"
+#: outcomes of a negative sample (``dataset.kind=negative``: one outside the language) that count as passed
+NEGATIVE_PASS = (Outcome.REJECTED.value, Outcome.NO_EOS.value)
 #: what every cell's run.json holds (the schema module checks them; the report reads them without checking again)
 RUN_JSON_KEYS = schema.REQUIRED_RUN_KEYS
 PROFILE_AUDIT_COLUMNS = ("profile", "agree_language", "agree_profile", "n_false_allow_profile",
@@ -365,6 +367,7 @@ def cell_stats(run_dir: Path) -> dict:
         "commit": "+".join(cell_commits(meta, samples)),
         "outcome_counts": meta.get("outcomes") or {},
         "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
+        "sample_kind": (meta.get("dataset_meta") or {}).get("kind") or "positive",
         "batch_size": ((meta.get("identity") or {}).get("batch") or {}).get("size"),
     }
     counts = samples["outcome"].value_counts()

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments.report import maskbench
-from gcdbench.experiments.report.collect import Unreadable, collect, engine_class, run_info
+from gcdbench.experiments.report.collect import NEGATIVE_PASS, Unreadable, collect, engine_class, run_info
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
 
@@ -37,7 +37,6 @@ COLUMNS = tuple(c for c, _, _ in GRAMMARS) + (JSON_COLUMN,)
 #: 262,145 (no offline Gemma 3 tokenizer ships in a package)
 MODELS = {"llama3": "Llama 3 (128,256)", "qwen3": "Qwen3 (151,936; seed: Qwen2.5, 151,665)",
           "qwen3_6": "Qwen3.6 (248,320; seed: Gemma 3, 262,145)"}
-NEGATIVE_PASS = ("rejected", "no_eos")   # outcomes of a negative sample that count as passed
 
 
 def _models(tokenizers) -> list[str]:
