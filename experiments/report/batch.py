@@ -69,7 +69,8 @@ def batch_section(roots, out: Path, single: pd.DataFrame | None = None) -> list[
     names = ", ".join(f"`{r}`" for r in roots)
     if bcells.empty:
         return ["## Batch decoding", "", f"No batch-mode cell under {names}.", ""]
-    bcells.drop(columns=["outcome_counts"], errors="ignore").to_csv(out / "batch.csv", index=False)
+    # (a batch cell's samples are positive: its csv keeps the columns it had before negative datasets came)
+    bcells.drop(columns=["outcome_counts", "sample_kind"], errors="ignore").to_csv(out / "batch.csv", index=False)
     lines = [
         "## Batch decoding", "",
         f"From {names} (`python -m experiments.run -m experiment=batch_sweep`). B sequences are teacher-forced in "
