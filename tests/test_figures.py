@@ -459,3 +459,15 @@ def test_report_removes_figures_an_earlier_report_drew(small_results, tmp_path):
     write_report(small_results, out)
     assert not stale.exists() and keep.exists()
     assert (out / "figures" / "mask_vs_prefix_qwen3.png").exists()
+
+
+def test_measured_at_counts_a_repeated_cell_name():
+    """A group's cells of one config and dataset (one per vocabulary) are named once, with their count."""
+    from gcdbench.experiments.report.text import measured_at
+
+    rows = ([{"config": "valiant", "dataset": "go", "commit": "b", "machine": "m"}] * 3
+            + [{"config": "valiant", "dataset": "java", "commit": "b", "machine": "m"}]
+            + [{"config": "xgrammar", "dataset": "go", "commit": "a", "machine": "m"}] * 13)
+    text = measured_at(pd.DataFrame(rows))
+    assert text.startswith("**Cells of 2 commits in this table**")
+    assert "`a` on m: 13 cells; `b` on m: 4 cells (valiant × go (3 cells), valiant × java)." in text

@@ -44,6 +44,14 @@ def figure_link(stem: str) -> str:
     return f"![{stem}](figures/{stem}.png)"
 
 
+def _counted(names: list[str]) -> str:
+    """The names in first-seen order, a repeated one once with its count ("valiant × go (3 cells)")."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return ", ".join(n if k == 1 else f"{n} ({k} cells)" for n, k in counts.items())
+
+
 def measured_at(cells: pd.DataFrame) -> str:
     """One sentence naming the commit(s) and machine(s) the cells of one table were measured at; when they come
     from several commits or machines, how many cells each group has (and which, for every group but the largest
@@ -76,5 +84,5 @@ def measured_at(cells: pd.DataFrame) -> str:
     for i, ((commits, machine), names) in enumerate(sorted(groups.items(), key=lambda kv: -len(kv[1]))):
         named = len(names) <= 12 or i > 0   # every group but the largest names its cells
         parts.append(f"{label(commits, machine)}: {len(names)} cell{'s' if len(names) > 1 else ''}"
-                     + (f" ({', '.join(names)})" if named else ""))
+                     + (f" ({_counted(names)})" if named else ""))
     return head + ": " + "; ".join(parts) + "."
