@@ -372,8 +372,8 @@ def prune_dominated(al: Alignment) -> Alignment:
 
     * ``bnd[f]``: (v, tok) when tok is listed in ``bnd[f]`` at a proper ancestor of v, and, for ``f = 1``, also
       when it is in ``bnd[0]`` at v or an ancestor (``bnd[1]`` is used only together with ``bnd[0]``);
-    * ``cont``: (x, v, tok) (``x`` a class) when tok is in ``cont_all[x]`` (allowed whenever x is) or listed for x at a proper
-      ancestor of v.
+    * ``cont``: (x, v, tok) (``x`` a class) when tok is in ``cont_all[x]`` (allowed whenever x is) or listed for
+      x at a proper ancestor of v.
 
     Fewer tuples make masks cheaper, and trie nodes left without tokens (nor needed descendants) are no longer
     searched: in Spider with Qwen3, English words such as ``class`` (also NAME AS NAME) are NAME tokens already."""

@@ -4,8 +4,9 @@ Per token: the boundary walk of the whole token (-> ``bnd``), and all residual c
 (each from its first state; align.py) read the token byte by byte (only the live ones are kept): where one is
 final before the token's end, the rest of the token is walked from a boundary (-> ``cont``); the classes alive at
 the end give ``cont_all``. A walk that holds more than ``cap`` states after some byte is done again on a lattice
-of boundaries (:func:`_mwalk`, align.py's "merged boundaries"). The trie of terminal sequences is numba typed containers: ``(parent, terminal) -> node``,
-a merged node hashed by (parent, sorted edge codes ``row * (T + 1) + terminal``), and per node its edge range.
+of boundaries (:func:`_mwalk`, align.py's "merged boundaries"). The trie of terminal sequences is numba typed
+containers: ``(parent, terminal) -> node``, a merged node hashed by (parent, sorted edge codes ``row * (T + 1) +
+terminal``), and per node its edge range.
 """
 from __future__ import annotations
 

@@ -70,8 +70,8 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba", token_states:
     meta = {
         "n_nt": g.n_nt, "n_left": g.n_left, "n_term": g.n_term, "WN": g.WN, "WT": g.WT, "start": g.start,
         "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
-        "lexer_states": lex.n_states, "lexer_classes": lex.n_classes, "lexer_terminals": len(lex.names), "trie_nodes": al.n_nodes,
-        "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
+        "lexer_states": lex.n_states, "lexer_classes": lex.n_classes, "lexer_terminals": len(lex.names),
+        "trie_nodes": al.n_nodes, "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
         "merged_nodes": int(np.count_nonzero(np.diff(al.merge_start))),
         "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},
     }

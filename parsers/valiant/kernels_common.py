@@ -1052,7 +1052,8 @@ def fill_cached(out, viable, cnt, flags, use_b0, use_b1, xs, A, dense, ac_rows, 
 @_cpu
 def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_nodes, node_parent, chain):
     """Nodes the first phase of a search from one base has to visit: those of the boundary lists in use, those of
-    the continuation groups of its lexer states' classes ``xs`` outside the chains (``chain``), and all their ancestors."""
+    the continuation groups of its lexer states' classes ``xs`` outside the chains (``chain``), and all their
+    ancestors."""
     for v in range(out.size):
         out[v] = (use_b0 and need_b0[v]) or (use_b1 and need_b1[v])
     out[0] = 1
@@ -1072,8 +1073,8 @@ def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
     """Nodes a round of the second phase has to visit (into ``out``, zeroed): those of the chain tuples
     (``search.chain_tables``) at depth ``lo < d <= hi`` of the tokens not in the mask ``got`` (uint32 words) for
     the lists in use, below the root children viable from the base (EXPECT at ``e_off``), and their ancestors.
-    ``xflag`` is a zeroed uint8 scratch over lexer states (or their classes), left zeroed. Returns (nodes marked, whether such a
-    token has a tuple deeper than ``hi``)."""
+    ``xflag`` is a zeroed uint8 scratch over lexer states (or their classes), left zeroed. Returns (nodes marked,
+    whether such a token has a tuple deeper than ``hi``)."""
     for i in range(xs.size):
         xflag[xs[i]] = 1
     cnt = 0
@@ -1730,9 +1731,8 @@ def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
     sentence, ok). The base of a lexer state ``x`` of a grammar terminal ``t`` is the boundary where its piece would
     end: ``c + t`` for its one configuration ``(c, x)``, or the merged boundary of all of them (a child of the
     deepest node of ``cur``). A configuration at a boundary (:data:`START`) or inside an ignored piece has its own
-    node as base. With ``lazy``, a base ``c + t`` that is not
-    made yet and that only non-final lexer states need stays unmade (row node -1): a mask may not need its chart
-    (:func:`mask_virtual`). Not ok: out of room."""
+    node as base. With ``lazy``, a base ``c + t`` that is not made yet and that only non-final lexer states need
+    stays unmade (row node -1): a mask may not need its chart (:func:`mask_virtual`). Not ok: out of room."""
     H = A.host
     ng, nullable = H[HX_NG], H[HX_NULLABLE] != 0
     m = cur.shape[0]
