@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.report.collect import (NEGATIVE_PASS, batch_stats, cell_stats, engine_class, find_runs,
-                                                 run_infos)
+from gcdbench.experiments.report.collect import batch_stats, cell_stats, engine_class, find_runs, refused, run_infos
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
 
@@ -90,8 +89,7 @@ def cell_summary(run_dir: Path) -> str:
         return f"{head}: compile error{kind}: {c['compile_error']}"
     prov = f"; WARNING: {c['provenance']}" if c.get("provenance") else ""
     if c.get("sample_kind") == "negative":      # a sample outside the language passes when it is refused
-        refused = sum(int((c.get("outcome_counts") or {}).get(k, 0)) for k in NEGATIVE_PASS)
-        passed = f"refused {refused}/{c.get('samples', 0)} (negative samples)"
+        passed = f"refused {refused(c.get('outcome_counts'))}/{c.get('samples', 0)} (negative samples)"
     else:
         passed = f"pass {c.get('passed', 0)}/{c.get('samples', 0)}"
     return (f"{head}: {passed}, init {fmt_s(c.get('init_s'))}, "

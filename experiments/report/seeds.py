@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments.report import maskbench
-from gcdbench.experiments.report.collect import NEGATIVE_PASS, Unreadable, collect, engine_class, run_info
+from gcdbench.experiments.report.collect import NEGATIVE_PASS, Unreadable, collect, engine_class, refused, run_info
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
 
@@ -67,8 +67,7 @@ def code_entry(pos, neg) -> dict:
         if isinstance(get(neg, "compile_error"), str) and neg["compile_error"]:
             notes.append("negative samples not run: " + neg["compile_error"].splitlines()[0][:120])
         else:
-            ncounts = get(neg, "outcome_counts") or {}
-            passed += sum(int(ncounts.get(k, 0)) for k in NEGATIVE_PASS)
+            passed += refused(get(neg, "outcome_counts"))
             samples += int(get(neg, "samples") or 0)
     for c in (pos, neg):
         if c is not None and get(c, "provenance"):
