@@ -26,17 +26,18 @@ SUITE_ORDER = ["json", "lark", "ambiguous_binary", "ambiguous_ternary", "ambiguo
 SAMPLED_SUFFIX = "_sampled"
 #: outcomes of a negative sample (``dataset.kind=negative``: one outside the language) that count as passed
 NEGATIVE_PASS = (Outcome.REJECTED.value, Outcome.NO_EOS.value)
-
-
-def refused(outcome_counts: dict | None) -> int:
-    """How many samples of a cell (its ``outcome_counts``) were refused: a negative cell's passed samples."""
-    return sum(int((outcome_counts or {}).get(k, 0)) for k in NEGATIVE_PASS)
 #: what every cell's run.json holds (the schema module checks them; the report reads them without checking again)
 RUN_JSON_KEYS = schema.REQUIRED_RUN_KEYS
 PROFILE_AUDIT_COLUMNS = ("profile", "agree_language", "agree_profile", "n_false_allow_profile",
                          "n_false_block_profile", "false_allow_examples_profile", "false_block_examples_profile")
 STEP_FRAME_COLUMNS = ["engine", "config", "dataset", "tokenizer", "sample_id", "step", "prefix_tokens", "prefix_bytes",
                       "mask_us", "commit_us", "n_allowed", "oracle_allowed", "outcome", "vocab_size", "run_dir"]
+
+
+def refused(outcome_counts: dict | None) -> int:
+    """How many samples of a cell (its ``outcome_counts``) were refused: a negative cell's passed samples."""
+    return sum(int((outcome_counts or {}).get(k, 0)) for k in NEGATIVE_PASS)
+
 
 _WARNED: set[str] = set()
 

@@ -60,6 +60,7 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba", token_states:
             raise CompileError(f"valiant: {err}") from err
     n_tuples = _tuples(al)
     al = prune_dominated_readable(al) if aligner == "python" else prune_dominated(al)
+    n_kept = _tuples(al)
     t2 = time.perf_counter()
     arrays = {
         "rule_lstart": g.rule_lstart, "rule_parent": g.rule_parent, "rule_right": g.rule_right,
@@ -71,7 +72,7 @@ def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba", token_states:
         "n_nt": g.n_nt, "n_left": g.n_left, "n_term": g.n_term, "WN": g.WN, "WT": g.WT, "start": g.start,
         "n_grammar": lex.n_grammar, "start_nullable": bool(cnf.start_nullable), "cnf": cnf.counts(),
         "lexer_states": lex.n_states, "lexer_classes": lex.n_classes, "lexer_terminals": len(lex.names),
-        "trie_nodes": al.n_nodes, "trie_depth": al.max_depth, "tuples": _tuples(al), "tuples_dominated": n_tuples - _tuples(al),
+        "trie_nodes": al.n_nodes, "trie_depth": al.max_depth, "tuples": n_kept, "tuples_dominated": n_tuples - n_kept,
         "merged_nodes": int(np.count_nonzero(np.diff(al.merge_start))),
         "build_s": {"grammar": round(t1 - t0, 3), "align": round(t2 - t1, 3)},
     }

@@ -495,5 +495,5 @@ class ValiantEngine(Engine):
     def info(self) -> dict:
         m = self.comp.meta
         return {"cnf": m["cnf"], "lexer_states": m["lexer_states"], "lexer_classes": m["lexer_classes"],
-                "trie_nodes": m["trie_nodes"], "trie_depth": m["trie_depth"], "tuples": m["tuples"], "cache_hit": self.cache_hit,
-                "backend": self.opts["backend"], "build_s": m.get("build_s")}
+                "trie_nodes": m["trie_nodes"], "trie_depth": m["trie_depth"], "tuples": m["tuples"],
+                "cache_hit": self.cache_hit, "backend": self.opts["backend"], "build_s": m.get("build_s")}
