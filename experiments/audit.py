@@ -169,7 +169,7 @@ class Auditor:
 # Which profile does an engine implement? (exact: each candidate is executed by the reference)
 # --------------------------------------------------------------------------------------------------
 VARIANTS = {"lexing": ("longest_match", "standard", "dynamic"), "trailing_ignore": (False,), "leading_ignore": (True,),
-            "case_fold": ("unicode_simple", "ascii"), "regex_classes": ("ascii", "uts18")}
+            "case_fold": ("unicode_simple", "ascii"), "regex_classes": ("ascii", "uts18"), "token_bytes": ("latin1",)}
 
 
 def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.ndarray]]:

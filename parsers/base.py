@@ -65,6 +65,9 @@ class Profile:
     case_fold: str = "python_re"     # python_re (Lark) | unicode_simple (CaseFolding.txt C+S) | ascii
     regex_classes: str = "unicode"   # unicode (\s \w \d as Python's re on str) | ascii | uts18 (Unicode
                                      # properties, as Rust's regex crate: \s White_Space, \w Alphabetic+M+Nd+Pc)
+    token_bytes: str = "utf8"        # utf8 (a candidate token is its bytes) | latin1 (each byte of a candidate token
+                                     # read as the code point of its value, U+0000-U+00FF, as transformers-cfg's
+                                     # byte path does; the committed prefix stays UTF-8)
 
 
 class CompileError(Exception):

@@ -230,15 +230,21 @@ class ReferenceChecker:
     * ``leading_ignore=True``: ignored text may also come before the first terminal.
     * ``case_fold`` and ``regex_classes``: how the terminals' regexes read case-insensitive parts and
       ``\s \w \d`` (see :mod:`gcdbench.parsers.regex_fsm`).
+    * ``token_bytes="latin1"``: a candidate token of a mask (:meth:`full_mask_ids`, :meth:`allowed_tokens`) is
+      checked as the UTF-8 text of its bytes each read as one code point (byte e9 as U+00E9, i.e. c3 a9); the
+      prefix is advanced over its own bytes.
     """
 
     LEXING = ("scannerless", "longest_match", "standard", "dynamic")
+    TOKEN_BYTES = ("utf8", "latin1")
 
     def __init__(self, grammar: GrammarSpec, profile: Profile = Profile()):
         if not isinstance(profile, Profile):
             raise TypeError(f"profile must be a gcdbench.parsers.base.Profile, not {type(profile).__name__}")
         if profile.lexing not in self.LEXING:
             raise ValueError(f"profile.lexing must be one of {self.LEXING}, not {profile.lexing!r}")
+        if profile.token_bytes not in self.TOKEN_BYTES:
+            raise ValueError(f"profile.token_bytes must be one of {self.TOKEN_BYTES}, not {profile.token_bytes!r}")
         self.grammar = grammar
         self.profile = profile
         self.longest = profile.lexing != "scannerless"
@@ -446,12 +452,13 @@ class ReferenceChecker:
         out = set()
         if sid == DEAD:
             return out
+        tb = read_vocab(tokenizer, self.profile.token_bytes)
         for t in token_ids:
             t = int(t)
             if t == tokenizer.eos_id:
                 if self.accepts(sid):
                     out.add(t)
-            elif tokenizer.token_bytes[t] and self.advance(sid, tokenizer.token_bytes[t]) != DEAD:
+            elif tb[t] and self.advance(sid, tb[t]) != DEAD:
                 out.add(t)
         return out
 
@@ -459,8 +466,8 @@ class ReferenceChecker:
         """All allowed token ids from state ``sid``: a walk over the vocabulary in sorted-bytes order. The walk's
         states are memoised for this walk only (equal configuration sets reached by different tokens share their
         transitions) and dropped after it, so memory stays that of one mask."""
-        order, lcp = _sorted_vocab(tokenizer)
-        tb = tokenizer.token_bytes
+        order, lcp = _sorted_vocab(tokenizer, self.profile.token_bytes)
+        tb = read_vocab(tokenizer, self.profile.token_bytes)
         allowed = []
         root = self._sets[sid] if sid != DEAD else frozenset()
         memo: dict = {}
@@ -511,12 +518,24 @@ def _sorted_vocab_cached(key: str, token_bytes: tuple):
     return np.array(ids, dtype=np.int64), np.array(lcp, dtype=np.int64)
 
 
-def _sorted_vocab(tokenizer):
-    """Non-empty token ids sorted by bytes, with each one's common-prefix length with the one before."""
+def read_vocab(tokenizer, reading: str = "utf8"):
+    """The vocabulary's token bytes as a profile's ``token_bytes`` reads them: ``utf8`` as they are, ``latin1``
+    each byte as the UTF-8 of the code point of its value (an ASCII token is unchanged)."""
+    if reading == "utf8":
+        return tokenizer.token_bytes
+    cache = tokenizer.__dict__.setdefault("_read_vocab", {})
+    if reading not in cache:
+        cache[reading] = tuple(b.decode("latin-1").encode("utf-8") for b in tokenizer.token_bytes)
+    return cache[reading]
+
+
+def _sorted_vocab(tokenizer, reading: str = "utf8"):
+    """Non-empty token ids sorted by bytes (as ``read_vocab`` reads them), with each one's common-prefix length
+    with the one before."""
     cache = tokenizer.__dict__.setdefault("_sorted_vocab", {})
-    if "v" not in cache:
-        cache["v"] = _sorted_vocab_cached(tokenizer.key(), tuple(tokenizer.token_bytes))
-    return cache["v"]
+    if reading not in cache:
+        cache[reading] = _sorted_vocab_cached(tokenizer.key(), tuple(read_vocab(tokenizer, reading)))
+    return cache[reading]
 
 
 class ReferenceEngine(Engine):

@@ -20,7 +20,8 @@ Known differences from the reference, all in transformers-cfg itself (``recogniz
   ``mask_path=auto``): the byte path reads every byte of a token as a code point of its own (a token with a
   multi-byte character is checked byte by byte against the classes), the unicode path decodes UTF-8 but
   restarts from the stack for every trie node; commits always decode UTF-8, so a token the byte path allowed
-  may be refused on commit;
+  may be refused on commit. The byte path's reading is declared (``profile()``: ``token_bytes="latin1"``, which
+  the reference executes); the byte path also forgets a partial character a commit left pending (not declared);
 * a NUL character is never accepted on commit;
 * left recursion would recurse forever in its stack expansion: refused at compile (CompileError naming the
   rules); ambiguity multiplies its parse stacks (no limit of its own: the runner's limits apply).
@@ -169,7 +170,12 @@ class TransformersCfgEngine(Engine):
         return "O(exp n)" if ambiguous else "O(n)"   # parse stacks, as llama.cpp's
 
     def profile(self) -> Profile:
-        return Profile()
+        """The byte path's reading (each byte of a candidate token one code point) as ``token_bytes="latin1"``;
+        with ``mask_path=auto`` the compiled grammar decides (before a compile: the converter's ASCII text, bytes)."""
+        path = self.opts["mask_path"]
+        if getattr(self, "rec", None) is not None:
+            path = "unicode" if self.rec.use_unicode else "bytes"
+        return Profile() if path == "unicode" else Profile(token_bytes="latin1")
 
     def compile(self, grammar: GrammarSpec, tokenizer) -> None:
         import torch

@@ -13,9 +13,6 @@ from gcdbench.parsers.reference import ReferenceChecker
 KNOWN_DEFECTS = {
     # llama.cpp's grammar sampler refuses NUL everywhere and reads bytes F5-FF as 4-byte UTF-8 lead bytes
     "llamacpp": {"false_allow": set(range(0xF5, 0x100)), "false_block": {0x00}},
-    # transformers-cfg's byte path (its choice for a grammar text without non-ASCII characters) reads every byte
-    # of a token as a code point of its own: any byte 80-FF may be allowed or refused wrongly
-    "transformers_cfg": {"false_allow": set(range(0x80, 0x100)), "false_block": set(range(0x80, 0x100))},
 }
 # Engines that over-approximate by design: only the oracle path is checked (every oracle token and the final
 # EOS allowed), and that they do differ (so the entry cannot go stale).

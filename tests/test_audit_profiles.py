@@ -11,7 +11,7 @@ import pytest
 
 from gcdbench.experiments.audit import Auditor, profile_str
 from gcdbench.parsers.base import GrammarSpec, Profile, ids_to_mask
-from gcdbench.parsers.reference import ReferenceChecker
+from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
 SQL = GrammarSpec("sql", 'start: "select"i NAME "from"i NAME [";"]\nNAME: /[a-z]+/\n%ignore /[ \\n]+/\n')
 TAIL = GrammarSpec("tail", 'start: "a" ["b"]\n%ignore " "\n')
@@ -121,11 +121,29 @@ def test_regex_classes_profile_in_the_reference():
     assert not asc.is_viable("hello\u3000".encode()[:6])
 
 
+def test_token_bytes_latin1_reads_each_byte_of_a_candidate_token_as_a_code_point(bytes_tokenizer):
+    """transformers-cfg's byte path: byte e9 is checked as U+00E9 (UTF-8 c3 a9), byte c3 as U+00C3; ASCII tokens
+    and EOS as in the language; the prefix is advanced over its own (UTF-8) bytes."""
+    tok = bytes_tokenizer
+    g = GrammarSpec("e", 'start: "é" "é" | "a"\n')
+    utf8, latin1 = ReferenceChecker(g), ReferenceChecker(g, Profile(token_bytes="latin1"))
+    for ref, first in [(utf8, {0xC3, ord("a")}), (latin1, {0xE9, ord("a")})]:
+        assert set(ref.full_mask_ids(ref.initial(), tok).tolist()) == first
+        assert ref.allowed_tokens(b"", range(tok.vocab_size), tok) == first
+    after = latin1.advance(latin1.initial(), "é".encode())
+    assert set(latin1.full_mask_ids(after, tok).tolist()) == {0xE9}
+    done = latin1.advance(latin1.initial(), "éé".encode())
+    assert set(latin1.full_mask_ids(done, tok).tolist()) == {tok.eos_id}
+    assert latin1.advance(latin1.initial(), bytes([0xE9])) == DEAD   # a committed byte is not re-read
+
+
 def test_profile_validation():
     with pytest.raises(ValueError, match="lexing"):
         ReferenceChecker(SQL, Profile(lexing="maximal"))
     with pytest.raises(ValueError, match="case_fold"):
         ReferenceChecker(SQL, Profile(case_fold="turkic"))
+    with pytest.raises(ValueError, match="token_bytes must be one of"):
+        ReferenceChecker(SQL, Profile(token_bytes="cp1252"))
     with pytest.raises(TypeError, match="Profile"):
         ReferenceChecker(SQL, "longest_match")  # the old string form is refused
 
@@ -133,7 +151,7 @@ def test_profile_validation():
 PROFILES = [Profile(), Profile(lexing="longest_match"), Profile(lexing="standard"), Profile(lexing="dynamic"),
             Profile(trailing_ignore=False),
             Profile(leading_ignore=True), Profile(case_fold="unicode_simple"), Profile(case_fold="ascii"),
-            Profile(regex_classes="ascii"), Profile(regex_classes="uts18"),
+            Profile(regex_classes="ascii"), Profile(regex_classes="uts18"), Profile(token_bytes="latin1"),
             Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple"),
             Profile(lexing="longest_match", trailing_ignore=False, case_fold="unicode_simple", regex_classes="uts18")]
 
@@ -182,7 +200,7 @@ def test_audit_rows_and_legacy_call(bytes_tokenizer):
 
 
 @pytest.mark.parametrize("profile", [Profile(), Profile(lexing="longest_match", trailing_ignore=False),
-                                     Profile(case_fold="ascii")], ids=profile_str)
+                                     Profile(case_fold="ascii"), Profile(token_bytes="latin1")], ids=profile_str)
 def test_fit_profile_finds_the_profile_an_engine_implements(profile, bytes_tokenizer):
     from gcdbench.experiments.audit import fit_profile
 

@@ -48,7 +48,7 @@ PROFILES = {
     "llamacpp": Profile(),
     "syncode": Profile(lexing="standard", leading_ignore=True, case_fold="ascii"),
     "genlm": Profile(),
-    "transformers_cfg": Profile(),
+    "transformers_cfg": Profile(token_bytes="latin1"),   # its byte path (mask_path auto, before compile)
     "xgrammar_schema": Profile(),    # its own JSON Schema compiler: the schema's language
     "llguidance_schema": Profile(),
 }

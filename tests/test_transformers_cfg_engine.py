@@ -1,7 +1,8 @@
 """transformers-cfg adapter (optional extra ``transformers-cfg``): its EBNF from the project's grammar, its own
 token-level mask over a byte trie of the harness vocabulary, equal to the reference's on ASCII grammars at every
-step (byte vocabulary); its byte path's reading of non-ASCII bytes asserted to occur (so the entry in
-tests/conformance_check.py cannot go stale); left recursion refused with a typed reason; options."""
+step (byte vocabulary); its byte path's reading of non-ASCII bytes declared (``token_bytes="latin1"``, which
+tests/test_conformance.py checks exactly on the SQL grammars) and what it leaves undeclared (a character a commit
+left incomplete) asserted to occur; left recursion refused with a typed reason; options."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,8 @@ pytest.importorskip("transformers_cfg", reason="transformers-cfg is not installe
 
 from conformance_check import allowed, disagreements  # noqa: E402
 
-from gcdbench.parsers.base import CompileError, GrammarSpec  # noqa: E402
+from gcdbench.parsers.base import CompileError, GrammarSpec, Profile  # noqa: E402
+from gcdbench.parsers.reference import ReferenceChecker  # noqa: E402
 from gcdbench.parsers.transformers_cfg_engine import TransformersCfgEngine, lark_to_tcfg  # noqa: E402
 
 CASES = {
@@ -58,6 +60,12 @@ def test_byte_path_reads_bytes_as_code_points(bytes_tokenizer):
     engine = TransformersCfgEngine()
     engine.compile(grammar, bytes_tokenizer)
     assert allowed(engine, bytes_tokenizer) == {0xE9}
+    assert engine.profile() == Profile(token_bytes="latin1")   # declared: the reference reads it the same way
+    ref = ReferenceChecker(grammar, engine.profile())
+    assert set(ref.full_mask_ids(ref.initial(), bytes_tokenizer).tolist()) == {0xE9}
+    # not declared: a commit that leaves a character incomplete is forgotten by the byte path's next mask
+    assert engine.commit(0xC3) and allowed(engine, bytes_tokenizer) == {0xE9}
+    assert TransformersCfgEngine(mask_path="unicode").profile() == Profile()
     engine = TransformersCfgEngine(mask_path="unicode")
     engine.compile(grammar, bytes_tokenizer)
     assert allowed(engine, bytes_tokenizer) == {0xC3}
