@@ -147,7 +147,7 @@ def test_unknown_engine_option_names_valid_ones(tmp_path, letters):
     ("audit.per_sample=-2", r"audit.per_sample=-2"),
     ("+sample=3", r"unknown config key\(s\) \['sample'\]"),
     ("+limits.sample_timout_s=3", r"unknown config key\(s\) \['limits.sample_timout_s'\]"),
-    ("+dataset.split=train", r"dataset 'custom': unknown option\(s\) \['split'\]; valid: \['grammar', 'samples', 'start', 'ambiguous'\]"),
+    ("+dataset.split=train", r"dataset 'custom': unknown option\(s\) \['split'\]; valid: \['grammar', 'samples', 'start', 'format', 'glob', 'ambiguous'\]"),
     ("engine.lexer=contextual", r"lexer='contextual' is not allowed; valid: \['standard'\]"),
     # an engine option of the wrong type fails while Hydra composes (the engine's declared Options are its schema)
     ("engine.max_states=many", r"Error merging override engine.max_states=many"),
