@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gcdbench.experiments.config import folder_problem, register
 
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")   # the checkout's conf/; in a wheel, gcdbench/conf/
 JOB_FILE = "job.json"
 register()
 

@@ -20,7 +20,11 @@ RESULT_FOLDERS = ("results",)
 def git_state(ignore: tuple[str, ...] = (), repo: Path | None = None) -> dict:
     """``{"commit": sha or None, "dirty": tracked files differ from the commit (None: not a git checkout)}``.
     ``ignore``: folders (relative to the repository) whose changes do not count, e.g. a generator's own output
-    folder, which its earlier outputs in the same session have already changed. ``repo``: this project's."""
+    folder, which its earlier outputs in the same session have already changed. ``repo``: this project's.
+    Installed from a wheel, this code is no checkout (no pyproject.toml beside the package folders): unknown, even
+    where the environment lies inside some other git checkout (a virtual environment in a project folder)."""
+    if repo is None and not (REPO / "pyproject.toml").is_file():
+        return {"commit": None, "dirty": None}
     repo = repo or REPO
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)

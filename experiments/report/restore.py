@@ -33,12 +33,12 @@ import argparse
 import gzip
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from gcdbench.experiments.provenance import git_commit
 from gcdbench.experiments.report import packed
 from gcdbench.experiments.report.collect import (Unreadable, batch_step_stats, mask_digest, mask_summary,
                                                  read_cell_file, read_run, summarize_sample_steps)
@@ -48,16 +48,9 @@ ROW_NAMES = {"samples.parquet": "samples.parquet", "audit.parquet": "audit.parqu
 
 
 def tool_commit() -> str:
-    """The commit of this code (``-dirty`` when tracked files differ from it), or ``unknown``."""
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("-dirty" if dirty else "")
+    """The commit of this code (``-dirty`` when tracked files differ from it), or ``unknown`` (no git, or
+    installed from a wheel: :func:`gcdbench.experiments.provenance.git_commit`)."""
+    return git_commit() or "unknown"
 
 
 def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps: pd.DataFrame | None,
