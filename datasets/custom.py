@@ -86,7 +86,8 @@ def read_lines(path: Path) -> list[Sample]:
 def read_jsonl(path: Path) -> list[Sample]:
     """One sample per JSON object line of ``path`` (``text``, optional ``id``)."""
     samples, seen = [], {}
-    for lineno, line in enumerate(_text(path, "samples file").splitlines(), 1):
+    # lines end at "\n" only (JSON Lines): a JSON string may hold U+2028 or U+0085, which str.splitlines splits at
+    for lineno, line in enumerate(_text(path, "samples file").split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -167,7 +168,8 @@ from gcdbench.datasets.registry import loader  # noqa: E402 - the registry impor
         samples=(None, "the samples: a text file (one per line), a .jsonl file ({\"text\", \"id\"} per line) or a "
                        "folder (one per file)"),
         start=("start", "the start rule"),
-        format=("auto", "how samples is read: lines | jsonl | files | auto (a folder: files; .jsonl: jsonl; else lines)"),
+        format=("auto", "how samples is read: lines | jsonl | files | auto (a folder: files; .jsonl: jsonl; "
+                        "else lines)"),
         glob=(None, "format=files: the sample files' pattern in the folder, e.g. *.toml or **/*.toml (default: every "
                     "file)"))
 def custom(name, dcfg, data_root, n, seed) -> Dataset:

@@ -103,6 +103,16 @@ def test_jsonl_text_and_optional_id(tmp_path, fmt):
     assert ds.meta["format"] == "jsonl"
 
 
+def test_jsonl_lines_end_at_newline_only(tmp_path):
+    """A JSON string may hold U+2028 or U+0085 raw (json.dumps with ensure_ascii=False writes them so): a line of
+    JSON Lines ends at "\n" only (str.splitlines would cut the object there); a CRLF line end is read too."""
+    s = tmp_path / "docs.jsonl"
+    texts = ['{"a": "x\u2028y"}', '["\u0085"]', '{"b":\r\n1}']
+    s.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\r\n" for t in texts), newline="")
+    assert "\u2028" in s.read_text()
+    assert [x.text for x in load(grammar(tmp_path), s).samples] == texts
+
+
 @pytest.mark.parametrize("fmt", ["auto", "files"])
 def test_files_one_sample_per_file_sorted_by_path(tmp_path, fmt):
     root = folder_of(tmp_path, {"b.json": PRETTY[0] + "\n", "a.json": PRETTY[1], "sub/c.json": PRETTY[2],
@@ -209,7 +219,8 @@ def test_glob_matching_nothing_lists_what_is_there(tmp_path):
 def test_glob_on_a_file_is_refused(tmp_path):
     s = tmp_path / "docs.txt"
     s.write_text(DOCS[0])
-    refused(grammar(tmp_path), s, glob="*.json", names=s, fix="give a folder as dataset.samples, or leave dataset.glob out")
+    refused(grammar(tmp_path), s, glob="*.json", names=s,
+            fix="give a folder as dataset.samples, or leave dataset.glob out")
 
 
 @pytest.mark.parametrize("content,what", [(b'{"a":\x00 1}', "holds a NUL byte (line 1): a binary file"),
