@@ -32,7 +32,7 @@ class RowLayout:
 
 
 _STEP = {"step": int, "prefix_bytes": int, "mask_us": float, "commit_us": float, "n_allowed": int,
-         "oracle_allowed": bool}
+         "oracle_allowed": bool, "jit": int}
 #: what the worker measures per mask (steps.parquet less the cell key, outcome and the derived prefix_tokens)
 WORKER_STEP = RowLayout("steps", _STEP)
 #: batch mode: a sequence's row in the slot journal

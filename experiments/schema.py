@@ -72,6 +72,10 @@ STEP_COLUMNS_DECLARED = _KEY + (
 )
 #: batch mode with ``batch.steps=all``: the step rows also name their batch step
 STEP_BATCH_EXTRA = (Column("batch_step", pa.int64(), "batch mode: the batch step (fill_masks call) of this mask"),)
+#: numba's compiler lock taken inside the mask's timer (experiments/jitwatch.py): rows stored before the column
+#: have none (not measured); a row with jit > 0 is left out of the per-mask statistics
+STEP_JIT = Column("jit", pa.int64(), "times numba loaded or compiled machine code inside this mask's timer (0: "
+                                     "none; such a mask is left out of the per-mask statistics; null: not measured)")
 
 SAMPLE_COLUMNS_DECLARED = _KEY + (
     Column("outcome", _STR, "typed outcome of the sample (parsers.base.Outcome)"),
@@ -133,15 +137,22 @@ TABLES = {
     "audit": AUDIT_COLUMNS_DECLARED,
     "batch_steps": BATCH_STEP_COLUMNS_DECLARED + (BATCH_STEP_MASKS,),
 }
-#: optional columns a table may carry (batch mode)
-EXTRAS = {"steps": STEP_BATCH_EXTRA, "audit": AUDIT_BATCH_EXTRA, "samples": (), "batch_steps": ()}
+#: optional columns a table may carry (batch mode; the steps' ``jit``, absent from rows stored before it)
+EXTRAS = {"steps": STEP_BATCH_EXTRA + (STEP_JIT,), "audit": AUDIT_BATCH_EXTRA, "samples": (), "batch_steps": ()}
 #: the cell's files, ``run.json`` first
 RESULT_FILES = ("run.json", *(f"{t}.parquet" for t in TABLES))
 
 
-def columns(table: str, extra: bool = False) -> list[str]:
-    """Column names of ``table`` in file order (``extra``: with its batch-mode columns)."""
-    return [c.name for c in TABLES[table] + (EXTRAS[table] if extra else ())]
+def _extras(table: str, extra) -> tuple:
+    """``table``'s optional columns selected by ``extra``: True (all), False (none) or a collection of names."""
+    if isinstance(extra, bool):
+        return EXTRAS[table] if extra else ()
+    return tuple(c for c in EXTRAS[table] if c.name in extra)
+
+
+def columns(table: str, extra=False) -> list[str]:
+    """Column names of ``table`` in file order (``extra``: with its optional columns, all or those named)."""
+    return [c.name for c in TABLES[table] + _extras(table, extra)]
 
 
 #: the columns that say which cell and sample a row belongs to (the store adds them to every row)
@@ -161,9 +172,9 @@ def row(table: str, **values) -> dict:
     return {n: values[n] for n in names + [e for e in extras if e in values]}
 
 
-def arrow_schema(table: str, extra: bool = False) -> pa.Schema:
+def arrow_schema(table: str, extra=False) -> pa.Schema:
     """The pyarrow schema a writer uses, stamped with :data:`SCHEMA_VERSION`."""
-    cols = TABLES[table] + (EXTRAS[table] if extra else ())
+    cols = TABLES[table] + _extras(table, extra)
     return pa.schema([c.field() for c in cols], metadata={PARQUET_VERSION_KEY: str(SCHEMA_VERSION).encode()})
 
 
@@ -202,8 +213,11 @@ for _layout in LAYOUTS:
 def to_table(table: str, df) -> pa.Table:
     """A pandas frame as a pyarrow table of ``table``'s declared schema (columns in file order; a declared
     extra column is kept when present; a derived column is filled; any other column is an error)."""
-    extra = any(c.name in df.columns for c in EXTRAS[table])
+    extra = {c.name for c in EXTRAS[table] if c.name in df.columns}
     names = columns(table, extra)
+    for c in _extras(table, extra):   # an optional column absent from older rows of the frame: nulls there
+        if pa.types.is_integer(c.type) and df[c.name].isna().any():
+            df = df.assign(**{c.name: df[c.name].astype("Int64")})
     if table == "steps" and "prefix_tokens" not in df.columns and "step" in df.columns:
         df = df.assign(prefix_tokens=df["step"])
     if table == "batch_steps" and "masks" not in df.columns and "live" in df.columns:
@@ -313,6 +327,9 @@ class Init(TypedDict, total=False):
 
     session: int                     # the session that compiled
     init_s: float                    # the timed compile (grammar and vocabulary)
+    import_s: float                  # importing the engine's modules before it (numba loads eager signatures then)
+    jit_compile: dict                # numba during import and compile: {jit_s, jit_compiles, jit_locks, jit_functions}
+    jit_warmup: dict                 # the same during the warm-up sample
     version: str                     # engine version
     engine_info: dict                # what the engine reports about its compile (cache hit, sizes, ...)
     profile: dict                    # the compiled engine's declared Profile (the audit uses it)
@@ -495,7 +512,8 @@ def markdown_table(table: str) -> str:
     for c in TABLES[table]:
         lines.append(f"| `{c.name}` | {_type_name(c.type)} | {c.doc} |")
     for c in EXTRAS[table]:
-        lines.append(f"| `{c.name}` | {_type_name(c.type)} | {c.doc} (batch mode only) |")
+        only = " (batch mode only)" if c.name.startswith("batch") or c.name.endswith("single_mode") else ""
+        lines.append(f"| `{c.name}` | {_type_name(c.type)} | {c.doc}{only} |")
     return "\n".join(lines)
 
 

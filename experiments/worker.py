@@ -26,6 +26,7 @@ import resource
 import time
 import traceback
 
+from gcdbench.experiments.jitwatch import WATCH
 from gcdbench.experiments.rowlayout import WORKER_STEP
 from gcdbench.experiments.steplog import StepLog
 from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_count, mask_get
@@ -98,9 +99,11 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
     last = len(steps) - 1
     for step, tok in enumerate(steps):
         try:
+            j0 = WATCH.locks
             t0 = perf()
             engine.fill_mask(mask)
             t1 = perf()
+            jit = WATCH.locks - j0
         except EngineError as err:
             return Outcome.ENGINE_ERROR, f"step {step}: {err}", audited
         except Exception as err:
@@ -110,7 +113,7 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
             audited[step] = mask.copy()
         # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
         emit(WORKER_STEP.pack(step=step, prefix_bytes=nbytes, mask_us=(t1 - t0) / 1000.0, commit_us=0.0,
-                              n_allowed=mask_count(mask, vocab_size), oracle_allowed=allowed))
+                              n_allowed=mask_count(mask, vocab_size), oracle_allowed=allowed, jit=jit))
         outcome, message = step_verdict(allowed, step == last, tok, step)
         if outcome is None:
             try:
@@ -201,12 +204,16 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
     log.setLevel(logging.INFO)
     try:
         tokenizer = load_tokenizer(tokenizer_name)
+        jit0 = WATCH.snapshot()   # the engine's modules are imported in create_engine: their jit counts as init's
+        t_import = time.perf_counter()
         engine = create_engine(engine_name, **engine_opts)
+        import_s = time.perf_counter() - t_import
         if grammar.refusal is not None and not engine.reads_json_schema:
             raise CompileError(f"the harness has no grammar for {grammar.name}: {grammar.refusal}")
         t0 = time.perf_counter()
         engine.compile(grammar, tokenizer)
         init_s = time.perf_counter() - t0
+        jit_compile = WATCH.since(jit0)
     except CompileTimeout as err:
         chan.send(("compile_error", {"message": str(err), "kind": "engine_timeout"}))
         return None
@@ -229,7 +236,8 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
             return None
     settle_heap()
     # the profile of the compiled engine: it may depend on the grammar (Pre3's front end, chosen per grammar)
-    chan.send(("compiled", {"init_s": init_s, "version": engine.version(), "engine_info": engine.info(),
+    chan.send(("compiled", {"init_s": init_s, "import_s": import_s, "jit_compile": jit_compile, "version": engine.version(),
+                            "engine_info": engine.info(),
                             "profile": dataclasses.asdict(engine.profile()), "peak_rss_compile_mb": peak_rss_mb(),
                             **extra}))
     return engine, tokenizer
@@ -241,10 +249,12 @@ def _warm_up(engine, tokenizer, ids) -> dict:
     mask (cold, at the empty prefix) gives the time to first mask."""
     reset = reset_peak_rss()
     sink = _Sink()
+    jit0 = WATCH.snapshot()
     t0 = time.perf_counter()
     outcome, message, _ = teacher_force(engine, ids, tokenizer.eos_id, tokenizer.vocab_size, sink, (),
                                         tokenizer.token_bytes)
-    return {"warmup_s": time.perf_counter() - t0, "first_mask_us": sink.mask_us[0] if sink.mask_us else None,
+    return {"warmup_s": time.perf_counter() - t0, "jit_warmup": WATCH.since(jit0),
+            "first_mask_us": sink.mask_us[0] if sink.mask_us else None,
             "warmup_masks": len(sink.mask_us), "warmup_max_mask_us": max(sink.mask_us, default=None),
             "warmup_outcome": outcome.value, "warmup_message": message,
             "peak_rss_warmup_mb": peak_rss_mb(), "peak_rss_method": "vmhwm_reset" if reset else "lifetime"}
@@ -255,6 +265,7 @@ def main(serve=None) -> None:
     import signal
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    WATCH.install()   # before any engine is imported: every numba load and compile from here on is seen
     from gcdbench.parsers.limited import Channel, die_with_parent
 
     die_with_parent()

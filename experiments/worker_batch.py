@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from gcdbench.experiments.jitwatch import WATCH
 from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
 from gcdbench.experiments.steplog import SlotJournal, StepLog
 from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss, step_verdict
@@ -176,6 +177,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
         fallback = 0
         if on_step is not None:
             on_step(batch_step)
+        j0 = WATCH.locks
         try:
             t0 = perf()
             engine.fill_masks([seqs[i] for i in live], rows)
@@ -194,6 +196,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                     failed[i] = (Outcome.CRASH, f"step {slots[i].pos}: {type(err).__name__}: {err}")
             t1 = perf()
             fallback = 1 if failed else 2
+        jit = WATCH.locks - j0   # numba loaded or compiled inside the step's timer: every mask of the step says so
         step_us = (t1 - t0) / 1000.0
         share = step_us / L
         commits = 0.0
@@ -215,7 +218,7 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                     q.single[step] = False
             journal.append(i, WORKER_BATCH_STEP.pack(step=step, prefix_bytes=q.nbytes, mask_us=share, commit_us=0.0,
                                                      n_allowed=mask_count(mask, vocab), oracle_allowed=allowed,
-                                                     batch_step=batch_step))
+                                                     batch_step=batch_step, jit=jit))
             outcome, message = step_verdict(allowed, step == len(q.steps) - 1, tok, step)
             if outcome is None:
                 going.append(i)

@@ -60,10 +60,10 @@ def test_to_table_refuses_undeclared_and_missing_columns():
 
 def test_row_layouts_round_trip_by_name():
     lay = schema.WORKER_STEP
-    row = lay.pack(step=3, prefix_bytes=7, mask_us=1.5, commit_us=0.25, n_allowed=10, oracle_allowed=True)
+    row = lay.pack(step=3, prefix_bytes=7, mask_us=1.5, commit_us=0.25, n_allowed=10, oracle_allowed=True, jit=2)
     cols = lay.columns([[float(v) for v in row]])
     assert cols == {"step": [3], "prefix_bytes": [7], "mask_us": [1.5], "commit_us": [0.25], "n_allowed": [10],
-                    "oracle_allowed": [True]}
+                    "oracle_allowed": [True], "jit": [2]}
     assert type(cols["step"][0]) is int and type(cols["oracle_allowed"][0]) is bool
     with pytest.raises(ValueError, match="not columns of steps"):
         schema.check_layout(schema.RowLayout("steps", {"step": int, "nope": int}))
@@ -135,7 +135,7 @@ def _check_cell(cell: Path, tables: set[str]) -> dict:
         got = pq.read_schema(cell / f"{t}.parquet")
         assert schema.problems(t, got) == [], (t, schema.problems(t, got))
         assert schema.file_version(got) == schema.SCHEMA_VERSION
-        assert [f.name for f in got] == schema.columns(t, extra=any(c.name in got.names for c in schema.EXTRAS[t]))
+        assert [f.name for f in got] == schema.columns(t, extra={c.name for c in schema.EXTRAS[t]} & set(got.names))
         assert got.field(0).metadata[b"doc"]   # each column carries its meaning
     raw = json.loads((cell / "run.json").read_text())
     assert raw["schema_version"] == schema.SCHEMA_VERSION

@@ -96,8 +96,14 @@ def cell_summary(run_dir: Path) -> str:
             f"TTFM {fmt_s(c.get('ttfm_s'))}, per-mask mean {fmt_us(c.get('mask_mean_us'))} µs "
             f"(p50 {fmt_us(c.get('mask_p50_us'))}, p99 {fmt_us(c.get('mask_p99_us'))}, "
             f"p99.9 {fmt_us(c.get('mask_p999_us'))}, p99.99 {fmt_us(c.get('mask_p9999_us'))}, "
-            f"max {fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks); "
+            f"max {fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks{_jit_text(c)}); "
             f"{audit_text(c)}  [{c.get('outcomes', '')}]{prov}{_batch_text(Path(run_dir), c)}")
+
+
+def _jit_text(c: dict) -> str:
+    """The masks left out of the figures because numba loaded or compiled machine code inside their timer."""
+    n = get(c, "jit_masks")
+    return f"; {int(n)} more compiled inside the timer, left out" if n else ""
 
 
 def _batch_text(run_dir: Path, c: dict) -> str:

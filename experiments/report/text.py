@@ -58,6 +58,24 @@ def measured_at(cells: pd.DataFrame) -> str:
     unless it is small), so a table never mixes commits or machines silently."""
     if cells.empty:
         return ""
+    return _measured_at(cells) + jit_note(cells)
+
+
+def jit_note(cells: pd.DataFrame) -> str:
+    """A footnote for a table whose cells had masks inside whose timer numba loaded or compiled machine code
+    (``jit_masks``, left out of the per-mask figures); empty when none had."""
+    if "jit_masks" not in cells.columns:
+        return ""
+    hit = cells[pd.to_numeric(cells["jit_masks"], errors="coerce").fillna(0) > 0]
+    if hit.empty:
+        return ""
+    names = [f"{c['config']} × {c['dataset']} ({int(c['jit_masks'])})" for _, c in hit.iterrows()]
+    total = int(hit["jit_masks"].sum())
+    return (f" **{total} mask{'s' if total > 1 else ''} compiled inside the timer** (numba loaded or compiled machine "
+            f"code during the mask; left out of the per-mask figures): {_counted(names)}.")
+
+
+def _measured_at(cells: pd.DataFrame) -> str:
     groups: dict[tuple, list[str]] = {}
     for _, c in cells.iterrows():
         commit, machine = c.get("commit"), c.get("machine")
