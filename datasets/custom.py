@@ -6,9 +6,9 @@
 - ``jsonl``: JSON Lines, one object per line with the sample's ``text`` (any characters, newlines included) and an
   optional ``id`` (a string or a number; default ``<file stem>-0000``, ... by line order); blank lines skipped.
 - ``files``: a folder, one sample per file: the files under it that ``dataset.glob`` matches (``*.toml``;
-  ``**/*.toml`` takes subfolders too; default every file), sorted by path, files and folders whose name starts
-  with ``.`` left out; a sample is the file's text as it is, its final newline included; its id is the file's
-  path relative to the folder.
+  ``**/*.toml`` takes subfolders too; default ``**/*``, every file, subfolders included), sorted by path, files
+  and folders whose name starts with ``.`` left out; a sample is the file's text as it is, its final newline
+  included; its id is the file's path relative to the folder.
 - ``auto`` (default): ``files`` for a folder, ``jsonl`` for a ``.jsonl`` file, else ``lines``.
 
 A cell keeps one file per sample, named by the sample id, so an id's ``%``, ``/`` and ``\\`` and a leading ``.``
@@ -115,9 +115,9 @@ def read_jsonl(path: Path) -> list[Sample]:
 
 
 def read_files(folder: Path, glob: str | None) -> list[Sample]:
-    """One sample per file under ``folder`` that ``glob`` matches (default every file), sorted by relative path;
+    """One sample per file under ``folder`` that ``glob`` matches (default ``**/*``: every file), sorted by relative path;
     names starting with ``.`` are left out."""
-    pattern = glob or "*"
+    pattern = glob or "**/*"
     try:
         matched = list(folder.glob(pattern))
     except (ValueError, NotImplementedError) as err:
@@ -155,7 +155,7 @@ def load_custom(grammar_path, samples_path, start="start", n=None, seed=0, forma
     fmt = sample_format(s, format, glob)
     samples = read_files(s, glob) if fmt == "files" else read_jsonl(s) if fmt == "jsonl" else read_lines(s)
     grammar = GrammarSpec(name=g.stem, lark=read_text(g, "grammar"), start=start, path=str(g))
-    source = f"{s}/{glob or '*'}" if fmt == "files" else str(s)
+    source = f"{s}/{glob or '**/*'}" if fmt == "files" else str(s)
     return Dataset(name=f"custom_{g.stem}", grammar=grammar, samples=pick(samples, n, seed),
                    meta={"source": source, "format": fmt})
 
@@ -171,7 +171,7 @@ from gcdbench.datasets.registry import loader  # noqa: E402 - the registry impor
         format=("auto", "how samples is read: lines | jsonl | files | auto (a folder: files; .jsonl: jsonl; "
                         "else lines)"),
         glob=(None, "format=files: the sample files' pattern in the folder, e.g. *.toml or **/*.toml (default: every "
-                    "file)"))
+                    "file, subfolders included)"))
 def custom(name, dcfg, data_root, n, seed) -> Dataset:
     return load_custom(dcfg["grammar"], dcfg["samples"], dcfg["start"], n, seed, format=dcfg["format"],
                        glob=dcfg["glob"])

@@ -124,7 +124,8 @@ def test_files_one_sample_per_file_sorted_by_path(tmp_path, fmt):
     top = load(grammar(tmp_path), root, format=fmt, glob="*.json")
     assert [x.id for x in top.samples] == ["a.json", "b.json"]
     every = load(grammar(tmp_path), root, format=fmt)   # no glob: every file (names starting with '.' left out)
-    assert [x.id for x in every.samples] == ["a.json", "b.json", "notes.md"]
+    assert [x.id for x in every.samples] == ["a.json", "b.json", "notes.md", "sub%2Fc.json"]
+    assert every.meta["source"] == f"{root}/**/*"
 
 
 # -- end to end through the runner ------------------------------------------------------------------------------
@@ -158,14 +159,27 @@ def test_folder_of_multi_line_samples_runs_ok_on_psc(tmp_path):
     assert meta["audit"]["steps"] > 0 and meta["audit"]["agree"] == meta["audit"]["steps"]
 
 
-def test_jsonl_of_pretty_printed_documents_runs_ok_on_the_reference(tmp_path):
+@pytest.mark.parametrize("fmt", ["lines", "jsonl", "files"])
+def test_each_format_runs_ok_on_the_reference(tmp_path, fmt):
+    """The JSON-like grammar through the runner: documents one per line, pretty-printed (newlines inside) as JSON
+    Lines, and pretty-printed one per file, each with the format left to auto."""
     from gcdbench.experiments.runner import run
 
-    s = tmp_path / "docs.jsonl"
-    s.write_text("".join(json.dumps({"text": t, "id": f"doc{i}"}) + "\n" for i, t in enumerate(PRETTY)))
+    if fmt == "lines":
+        s = tmp_path / "docs.txt"
+        s.write_text("\n".join(DOCS) + "\n")
+        ids = ["docs-0000", "docs-0001", "docs-0002"]
+    elif fmt == "jsonl":
+        s = tmp_path / "docs.jsonl"
+        s.write_text("".join(json.dumps({"text": t, "id": f"doc{i}"}) + "\n" for i, t in enumerate(PRETTY)))
+        ids = ["doc0", "doc1", "doc2"]
+    else:
+        s = folder_of(tmp_path, {f"d/doc{i}.json": t + "\n" for i, t in enumerate(PRETTY)})
+        ids = ["d%2Fdoc0.json", "d%2Fdoc1.json", "d%2Fdoc2.json"]
     out = run(_cfg(tmp_path, "engine=reference", "dataset=custom", f"dataset.grammar={grammar(tmp_path)}",
                    f"dataset.samples={s}", "audit.per_sample=0"))
-    assert _outcomes(out) == {"doc0": "ok", "doc1": "ok", "doc2": "ok"}
+    assert _outcomes(out) == dict.fromkeys(ids, "ok")
+    assert json.loads((out / "run.json").read_text())["dataset_meta"]["format"] == fmt
 
 
 # -- mismatches: one line naming the file and the fix ----------------------------------------------------------
