@@ -115,8 +115,8 @@ def read_jsonl(path: Path) -> list[Sample]:
 
 
 def read_files(folder: Path, glob: str | None) -> list[Sample]:
-    """One sample per file under ``folder`` that ``glob`` matches (default ``**/*``: every file), sorted by relative path;
-    names starting with ``.`` are left out."""
+    """One sample per file under ``folder`` that ``glob`` matches (default ``**/*``: every file), sorted by
+    relative path; names starting with ``.`` are left out."""
     pattern = glob or "**/*"
     try:
         matched = list(folder.glob(pattern))
