@@ -9,8 +9,8 @@ random probes). The samples of a family and size are the same text for every spe
 between two spellings of one engine is a like-for-like comparison: an engine whose cost follows the language,
 not the spelling, has ratio 1.
 
-Options: ``dataset.family``, ``dataset.size`` (null: the family's default), ``dataset.spelling`` (null: the
-family's first) and ``dataset.pool`` (how many samples are generated; ``samples=N`` picks N of them). The
+Options: ``dataset.family``, ``dataset.size`` (null: the family's default) or ``dataset.step`` (an index into
+the family's five preset sizes), ``dataset.spelling`` (a name, or its index; null: the family's first) and ``dataset.pool`` (how many samples are generated; ``samples=N`` picks N of them). The
 dataset is named ``shapes_<family>_<size>_<spelling>`` (one cell folder each) and its meta carries ``shape``:
 ``{"family", "size", "spelling"}``, which the report's shape section groups by.
 
@@ -490,24 +490,24 @@ def nested_sample(size: int, rng: random.Random) -> str:
 # --------------------------------------------------------------------------------------------------
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("one_char_json", "JSON, every string character, digit and space a one-character terminal (GBNF style)",
-           "document bytes", (256, 1024, 4096), (64, 16384), 1024, ("chars", "regex"), json_grammar, json_sample,
+           "document bytes", (256, 512, 1024, 2048, 4096), (64, 16384), 1024, ("chars", "regex"), json_grammar, json_sample,
            ("regex",)),
     Family("one_char_csv", "CSV, every field character a one-character terminal", "document bytes",
-           (256, 1024, 4096), (64, 16384), 1024, ("chars", "regex"), csv_grammar, csv_sample, ("regex",)),
+           (256, 512, 1024, 2048, 4096), (64, 16384), 1024, ("chars", "regex"), csv_grammar, csv_sample, ("regex",)),
     Family("one_char_ident_number", "identifiers and numbers spelled one character a terminal",
-           "characters per item", (4, 16, 64), (1, 256), 16, ("chars", "regex"), ident_number_grammar,
+           "characters per item", (4, 8, 16, 32, 64), (1, 256), 16, ("chars", "regex"), ident_number_grammar,
            ident_number_sample, ("chars", "regex")),
     Family("ladder", "a C-style precedence ladder (ternary, binary levels, unary, call)", "binary levels",
            (5, 10, 15, 20, 25), (1, len(LADDER_LEVELS)), 15, ("ladder", "flat"), ladder_grammar, ladder_sample,
            ("ladder",)),
     Family("keywords", "keywords beside an identifier terminal that also matches them", "keywords",
-           (10, 100, 300, 1000), (1, 1000), 100, ("literals", "terminal"), keywords_grammar,
+           (10, 30, 100, 300, 1000), (1, 1000), 100, ("literals", "terminal"), keywords_grammar,
            keywords_sample, ("literals", "terminal")),
     Family("counted", "counted repetitions: UUIDs, n-digit digests, notes of at most n characters",
-           "repetition count n", (8, 32, 128, 256), (1, 256), 32, ("counted", "expanded"), counted_grammar,
+           "repetition count n", (8, 32, 64, 128, 256), (1, 256), 32, ("counted", "expanded"), counted_grammar,
            counted_sample, ("counted", "expanded")),
     Family("nested_regular", "strings with escapes and comments inside nested blocks", "nesting depth",
-           (2, 8, 32), (1, 64), 8, ("regex", "composed"), nested_grammar, nested_sample,
+           (2, 4, 8, 16, 32), (1, 64), 8, ("regex", "composed"), nested_grammar, nested_sample,
            ("regex", "composed")),
 )}
 
@@ -520,15 +520,26 @@ def _family(name: str) -> Family:
     return FAMILIES[name]
 
 
-def resolve(family: str, size=None, spelling=None) -> tuple[Family, int, str]:
+def resolve(family: str, size=None, spelling=None, step=None) -> tuple[Family, int, str]:
     """The family, size and spelling a ``dataset=shapes`` node names (null size / spelling: the family's
-    default); a value outside the family's choices raises :class:`DataError` naming them."""
+    default; ``step``: the size at that index of the family's preset axis, :attr:`Family.sizes`; ``spelling``
+    may also be an index into the family's spellings, so that one sweep covers every family); a value outside
+    the family's choices raises :class:`DataError` naming them."""
     fam = _family(family)
+    if step is not None:
+        if size is not None:
+            raise DataError(f"dataset shapes: give dataset.size or dataset.step, not both (size={size}, step={step})")
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(fam.sizes):
+            raise DataError(f"dataset shapes: step {step!r} is not an index of family {fam.name}'s size axis "
+                            f"{list(fam.sizes)}; set dataset.step=0..{len(fam.sizes) - 1}")
+        size = fam.sizes[step]
     size = fam.default_size if size is None else size
     if isinstance(size, bool) or not isinstance(size, int) or not fam.size_range[0] <= size <= fam.size_range[1]:
         raise DataError(f"dataset shapes: family {fam.name}: size {size!r} ({fam.size_name}) is not an integer in "
                         f"{fam.size_range[0]}..{fam.size_range[1]}; set dataset.size=<n> in that range")
     spelling = fam.spellings[0] if spelling is None else spelling
+    if isinstance(spelling, int) and not isinstance(spelling, bool) and 0 <= spelling < len(fam.spellings):
+        spelling = fam.spellings[spelling]
     if spelling not in fam.spellings:
         raise DataError(f"dataset shapes: family {fam.name} has no spelling {spelling!r}; valid: "
                         f"{', '.join(fam.spellings)} (dataset.spelling=...)")
@@ -550,7 +561,7 @@ def shape_samples(family: str, size=None, pool: int = DEFAULT_POOL) -> list[Samp
 
 def load_shapes(dcfg, n=None, seed=0) -> Dataset:
     """``dataset=shapes`` (see the module docstring)."""
-    fam, size, spelling = resolve(str(dcfg["family"]), dcfg.get("size"), dcfg.get("spelling"))
+    fam, size, spelling = resolve(str(dcfg["family"]), dcfg.get("size"), dcfg.get("spelling"), dcfg.get("step"))
     pool = dcfg.get("pool", DEFAULT_POOL)
     if isinstance(pool, bool) or not isinstance(pool, int) or pool < 1:
         raise DataError(f"dataset shapes: pool {pool!r} is not a positive integer; set dataset.pool=<n>")
@@ -559,6 +570,8 @@ def load_shapes(dcfg, n=None, seed=0) -> Dataset:
     meta = {"shape": {"family": fam.name, "size": size, "spelling": spelling},
             "family_what": fam.what, "size_name": fam.size_name, "spellings": list(fam.spellings),
             "lalr_spellings": list(fam.lalr or ()), "pool": pool,
+            # the flat spelling of a ladder is ambiguous (every operator sequence has Catalan many parses)
+            "ambiguous": (fam.name, spelling) == ("ladder", "flat"),
             "source": f"generated by gcdbench.datasets.shapes (family={fam.name}, size={size}; same samples for "
                       "every spelling)"}
     return Dataset(name=grammar.name, grammar=grammar, samples=pick(samples, n, seed), meta=meta)
@@ -570,7 +583,8 @@ from gcdbench.datasets.registry import loader  # noqa: E402 - the registry impor
 
 @loader(family=("one_char_json", "the shape family: " + ", ".join(FAMILIES)),
         size=(None, "the family's size axis (levels, keywords, repetition count, bytes, depth); null: its default"),
-        spelling=(None, "one of the family's language-equivalent spellings; null: its first"),
+        step=(None, "index into the family's preset size axis (5 sizes each; the sweep's axis); overrides null size"),
+        spelling=(None, "one of the family's language-equivalent spellings, or its index (0, 1); null: its first"),
         pool=(DEFAULT_POOL, "samples generated (seeded by family, size and index); samples=N picks N of them"))
 def shapes(name, dcfg, data_root, n, seed) -> Dataset:
     return load_shapes(dcfg, n=n, seed=seed)
