@@ -8,9 +8,13 @@
 * **Files.** Each finished sample is a part in ``parts/`` at once; :meth:`Cell.merge` folds the parts into the
   parquet files (written with the declared schemas of ``experiments/schema.py``) and writes ``run.json`` from
   what they hold. Every file is replaced atomically, so a killed run leaves either the old or the new version.
+* **A full disk.** A write that fails removes its temporary file; ENOSPC / EDQUOT becomes :class:`NoSpace`, whose
+  message is the one line the command prints (what could not be written, and: free space, run the same command
+  again, the finished samples are kept). Opening a cell removes the temporaries of writes whose process is gone.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -151,11 +155,109 @@ class CellLock:
         self.fh.close()
 
 
+#: the errors of a full disk (or a full quota): the run stops with one line (:class:`NoSpace`), its parts kept
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE_TEXTS = ("no space left on device", "disk quota exceeded")
+_TEMPORARY = re.compile(r"^\..+\.tmp(\d+)$")
+
+
+def is_no_space(err: BaseException) -> bool:
+    """Whether ``err`` is a full disk or quota (an OSError with ENOSPC / EDQUOT, or pyarrow's OSError saying so)."""
+    return isinstance(err, OSError) and (err.errno in NO_SPACE_ERRNOS
+                                         or any(t in str(err).lower() for t in _NO_SPACE_TEXTS))
+
+
+def no_space_message(err: OSError, path=None) -> str:
+    """The one line a full disk ends a run with: what could not be written and the fix (the finished samples are
+    kept in ``parts/``: the same command resumes)."""
+    quota = err.errno == errno.EDQUOT or "quota" in str(err).lower()
+    where = path if path is not None else (err.filename or "results")
+    return (f"no space left on device{' (disk quota exceeded)' if quota else ''} writing {where}; free space (or "
+            "give another out_dir) and run the same command again: finished samples are kept")
+
+
+class NoSpace(OSError):
+    """A result file could not be written for want of space: ``errno`` ENOSPC or EDQUOT, ``str()`` the one line
+    of :func:`no_space_message`."""
+
+    def __init__(self, err: OSError, path: Path):
+        code = err.errno if err.errno in NO_SPACE_ERRNOS else errno.ENOSPC
+        super().__init__(code, no_space_message(err, path), str(path))
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def lock_holder(folder: Path) -> str | None:
+    """Who holds the cell folder's lock now (the holder's line, e.g. ``pid 123 on host, since ...``), or None: no
+    lock file, or a lock no live process holds (its run ended, or was killed: the kernel released the ``flock``,
+    and the file may still name the dead process). Read without taking the lock when the file names no holder
+    (a run that ended cleanly empties it) or names a process of this machine that is gone; else a non-blocking
+    shared ``flock`` is tried and released at once."""
+    path = Path(folder) / ".lock"
+    try:
+        fh = open(path)
+    except OSError:
+        return None
+    with fh:
+        holder = fh.read().strip()
+        if not holder:
+            return None
+        m = re.match(r"pid (\d+) on (\S+),", holder)
+        if m and m.group(2) == platform.node() and not _alive(int(m.group(1))):
+            return None
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return holder
+        except OSError:   # a file system without flock: the named process's liveness decides
+            return holder if m and m.group(2) == platform.node() else None
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return None
+
+
 def write_atomic(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename: readers see the old or the new file."""
+    """Write through a temporary file in the same folder, then rename: readers see the old or the new file. A write
+    that fails removes its temporary; a full disk raises :class:`NoSpace` (one line naming ``path``)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        if is_no_space(err) and not isinstance(err, NoSpace):
+            raise NoSpace(err, path) from None
+        raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the ``.<name>.tmp<pid>`` files :func:`write_atomic` left in ``folder`` when its process was killed
+    before the rename: those whose process is gone (or is this one: its own writes clean up after themselves).
+    Returns what was removed."""
+    gone = []
+    for p in folder.glob(".*.tmp*"):
+        m = _TEMPORARY.match(p.name)
+        if m is None or (int(m.group(1)) != os.getpid() and _alive(int(m.group(1)))):
+            continue
+        try:
+            p.unlink()
+            gone.append(p)
+        except FileNotFoundError:
+            pass
+    return gone
 
 
 def write_json(path: Path, obj) -> None:
@@ -183,6 +285,9 @@ class Cell:
         self.out = out
         self.parts = out / "parts"
         self.identity = identity
+        for folder in (out, self.parts):   # writes killed before their rename (the cell is opened under its lock)
+            if folder.is_dir():
+                remove_stale_temporaries(folder)
         meta = None
         if (out / "run.json").exists():
             try:

@@ -2,11 +2,12 @@
 own CSV files and figures under ``<out>``). A new table is one module with a ``SECTION`` and one entry here."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from gcdbench.experiments.report import (batch, beyond, cells, cliffs, disagreements, figures, growth,
                                          maskbench, seeds, table1)
-from gcdbench.experiments.report.collect import collect, is_batch, single_mode
+from gcdbench.experiments.report.collect import collect, is_batch, nothing_reported, single_mode
 from gcdbench.experiments.report.section import Context, Section
 
 #: the report's sections in README order; "figures" goes last (it draws every figure of the --results cells)
@@ -34,8 +35,10 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
                   seeds=Path(seeds) if seeds is not None else None,
                   cells=single_mode(all_cells),
                   batch_roots=([results] if is_batch(all_cells).any() else []) + [Path(b) for b in batch])
-    if ctx.cells.empty:
-        raise SystemExit(f"no run.json under {results}: run `python -m experiments.run ...` first")
+    if ctx.cells.empty:   # exit 0 when every cell is still running (nothing is wrong), else 1
+        code, why = nothing_reported(results, all_cells)
+        print(why, file=sys.stderr)
+        raise SystemExit(code)
     out.mkdir(parents=True, exist_ok=True)
     for old in (out / "figures").glob("*"):   # the report owns <out>/figures: no figure of an earlier report stays
         if old.suffix in (".png", ".pdf"):

@@ -5,6 +5,12 @@ from these frames; none opens a cell's files itself.
 A cell is a folder with a ``run.json`` (and ``samples``/``steps``/``audit``/``batch_steps`` parquet files), or a
 cell kept in a re-stored pack (:mod:`.packed`: per-mask rows replaced by the summaries the report reads). A damaged
 file is one skipped cell with a warning naming it, never a failed report.
+
+A cell whose run is still going (its ``.lock`` held by a live process: ``store.lock_holder``) is *running*: not
+reported until its run ends, named in a ``note:`` line and in ``attrs["running"]`` as ``<cell>: running: N samples
+so far`` (the rows stored and the parts written). A run that ended without finishing (its lock released; the lock
+file may still name the dead process) is *stopped*: its stored rows are reported, and a cell without any says
+to run the same command again.
 """
 from __future__ import annotations
 
@@ -58,6 +64,48 @@ class Unreadable(Exception):
     """A stored file of a cell that cannot be read; ``str()`` names the file and the reason."""
 
 
+class Running(Unreadable):
+    """A cell whose run is still going: ``str()`` is ``<cell>: running: N samples so far``."""
+
+
+def note(message: str) -> None:
+    """One ``note:`` line on stderr per distinct message (what is not wrong but not reported either)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        print(f"note: {message}", file=sys.stderr)
+
+
+def running_line(run_dir: Path) -> str | None:
+    """``<cell>: running: N samples so far`` when a live process holds the cell's lock, else None. N counts the
+    samples stored in ``samples.parquet`` and those written to ``parts/`` since (each once)."""
+    from gcdbench.experiments.store import lock_holder
+
+    run_dir = Path(run_dir)
+    if lock_holder(run_dir) is None:
+        return None
+    ids = {p.name[: -len(".sample.json")] for p in (run_dir / "parts").glob("*.sample.json")}
+    try:
+        stored = schema.read_rows(run_dir / "samples.parquet") if (run_dir / "samples.parquet").exists() else None
+    except Exception:   # noqa: BLE001 - being replaced right now, or damaged: the parts are what counts
+        stored = None
+    if stored is not None and "sample_id" in stored:
+        ids |= set(map(str, stored["sample_id"]))
+    return f"{run_dir}: running: {len(ids)} samples so far"
+
+
+def nothing_reported(results: Path, cells: pd.DataFrame) -> tuple[int, str]:
+    """The exit status and the line of a report that found no cell to report under ``results``: 0 when every cell
+    there is still running (the report is run too early, nothing is wrong), else 1."""
+    running, skipped = cells.attrs.get("running", []), cells.attrs.get("skipped", [])
+    if running and len(skipped) == len(running):
+        return 0, (f"every cell under {results} is still running ({len(running)} cell(s)); nothing to report "
+                   "yet: run the report again when they end")
+    if running or skipped:
+        return 1, (f"no cell under {results} can be reported yet ({len(running)} still running, "
+                   f"{len(skipped) - len(running)} skipped: see the lines above)")
+    return 1, f"no run.json under {results}: run `python -m experiments.run ...` first"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # finding and reading cells
 # --------------------------------------------------------------------------------------------------------------
@@ -68,11 +116,15 @@ def find_runs(root: Path) -> list[Path]:
     root = Path(root)
     runs = sorted(p.parent for p in root.rglob("run.json") if ".hydra" not in p.parts)
     have = set(runs)
+    # a run that has just started holds the lock before it writes run.json: a running cell too
+    starting = {p.parent for p in root.rglob(".lock") if ".hydra" not in p.parts and p.parent not in have
+                and running_line(p.parent) is not None}
     orphans = sorted({p.parent for pat in ("*.parquet", "parts") for p in root.rglob(pat)
-                      if ".hydra" not in p.parts and packed.PACK_DIR not in p.parts and p.parent not in have})
+                      if ".hydra" not in p.parts and packed.PACK_DIR not in p.parts and p.parent not in have}
+                     - starting)
     for d in orphans:
         warn(f"{d} holds result files but no run.json: not reported (re-run the cell, or remove the folder)")
-    return sorted(have | {p for p in packed.cells_under(root) if p not in have})
+    return sorted(have | starting | {p for p in packed.cells_under(root) if p not in have})
 
 
 def run_dirs(roots) -> list[Path]:
@@ -105,6 +157,8 @@ def read_cell_file(run_dir: Path, name: str):
     if not path.exists():
         return None
     try:
+        if name == "steps.parquet":
+            return timed_steps(schema.read_rows(path))
         return schema.read_run(path) if name == "run.json" else schema.read_rows(path)
     except schema.SchemaVersionError as err:
         raise Unreadable(str(err)) from None
@@ -112,6 +166,19 @@ def read_cell_file(run_dir: Path, name: str):
         if "is not a gcdbench run.json" in str(err):   # a foreign file: one skipped cell (issue 27)
             raise Unreadable(str(err)) from None
         raise Unreadable(f"cannot read {path} ({type(err).__name__}: {str(err)[:160]})") from None
+
+
+def timed_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """A cell's step rows without the masks inside whose timer numba loaded or compiled machine code (``jit`` > 0,
+    :mod:`gcdbench.experiments.jitwatch`): they measure a compile, not a mask, and stay out of every per-mask
+    statistic; how many were left out is ``attrs["jit_masks"]`` (rows stored before the column: none known)."""
+    if "jit" not in steps.columns:
+        steps.attrs["jit_masks"] = None
+        return steps
+    jit = steps["jit"].fillna(0).to_numpy() > 0
+    out = steps[~jit].reset_index(drop=True) if jit.any() else steps
+    out.attrs["jit_masks"] = int(jit.sum())
+    return out
 
 
 def read_run(run_dir: Path) -> dict:
@@ -139,9 +206,10 @@ def mask_summary(run_dir: Path, steps: pd.DataFrame | None = None, meta: dict | 
         us = np.repeat((bs["step_us"] / bs["live"]).to_numpy(), bs["masks"].to_numpy())
     else:
         us = steps["mask_us"].to_numpy()
+    jit = {"jit_masks": steps.attrs["jit_masks"]} if steps is not None and steps.attrs.get("jit_masks") else {}
     if not us.size:
-        return {}
-    return dict(mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
+        return jit
+    return dict(**jit, mask_n=int(us.size), mask_mean_us=float(us.mean()), mask_p50_us=float(np.percentile(us, 50)),
                 mask_p99_us=float(np.percentile(us, 99)), mask_p999_us=float(np.percentile(us, 99.9)),
                 mask_p9999_us=float(np.percentile(us, 99.99)), mask_max_us=float(us.max()))
 
@@ -350,11 +418,15 @@ def audit_counts(audit: pd.DataFrame) -> dict:
 
 
 def cell_stats(run_dir: Path) -> dict:
-    """One cell's numbers, computed from its stored files (raises Unreadable for a damaged file)."""
+    """One cell's numbers, computed from its stored files (raises Unreadable for a damaged file, Running for a cell
+    whose run is still going)."""
+    running = running_line(run_dir)
+    if running is not None:
+        raise Running(running)
     meta = read_run(run_dir)
     samples = read_cell_file(run_dir, "samples.parquet")
     audit = read_cell_file(run_dir, "audit.parquet")
-    if samples is None:   # the identity is written before any row: a run stopped (or still running) before its first
+    if samples is None:   # the identity is written before any row, and no live process holds the lock
         raise Unreadable(f"{run_dir} holds no rows yet (a run stopped before it stored its first samples; run the "
                          "same command again to resume it)")
     if meta.get("n_rows") is not None and meta["n_rows"] != len(samples):
@@ -391,11 +463,17 @@ def cell_stats(run_dir: Path) -> dict:
 
 def collect(root: Path) -> pd.DataFrame:
     """One row per readable cell under ``root`` (``cell_stats``); damaged cells are skipped with a warning and
-    listed in ``attrs["skipped"]``."""
-    rows, skipped, first = [], [], {}
+    listed in ``attrs["skipped"]``; running cells are named in a note and listed in ``attrs["running"]`` (and in
+    ``attrs["skipped"]``, for the report's "Not reported" section)."""
+    rows, skipped, running, first = [], [], [], {}
     for r in find_runs(root):
         try:
             row = cell_stats(r)
+        except Running as err:   # not reported until its run ends; named under "Not reported" too
+            note(f"{err} (reported once its run ends)")
+            running.append(str(err))
+            skipped.append(f"{err} (reported once its run ends)")
+            continue
         except Unreadable as err:
             msg = f"{err}: cell {r} skipped"
             warn(msg)
@@ -413,6 +491,7 @@ def collect(root: Path) -> pd.DataFrame:
         rows.append(row)
     df = pd.DataFrame(rows)
     df.attrs["skipped"] = skipped
+    df.attrs["running"] = running
     return df
 
 
@@ -473,6 +552,8 @@ def collect_batch(roots) -> pd.DataFrame:
                 if not (meta.get("identity") or {}).get("batch"):
                     continue
                 rows.append(batch_stats(r))
+            except Running as err:
+                note(f"{err} (reported once its run ends)")
             except Unreadable as err:
                 warn(f"{err}: cell {r} skipped")
     df = pd.DataFrame(rows)
