@@ -71,11 +71,18 @@ class RunConfig:
     fresh: bool = False                # true: discard the cell folder's earlier results instead of resuming
     retry_compile_timeouts: bool = True  # resume: compile again a grammar whose compile ran out of time (false: it stands)
     warmup: bool = True                # one untimed warm-up sample after each compile
+    cold: bool = False                 # true: each worker starts with empty numba and gcdbench caches (a first run on
+                                       # a new machine: cold init, JIT and TTFM; its own cell, folder <label>__cold)
     limits: Limits = field(default_factory=Limits)
     audit: Audit = field(default_factory=Audit)
     batch: Batch = field(default_factory=Batch)
     progress: bool = True
     report: bool = True                # print this cell's summary line when it ends
+    # repeats (issue 66; experiments/repeats.py): each repeat is its own cell (folder <label>__repeat-<r>), run in
+    # its own fresh worker with its own compile, warm-up and samples
+    repeat: int = 0                    # which repeat this cell is (0: the first; part of the cell's identity)
+    repeats: int = 1                   # R >= 1: run repeats 0..R-1 (a sweep: each a job, see interleave)
+    interleave: bool = True            # a sweep with repeats=R runs every config's repeat 0, then every repeat 1, ...
 
 
 def folder_safe(value) -> str:
@@ -172,6 +179,9 @@ def register() -> None:
         cs.store(group="dataset", name=name, node=node)
     # Hydra's own run folder is named from user values before the runner validates them (issue 27, item 6)
     OmegaConf.register_new_resolver("safe", folder_safe, replace=True)
+    from gcdbench.experiments.repeats import repeat_sweep   # issue 66: hydra.sweeper.params.repeat
+
+    OmegaConf.register_new_resolver("repeat_sweep", repeat_sweep, replace=True)
 
 
 def sample_count(value) -> int | None:
@@ -222,6 +232,11 @@ def validate(cfg) -> int | None:
         raise ConfigError(f"unknown config key(s) {bad}: nothing reads them (a typo added with '+'?). Valid: {valid}; "
                           f"{nested}; engine.<option> and dataset.<option> are checked by the engine and the dataset")
     n = sample_count(cfg.samples)
+    for key, low in (("repeat", 0), ("repeats", 1)):   # issue 66: repeats
+        value = cfg.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{key}={value!r}: write a whole number >= {low} (repeats=R runs R repeats of each "
+                              "cell; repeat=r names one of them)")
     for key, value in cfg.limits.items():
         if value is None and key == "warmup_timeout_s":   # null: the sample limit
             continue

@@ -15,7 +15,8 @@ import psutil
 
 from gcdbench.parsers.gitstate import RESULT_FOLDERS, git_commit, git_state, repo_folders
 
-__all__ = ["RESULT_FOLDERS", "git_commit", "git_state", "machine_info", "package_versions", "repo_folders"]
+__all__ = ["RESULT_FOLDERS", "git_commit", "git_state", "machine_info", "machine_snapshot", "machine_state",
+           "not_alone_text", "package_versions", "repo_folders"]
 
 
 def machine_info() -> dict:
@@ -53,3 +54,88 @@ def package_versions() -> dict:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the machine's state during a session (issue 66): was the machine alone, at what clock speed
+# --------------------------------------------------------------------------------------------------------------
+#: another process using more than this share of one core on average during a session makes it "not alone"
+NOT_ALONE_CORES = 0.10
+_BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
+
+
+def _cpufreq() -> dict:
+    """Current CPU clock (MHz: min, mean, max over the cores) and the governors, where ``/sys`` exposes them."""
+    mhz, governors = [], set()
+    for d in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq")):
+        try:
+            mhz.append(int((d / "scaling_cur_freq").read_text()) / 1000.0)
+        except (OSError, ValueError):
+            pass
+        try:
+            governors.add((d / "scaling_governor").read_text().strip())
+        except OSError:
+            pass
+    out = {}
+    if mhz:
+        out["cpu_mhz"] = {"min": round(min(mhz)), "mean": round(sum(mhz) / len(mhz)), "max": round(max(mhz))}
+    if governors:
+        out["governor"] = sorted(governors)
+    return out
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process, its live descendants and its waited-for children (workers that ended)."""
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def machine_snapshot() -> dict:
+    """The machine at one moment: load average, CPU clock and governor, and the busy CPU seconds of the whole
+    machine and of this process tree (what :func:`machine_state` subtracts)."""
+    import time
+
+    times = psutil.cpu_times()
+    snap = {"t": time.monotonic(), "busy_s": sum(getattr(times, f, 0.0) for f in _BUSY_FIELDS),
+            "own_s": _own_cpu_s()}
+    try:
+        snap["load"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    snap.update(_cpufreq())
+    return snap
+
+
+def machine_state(before: dict, after: dict) -> dict:
+    """What run.json keeps per session (``machine_state``): load average and CPU clock before and after, the
+    governors, and the CPU time other processes used meanwhile (``others_cpu_s``; ``others_cores``: its average
+    in cores); ``alone`` is False when they used more than :data:`NOT_ALONE_CORES` of a core on average."""
+    wall = max(after["t"] - before["t"], 1e-9)
+    others = max(0.0, (after["busy_s"] - before["busy_s"]) - (after["own_s"] - before["own_s"]))
+    out = {"wall_s": round(wall, 3), "others_cpu_s": round(others, 3), "others_cores": round(others / wall, 3)}
+    out["alone"] = out["others_cores"] <= NOT_ALONE_CORES
+    for key in ("load", "cpu_mhz"):
+        if key in before or key in after:
+            out[f"{key}_before"], out[f"{key}_after"] = before.get(key), after.get(key)
+    governors = sorted(set(before.get("governor", [])) | set(after.get("governor", [])))
+    if governors:
+        out["governor"] = governors
+    return out
+
+
+def not_alone_text(state: dict | None) -> str | None:
+    """``the machine was not alone (...)`` for a session whose :func:`machine_state` says so, else None."""
+    if not state or state.get("alone", True):
+        return None
+    load = state.get("load_before"), state.get("load_after")
+    load_text = f", load {load[0][0]:.2f} -> {load[1][0]:.2f}" if all(load) else ""
+    return (f"the machine was not alone (other processes used {state['others_cores']:.2f} cores on average over "
+            f"{state['wall_s']:.0f} s{load_text}): timings may be slow or noisy; run it again with the machine alone")

@@ -28,7 +28,8 @@ from omegaconf import OmegaConf
 
 from gcdbench.experiments import schema
 from gcdbench.experiments.provenance import (RESULT_FOLDERS, git_commit, git_state, machine_info,  # noqa: F401
-                                             package_versions, repo_folders)
+                                             machine_snapshot, machine_state, not_alone_text, package_versions,
+                                             repo_folders)
 from gcdbench.experiments.runrecord import build_meta  # noqa: F401 - re-exported
 from gcdbench.experiments.store import (Cell, CellBusy, CellDamaged, CellError, CellLock, CellMismatch,  # noqa: F401
                                         cell_identity, clear, engine_label, identity_diff, load_json, write_json)
@@ -78,6 +79,10 @@ def run(cfg) -> Path:
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     n = validate(cfg)
+    if int(cfg.get("repeats", 1)) > 1:   # issue 66: repeats 0..R-1, each its own cell (a sweep interleaves them)
+        from gcdbench.experiments.repeats import run_repeats
+
+        return run_repeats(cfg, run)
     if str(cfg.batch.get("steps", "summary")) not in BATCH_STEPS:
         raise ConfigError(f"batch.steps={cfg.batch.steps!r}: must be one of {', '.join(BATCH_STEPS)} (summary: batch "
                           "cells keep one row per batch step; all: also every mask's row in steps.parquet)")
@@ -102,7 +107,15 @@ def run(cfg) -> Path:
               f"{len(dataset.samples)} (samples=all says the same)", file=sys.stderr)
     identity = cell_identity(engine_name, label, probe.opts, dataset, OmegaConf.to_container(cfg.dataset, resolve=True),
                              tokenizer, int(cfg.seed), batch_size)
-    out = Path(cfg.out_dir) / dataset.name / tokenizer.name / (label + (f"__batch-{batch_size}" if batch_size else ""))
+    repeat = int(cfg.get("repeat", 0))
+    if repeat:   # issue 66: each repeat its own cell; repeat 0 keeps the identity and folder of a cell run once
+        identity["repeat"] = repeat
+    cold = bool(cfg.get("cold", False))
+    if cold:     # empty caches in every worker: a cell of its own beside the cached one
+        identity["cold"] = True
+    out = Path(cfg.out_dir) / dataset.name / tokenizer.name / (label + (f"__batch-{batch_size}" if batch_size else "")
+                                                               + ("__cold" if cold else "")
+                                                               + (f"__repeat-{repeat}" if repeat else ""))
     if (batch_size and cfg.batch.threads not in (None, 1) and not getattr(cls, "threads_option", None)
             and not cfg.fresh and (out / "run.json").exists()):
         # no thread option: batch.threads=T names the threads=1 cell, already run; resuming it here would give its
@@ -151,6 +164,7 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         "audit_per_sample": int(cfg.audit.per_sample), "audit_samples": cfg.audit.samples,
         "warmup": bool(cfg.warmup), "inits": [], "samples_run": 0,
     }
+    machine_before = machine_snapshot()   # issue 66: was the machine alone while the cell ran
     failure = None
     if reuse:   # a refusal of this grammar by this engine version (or, if asked, its time-out): not compiled again
         failure = session["compile_failure"] = {"message": reuse[0], "kind": reuse[1], "engine_version": version,
@@ -174,6 +188,9 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
         progress.close()
     session["status"] = "finished"
     session["ended"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    session["machine_state"] = machine_state(machine_before, machine_snapshot())   # the timed part, not the audit
+    if not_alone_text(session["machine_state"]):
+        print(f"warning: {label}: {not_alone_text(session['machine_state'])}", file=sys.stderr)
     _audit_pending(cell, session, dataset, tokenizer, engine_name, opts, probe, cfg)
     cell.save_session(session)
     return session["id"]

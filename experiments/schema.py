@@ -320,6 +320,8 @@ class Identity(TypedDict, total=False):
     samples_digest: str      # digest of the sample ids, texts and stored token ids
     sample_ids: list         # the sample ids in the cell's order
     batch: dict              # batch mode only: {"mode": "batch", "size": B}
+    repeat: int              # repeats (issue 66): which repeat of the cell (absent: 0, the first)
+    cold: bool               # cold=true: every worker started with empty numba and gcdbench caches (absent: false)
 
 
 class Init(TypedDict, total=False):
@@ -379,6 +381,7 @@ class Session(TypedDict, total=False):
     batch_runs: list                 # batch mode: one record per worker run (steps, how it ended)
     audit_error: str                 # why the audit did not run
     audit_skipped: dict              # {sample id: reason} of audits beyond the cell's limits
+    machine_state: dict              # load, CPU clock and governor before/after, others' CPU time (alone?)
 
 
 class RunRecord(TypedDict, total=False):
