@@ -403,10 +403,15 @@ def _audit_pending(cell: Cell, session, dataset, tokenizer, engine_name, opts, p
     pending = sorted(cell.parts.glob("*.audit.npz"))
     if not pending:
         return
-    if int(cfg.audit.per_sample) == 0:   # a resume with the audit turned off: the saved masks stay unaudited
+    skip = getattr(type(probe), "audit_skip", None)   # an engine that implements no language (the null engine)
+    if int(cfg.audit.per_sample) == 0 or skip:   # a resume with the audit turned off: the saved masks stay unaudited
         for npz in pending:
             npz.unlink()
-        why = "audit.per_sample=0 on resume: the masks saved for the audit were dropped"
+        why = skip or "audit.per_sample=0 on resume: the masks saved for the audit were dropped"
+        if skip:
+            if session is not None:
+                session["audit_error"] = why
+            return
         print(f"note: {cell.out}: {why} ({len(pending)} sample(s) stay unaudited)", file=sys.stderr)
         if session is not None:
             session["audit_error"] = why
