@@ -5,8 +5,12 @@ run; this module only supervises the child.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import time
+import weakref
 
 from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY, WORKER_STEP
 from gcdbench.experiments.steplog import SlotJournal, StepLog
@@ -19,7 +23,7 @@ class Worker:
     (batch mode: the log of batch steps, and the SlotJournal of the sequences in flight)."""
 
     def __init__(self, engine: str, opts: dict, grammar, tokenizer_name: str, warmup_ids, on_progress,
-                 batch: dict | None = None):
+                 batch: dict | None = None, env: dict | None = None):
         self.journal = None
         if batch:
             self.log = StepLog.create(layout=WORKER_BATCH_SUMMARY)
@@ -30,7 +34,7 @@ class Worker:
             self.log = StepLog.create()
             extra = ()
         module = "gcdbench.experiments.worker_batch" if batch else "gcdbench.experiments.worker"
-        self.proc = LimitedProcess([sys.executable, "-m", module], channel=True)
+        self.proc = LimitedProcess([sys.executable, "-m", module], channel=True, env=env)
         self.proc.send(("init", engine, opts, grammar, tokenizer_name, warmup_ids, self.log.path, *extra))
         self.on_progress = on_progress
         self.last_progress = None
@@ -172,6 +176,14 @@ def await_compile(worker: Worker, limits, version) -> tuple[dict | None, dict | 
     return init, None, True
 
 
+def cold_env() -> tuple[dict, str]:
+    """A worker environment whose numba cache (``NUMBA_CACHE_DIR``) and gcdbench cache (``GCDBENCH_CACHE``: the
+    engines' compiled artifacts) are new empty folders, as on a machine that never ran gcdbench (``cold=true``),
+    and the folder holding both."""
+    d = tempfile.mkdtemp(prefix="gcdbench-cold-")
+    return {**os.environ, "NUMBA_CACHE_DIR": os.path.join(d, "numba"), "GCDBENCH_CACHE": os.path.join(d, "cache")}, d
+
+
 def _record_failure(session, failure: dict, group: str | None) -> None:
     """A compile failure: the session's (one grammar) or its group's (a dataset of many grammars)."""
     if group is None:
@@ -190,8 +202,11 @@ def start_worker(cfg, session, cell, engine_name, opts, grammar, tokenizer, warm
     mem = float(limits.memory_mb)
     while True:
         progress.set_postfix_str("compiling")
+        env, cold_dir = cold_env() if cfg.get("cold") else (None, None)
         worker = Worker(engine_name, opts, grammar, tokenizer.name, warm_ids,
-                         lambda text: progress.set_postfix_str(f"compiling: {text}"[:80]), batch)
+                         lambda text: progress.set_postfix_str(f"compiling: {text}"[:80]), batch, env)
+        if cold_dir is not None:   # the empty caches go when the worker object does
+            weakref.finalize(worker, shutil.rmtree, cold_dir, True)
         init, failure, _alive = await_compile(worker, limits, version)
         if init is not None:
             init.update(session=session["id"], **({"group": group} if group is not None else {}))

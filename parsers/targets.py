@@ -46,6 +46,12 @@ def callee_jit(**options):
     return wrap
 
 
+def compile_for(dispatcher, *args):
+    """Load (from numba's on-disk cache) or compile ``dispatcher`` now for the argument types a call with ``args``
+    would have, without calling it: an engine pays its compiles in init, not in its first mask."""
+    return dispatcher.compile(tuple(numba.typeof(a) for a in args))
+
+
 def variant(fn, target: str, **bind):
     """``fn`` compiled for ``target`` ('cpu' or 'cuda') with the global names in ``bind`` rebound."""
     f = rebind(fn, bind)

@@ -228,3 +228,31 @@ class SlowGrammarEngine(ReferenceEngine):
         if grammar.name == "slow":
             time.sleep(120)
         super().compile(grammar, tokenizer)
+
+
+class LateJitEngine(_Faulty):
+    """Compiles a jitted function inside a mask (the reference's mask, then a fresh numba function on a type it has
+    not met): at the step after it commits the letter ``z``, as an engine whose later path meets a new signature."""
+
+    def compile(self, grammar, tokenizer):
+        import numba
+
+        super().compile(grammar, tokenizer)
+        self._late = numba.njit(lambda x: x + 1)   # no cache: compiled in this process at first use
+        self._due = False
+
+    def misbehave(self):
+        self._due = True
+
+    def fill_mask(self, out):
+        super().fill_mask(out)
+        if self._due:
+            self._due = False
+            self._late(1.5)
+
+
+class CacheEnvEngine(ReferenceEngine):
+    """The reference, reporting in ``info()`` the cache folders its worker was started with (``cold=true``)."""
+
+    def info(self) -> dict:
+        return {k: os.environ.get(k) for k in ("NUMBA_CACHE_DIR", "GCDBENCH_CACHE")}

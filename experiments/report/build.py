@@ -5,15 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gcdbench.experiments.report import (batch, beyond, cells, cliffs, disagreements, figures, growth,
+from gcdbench.experiments.report import (batch, beyond, cells, cliffs, coldstart, disagreements, figures, growth,
                                          maskbench, seeds, table1)
-from gcdbench.experiments.report.collect import collect, is_batch, nothing_reported, single_mode
+from gcdbench.experiments.report.collect import collect, is_batch, is_cold, nothing_reported, single_mode
 from gcdbench.experiments.report.section import Context, Section
 
 #: the report's sections in README order; "figures" goes last (it draws every figure of the --results cells)
 SECTIONS: tuple[Section, ...] = (
-    table1.SECTION, cells.SECTION, disagreements.SECTION, cells.NOT_REPORTED, cells.ARTIFACTS, cells.MACHINES,
-    growth.SECTION, beyond.SECTION, batch.SECTION, cliffs.SECTION, maskbench.SECTION, seeds.SECTION,
+    table1.SECTION, coldstart.SECTION, cells.SECTION, disagreements.SECTION, cells.NOT_REPORTED, cells.ARTIFACTS,
+    cells.MACHINES, growth.SECTION, beyond.SECTION, batch.SECTION, cliffs.SECTION, maskbench.SECTION, seeds.SECTION,
     figures.SECTION,
 )
 
@@ -33,7 +33,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
                   before=tuple(before), cliffs=Path(cliffs) if cliffs is not None else None,
                   maskbench=Path(maskbench) if maskbench is not None else None,
                   seeds=Path(seeds) if seeds is not None else None,
-                  cells=single_mode(all_cells),
+                  cells=single_mode(all_cells), cold_cells=all_cells[is_cold(all_cells) & ~is_batch(all_cells)],
                   batch_roots=([results] if is_batch(all_cells).any() else []) + [Path(b) for b in batch])
     if ctx.cells.empty:   # exit 0 when every cell is still running (nothing is wrong), else 1
         code, why = nothing_reported(results, all_cells)

@@ -417,6 +417,15 @@ def audit_counts(audit: pd.DataFrame) -> dict:
     return row
 
 
+def jit_stats(meta: dict) -> dict:
+    """The first compile's import seconds and numba's compile seconds in init and in the warm-up sample (None where
+    the cell was run before they were recorded)."""
+    first = (meta.get("inits") or [{}])[0]
+    return {"import_s": first.get("import_s"),
+            "jit_init_s": (first.get("jit_compile") or {}).get("jit_s"),
+            "jit_warmup_s": (first.get("jit_warmup") or {}).get("jit_s")}
+
+
 def cell_stats(run_dir: Path) -> dict:
     """One cell's numbers, computed from its stored files (raises Unreadable for a damaged file, Running for a cell
     whose run is still going)."""
@@ -432,6 +441,10 @@ def cell_stats(run_dir: Path) -> dict:
     if meta.get("n_rows") is not None and meta["n_rows"] != len(samples):
         warn(f"{run_dir}: run.json describes {meta['n_rows']} samples, samples.parquet holds {len(samples)} "
              "(a run stopped while merging; re-run the cell to repair it)")
+    pending = len(list((Path(run_dir) / "parts").glob("*.sample.json")))
+    if pending:   # no live process holds the lock: a run stopped after these samples, before merging them
+        warn(f"{run_dir}: a run stopped with {pending} finished samples not yet merged (not in this report); run "
+             "the same command again to resume it")
     machine = meta.get("machine") or {}
     row = {
         "engine": meta["engine"], "config": meta["config"], "dataset": meta["dataset"], "tokenizer": meta["tokenizer"],
@@ -447,6 +460,8 @@ def cell_stats(run_dir: Path) -> dict:
         "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),
         "sample_kind": (meta.get("dataset_meta") or {}).get("kind") or "positive",
         "batch_size": ((meta.get("identity") or {}).get("batch") or {}).get("size"),
+        "cold": bool((meta.get("identity") or {}).get("cold", False)),
+        **jit_stats(meta),
     }
     counts = samples["outcome"].value_counts()
     attempted = samples[samples["outcome"].map(lambda o: Outcome(o).attempted)]
@@ -502,9 +517,17 @@ def is_batch(cells: pd.DataFrame) -> pd.Series:
     return cells["batch_size"].notna()
 
 
+def is_cold(cells: pd.DataFrame) -> pd.Series:
+    """True for cells run with ``cold=true`` (empty caches in every worker): the cold-start section's."""
+    if cells.empty or "cold" not in cells:
+        return pd.Series(False, index=cells.index)
+    return cells["cold"].fillna(False).astype(bool)
+
+
 def single_mode(cells: pd.DataFrame) -> pd.DataFrame:
-    """The single-mode cells of ``collect``'s frame (Table 1 and the other single-mode tables and figures)."""
-    out = cells[~is_batch(cells)]
+    """The single-mode cells of ``collect``'s frame (Table 1 and the other single-mode tables and figures); cells
+    run with ``cold=true`` are the cold-start section's, beside their cached twins, and not in these."""
+    out = cells[~is_batch(cells) & ~is_cold(cells)]
     out.attrs.update(cells.attrs)
     return out
 

@@ -23,6 +23,7 @@ class Context:
     maskbench: Path | None = None      # --maskbench: the MaskBench (JSON Schema) cells
     seeds: Path | None = None          # --seeds: the cells of the other seeds' tables (Java, Go, SQL)
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # single-mode cells under ``results``
+    cold_cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # cells under ``results`` run with cold=true
     batch_roots: list = field(default_factory=list)              # folders holding batch-mode cells
     table1_md: str = ""                # Table 1 as Markdown (the command prints it)
 
