@@ -1,0 +1,333 @@
+"""The report's "Grammar shapes" section (issue 65), from stored runner cells only: every engine's per-mask cost on
+the everyday grammar shapes of ``dataset=shapes`` (``datasets/shapes.py``) against each family's size, Valiant's
+ratio to GLRMask, and every engine's **spelling ratio** (p50 of one spelling over p50 of the other, same family,
+size, samples and tokenizer: 1 for an engine whose cost follows the language, not the spelling).
+
+A cell belongs here when its run record's ``dataset_meta`` holds ``shape`` (``{family, size, spelling}``, written
+by the loader). ``python -m gcdbench.experiments.report.shapes --results results/shapes --out results`` writes the
+section alone (``shapes.md``); ``python -m experiments.report ... --shapes results/shapes`` adds it to the README.
+Files: ``shapes_cells.csv`` (one row per cell), ``shapes_ratios.csv`` (Valiant / GLRMask and spelling ratios),
+``shapes_growth.csv`` (log-log slope of p50 against size) and ``figures/shapes_cost.{png,pdf}``.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gcdbench.experiments.report.collect import Unreadable, cell_stats, run_dirs, run_infos, warn
+from gcdbench.experiments.report.plot import no_minor_labels, panels, save_figure, styles, us_axis
+from gcdbench.experiments.report.section import Context, Section
+from gcdbench.experiments.report.text import figure_link, fmt_us, markdown, measured_at
+
+#: the engine whose ratio the section reports, and the engine it is compared with (issue 65's targets)
+SUBJECT, BASELINE = "valiant", "glrmask"
+TARGET_P50, TARGET_P99 = 1.5, 2.0
+CELL_COLUMNS = ["family", "size", "spelling", "spelling_index", "config", "engine", "tokenizer", "samples", "passed",
+                "status", "mask_n", "mask_p50_us", "mask_p99_us", "mask_mean_us", "mask_max_us", "init_s",
+                "audit_steps", "audit_agree_language", "audit_agree_profile", "commit", "machine", "dataset", "path"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# reading cells
+# --------------------------------------------------------------------------------------------------------------
+def shape_cells(roots) -> pd.DataFrame:
+    """One row per single-mode shape cell under ``roots`` (:func:`~.collect.cell_stats` plus the shape's family,
+    size, spelling and the spelling's index among the family's); damaged cells are skipped with a warning."""
+    rows = []
+    for run in run_infos(run_dirs([Path(r) for r in roots])):
+        meta = run["dataset_meta"] or {}
+        shape = meta.get("shape")
+        if not isinstance(shape, dict):
+            continue
+        try:
+            row = cell_stats(Path(run["path"]))
+        except Unreadable as err:
+            warn(f"{err}: shape cell {run['path']} skipped")
+            continue
+        if row.get("batch_size"):
+            continue   # batch-mode cells time steps of many sequences: not comparable with per-mask cells
+        spellings = list(meta.get("spellings") or [shape["spelling"]])
+        row.update(family=shape["family"], size=int(shape["size"]), spelling=shape["spelling"],
+                   spelling_index=spellings.index(shape["spelling"]) if shape["spelling"] in spellings else 0,
+                   spellings=spellings, size_name=meta.get("size_name", "size"), family_what=meta.get("family_what", ""),
+                   status=_status(row))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for c in CELL_COLUMNS:
+        if c not in df:
+            df[c] = np.nan
+    return df
+
+
+def _status(row) -> str:
+    err = row.get("compile_error")
+    if isinstance(err, str) and err:
+        return "compile error: " + err.strip().splitlines()[0][:120]
+    if not row.get("mask_n"):
+        return "no masks"
+    if row.get("passed", 0) < row.get("samples", 0):
+        return row.get("outcomes", "")
+    return ""
+
+
+def _ok(c) -> bool:
+    """Whether a cell's times are usable: it compiled and made masks."""
+    return not str(c.get("status", "")).startswith(("compile error", "no masks")) and pd.notna(c.get("mask_p50_us"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------------------
+def _entry(c) -> str:
+    if c is None:
+        return "–"
+    if not _ok(c):
+        return "×"
+    out = f"{fmt_us(c['mask_p50_us'])} / {fmt_us(c['mask_p99_us'])}"
+    if c["passed"] < c["samples"]:
+        out += f" ({int(c['passed'])}/{int(c['samples'])} ok)"
+    return out
+
+
+def _index(cells: pd.DataFrame) -> dict:
+    return {(r["tokenizer"], r["family"], r["size"], r["spelling"], r["config"]): r for r in cells.to_dict("records")}
+
+
+def cost_table(cells: pd.DataFrame, family: str, tokenizer: str) -> pd.DataFrame:
+    """Rows engine config x spelling, columns the family's sizes: ``p50 / p99`` µs per mask (× no masks: compile
+    error; – not run; ``(k/n ok)`` when a sample failed)."""
+    c = cells[(cells["family"] == family) & (cells["tokenizer"] == tokenizer)]
+    idx = _index(c)
+    sizes = sorted(c["size"].unique())
+    spellings = _spellings(c)
+    rows = []
+    for config in _configs(c):
+        for sp in spellings:
+            rows.append({"engine": config, "spelling": sp,
+                         **{str(s): _entry(idx.get((tokenizer, family, s, sp, config))) for s in sizes}})
+    return pd.DataFrame(rows)
+
+
+def _spellings(c: pd.DataFrame) -> list[str]:
+    return list(c.sort_values("spelling_index")["spelling"].drop_duplicates())
+
+
+def _configs(c: pd.DataFrame) -> list[str]:
+    """Engine configs, the subject and its baseline first."""
+    names = sorted(set(c["config"]))
+    return [n for n in (SUBJECT, BASELINE) if n in names] + [n for n in names if n not in (SUBJECT, BASELINE)]
+
+
+def _ratio(a, b, key: str) -> float:
+    if a is None or b is None or not _ok(a) or not _ok(b) or not b[key] > 0:
+        return float("nan")
+    return float(a[key] / b[key])
+
+
+def ratios(cells: pd.DataFrame) -> pd.DataFrame:
+    """Long table of every ratio the section reports: ``kind`` ``subject/baseline`` (Valiant over GLRMask, p50 and
+    p99, per family, size and spelling) and ``spelling`` (per engine, family and size: p50 and p99 of the
+    family's first spelling over its second)."""
+    idx = _index(cells)
+    rows = []
+    for (tok, fam, size), c in cells.groupby(["tokenizer", "family", "size"]):
+        sps = _spellings(c)
+        for sp in sps:
+            a, b = idx.get((tok, fam, size, sp, SUBJECT)), idx.get((tok, fam, size, sp, BASELINE))
+            if a is not None and b is not None:
+                rows.append({"kind": f"{SUBJECT}/{BASELINE}", "tokenizer": tok, "family": fam, "size": size,
+                             "spelling": sp, "engine": SUBJECT,
+                             "p50_ratio": _ratio(a, b, "mask_p50_us"), "p99_ratio": _ratio(a, b, "mask_p99_us")})
+        if len(sps) >= 2:
+            for config in sorted(set(c["config"])):
+                a, b = idx.get((tok, fam, size, sps[0], config)), idx.get((tok, fam, size, sps[1], config))
+                if a is not None and b is not None:
+                    rows.append({"kind": "spelling", "tokenizer": tok, "family": fam, "size": size,
+                                 "spelling": f"{sps[0]}/{sps[1]}", "engine": config,
+                                 "p50_ratio": _ratio(a, b, "mask_p50_us"), "p99_ratio": _ratio(a, b, "mask_p99_us")})
+    return pd.DataFrame(rows, columns=["kind", "tokenizer", "family", "size", "spelling", "engine", "p50_ratio",
+                                       "p99_ratio"])
+
+
+def growth(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per (tokenizer, family, spelling, engine): the least-squares slope of log p50 against log size over every
+    size the engine made masks at (NaN under two sizes): how the cost grows with the shape's size."""
+    rows = []
+    for (tok, fam, sp, config), c in cells.groupby(["tokenizer", "family", "spelling", "config"]):
+        ok = c[[_ok(r) for r in c.to_dict("records")]]
+        ok = ok[(ok["size"] > 0) & (ok["mask_p50_us"] > 0)]
+        slope = (float(np.polyfit(np.log(ok["size"].astype(float)), np.log(ok["mask_p50_us"].astype(float)), 1)[0])
+                 if ok["size"].nunique() >= 2 else float("nan"))
+        rows.append({"tokenizer": tok, "family": fam, "spelling": sp, "engine": config, "sizes": int(ok["size"].nunique()),
+                     "p50_slope": slope})
+    return pd.DataFrame(rows, columns=["tokenizer", "family", "spelling", "engine", "sizes", "p50_slope"])
+
+
+def _r(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.2f}"
+
+
+def subject_table(rat: pd.DataFrame, family: str, tokenizer: str) -> pd.DataFrame:
+    """Rows the family's sizes, per spelling Valiant / GLRMask at p50 and p99, bold where a target is missed."""
+    r = rat[(rat["kind"] == f"{SUBJECT}/{BASELINE}") & (rat["family"] == family) & (rat["tokenizer"] == tokenizer)]
+    if r.empty:
+        return pd.DataFrame()
+    out = []
+    for size, s in r.groupby("size"):
+        row = {"size": size}
+        for x in s.to_dict("records"):
+            p50, p99 = x["p50_ratio"], x["p99_ratio"]
+            row[f"{x['spelling']} p50"] = _bold(_r(p50), p50 > TARGET_P50)
+            row[f"{x['spelling']} p99"] = _bold(_r(p99), p99 > TARGET_P99)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _bold(text: str, miss: bool) -> str:
+    return f"**{text}**" if miss and text != "–" else text
+
+
+def spelling_table(rat: pd.DataFrame, family: str, tokenizer: str) -> pd.DataFrame:
+    """Rows engine configs, columns the family's sizes: p50 of the first spelling over p50 of the second."""
+    r = rat[(rat["kind"] == "spelling") & (rat["family"] == family) & (rat["tokenizer"] == tokenizer)]
+    if r.empty:
+        return pd.DataFrame()
+    sizes = sorted(r["size"].unique())
+    order = [c for c in (SUBJECT, BASELINE) if c in set(r["engine"])] + sorted(set(r["engine"]) - {SUBJECT, BASELINE})
+    return pd.DataFrame([{"engine": e, **{str(s): _r(next(iter(r[(r["engine"] == e) & (r["size"] == s)]["p50_ratio"]),
+                                                              float("nan"))) for s in sizes}} for e in order])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# figure
+# --------------------------------------------------------------------------------------------------------------
+def fig_cost(cells: pd.DataFrame, tokenizer: str):
+    """p50 per mask against the family's size, log-log, one panel per family, one colour per engine config: the
+    family's first spelling solid, its second dashed; a cell without masks is left out (the tables mark it ×)."""
+    c = cells[cells["tokenizer"] == tokenizer]
+    c = c[[_ok(r) for r in c.to_dict("records")]]
+    if c.empty:
+        return None
+    families = [f for f in _family_order(c["family"])]
+    st = styles(set(c["config"]))
+    fig, axes = panels(len(families))
+    for ax, fam in zip(axes, families):
+        f = c[c["family"] == fam]
+        sps = _spellings(f)
+        for config in _configs(f):
+            color, marker = st[config]
+            for i, sp in enumerate(sps):
+                d = f[(f["config"] == config) & (f["spelling"] == sp)].sort_values("size")
+                if d.empty:
+                    continue
+                ax.plot(d["size"], d["mask_p50_us"], color=color, marker=marker, ms=3, ls="-" if i == 0 else "--",
+                        lw=1.2 if i == 0 else 0.9, label=config if i == 0 or len(sps) == 1 else None)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        us_axis(ax)
+        sizes = sorted(f["size"].unique())
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        no_minor_labels(ax.xaxis)
+        ax.set_title(f"{fam} (— {sps[0]}" + (f", -- {sps[1]})" if len(sps) > 1 else ")"), fontsize=9)
+        ax.set_xlabel(str(f["size_name"].iloc[0]) + " (log)")
+        ax.set_ylabel("p50 per mask (log)")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle(f"Grammar shapes: p50 mask time against size ({tokenizer})")
+    return fig
+
+
+def _family_order(values) -> list[str]:
+    try:
+        from gcdbench.datasets.shapes import FAMILIES   # the loader's order, when it is installed here
+        known = list(FAMILIES)
+    except ImportError:
+        known = []
+    vals = set(values)
+    return [f for f in known if f in vals] + sorted(vals - set(known))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the section
+# --------------------------------------------------------------------------------------------------------------
+def shapes_section(roots, out: Path) -> list[str]:
+    """README lines of the "Grammar shapes" section and its files under ``out`` ([] when no shape cell is
+    stored under ``roots``)."""
+    cells = shape_cells(roots)
+    if cells.empty:
+        return []
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rat, gr = ratios(cells), growth(cells)
+    cells[CELL_COLUMNS].sort_values(["tokenizer", "family", "size", "spelling", "config"]).to_csv(
+        out / "shapes_cells.csv", index=False)
+    rat.to_csv(out / "shapes_ratios.csv", index=False)
+    gr.to_csv(out / "shapes_growth.csv", index=False)
+    lines = ["## Grammar shapes", "",
+             f"Every engine on everyday grammar shapes (`dataset=shapes`, `datasets/shapes.py`, "
+             f"{_n(cells['family'].nunique(), 'family', 'families')}, {_n(len(cells), 'cell', 'cells')} from `{'`, `'.join(map(str, roots))}`): "
+             "per-mask time against each family's size, in two spellings whose languages are equal (the reference "
+             "checker gives the same mask at every prefix: `tests/test_shapes.py`) over the same samples. "
+             f"Entries are p50 / p99 µs per mask; × a cell without masks (compile error), – not run. "
+             f"{SUBJECT} / {BASELINE}: the ratio of their p50 and p99 on the same cell (bold: over the issue-65 "
+             f"targets, {TARGET_P50}x at p50 and {TARGET_P99}x at p99). Spelling ratio: an engine's p50 on the "
+             "family's first spelling over its p50 on the second (1: its cost follows the language, not the "
+             "spelling). Growth: the slope of log p50 against log size.", "",
+             measured_at(cells), ""]
+    for tok in sorted(cells["tokenizer"].unique()):
+        fig = fig_cost(cells, tok)
+        if fig is not None:
+            stem = f"shapes_cost_{tok}"
+            save_figure(fig, out / "figures", stem)
+            lines += [figure_link(stem), ""]
+        for fam in _family_order(cells[cells["tokenizer"] == tok]["family"]):
+            f = cells[(cells["family"] == fam) & (cells["tokenizer"] == tok)]
+            lines += [f"### {fam} ({tok}): {f['family_what'].iloc[0]}; size: {f['size_name'].iloc[0]}", "",
+                      markdown(cost_table(cells, fam, tok), parse_numbers=False), ""]
+            sub = subject_table(rat, fam, tok)
+            if not sub.empty:
+                lines += [f"{SUBJECT} / {BASELINE}:", "", markdown(sub, parse_numbers=False), ""]
+            sp = spelling_table(rat, fam, tok)
+            if not sp.empty:
+                sps = _spellings(f)
+                lines += [f"Spelling ratio, p50 {sps[0]} / p50 {sps[1]}:", "", markdown(sp, parse_numbers=False), ""]
+            g = gr[(gr["family"] == fam) & (gr["tokenizer"] == tok)]
+            if g["p50_slope"].notna().any():
+                piv = g.pivot(index="engine", columns="spelling", values="p50_slope")
+                piv = piv.reindex([e for e in _configs(f) if e in piv.index])[[s for s in _spellings(f) if s in piv]]
+                lines += ["Growth (slope of log p50 against log size):", "",
+                          markdown(piv.map(_r).reset_index(), parse_numbers=False), ""]
+    (out / "shapes.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def _n(k: int, one: str, many: str) -> str:
+    return f"{k} {one if k == 1 else many}"
+
+
+def lines(ctx: Context) -> list[str]:
+    """The section, from the --shapes folder (and any shape cell stored among the --results cells)."""
+    roots = [ctx.results] + ([ctx.shapes] if getattr(ctx, "shapes", None) is not None else [])
+    return shapes_section(roots, ctx.out)
+
+
+SECTION = Section("shapes", lines, "grammar shapes (--shapes): cost against size, Valiant/GLRMask, spelling ratios")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", nargs="+", default=["results/shapes"], help="folders searched for shape cells")
+    ap.add_argument("--out", default="results", help="where shapes.md, the CSV files and figures/ go")
+    args = ap.parse_args(argv)
+    found = shapes_section([Path(r) for r in args.results], Path(args.out))
+    if not found:
+        raise SystemExit(f"no shape cell under {' '.join(args.results)}: run `python -m experiments.run -m "
+                         "experiment=shapes` first")
+    print("\n".join(found))
+
+
+if __name__ == "__main__":
+    main()
