@@ -91,12 +91,27 @@ def main(cfg: DictConfig) -> None:
         print(cell_summary(out))
 
 
+#: an out_dir on a file system with less free space than this is refused before Hydra writes its own files there
+#: (a disk already full would fail in Hydra's config writes, with Hydra's traceback)
+MIN_FREE_BYTES = 1 << 20
+
+
 def out_dir_problem(out_dir) -> str | None:
     """Why ``out_dir`` cannot hold results (one line with the fix), or None. Checked by :class:`OutDirCheck`
     before Hydra creates its own folders there."""
     problem = folder_problem(out_dir)
     if problem is None:
-        return None
+        probe = Path(str(out_dir)).expanduser()
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        try:
+            free = shutil.disk_usage(probe).free
+        except OSError:
+            return None
+        if free >= MIN_FREE_BYTES:
+            return None
+        return (f"out_dir={out_dir}: no space left on device ({free} bytes free on the file system of {probe}); "
+                "free space (or give another out_dir) and run the same command again: finished samples are kept")
     fix = "give a folder (or a path to create)" if problem.endswith("not a folder") else "give a folder you can write to"
     return f"out_dir={out_dir}: {problem}; {fix} as out_dir"
 

@@ -148,6 +148,24 @@ def test_full_disk_on_the_command_line_is_one_line_and_exit_2(tmp_path, words):
     assert jobs[0]["status"] == "failed" and "no space left on device" in jobs[0]["error"]
 
 
+def test_disk_full_before_the_run_is_refused_in_one_line(tmp_path, words):
+    """A disk already full when the command starts would fail in Hydra's own config writes (its traceback): the
+    out_dir is refused first, in one line with the fix, exit status 2, nothing written."""
+    out = tmp_path / "out"
+    code = ("import collections, shutil, runpy, sys\n"
+            "Usage = collections.namedtuple('Usage', 'total used free')\n"
+            "shutil.disk_usage = lambda p: Usage(10 << 30, 10 << 30, 4096)\n"
+            "sys.argv = ['gcdbench-run', *sys.argv[1:]]\n"
+            "runpy.run_module('gcdbench.experiments.run', run_name='__main__', alter_sys=True)\n")
+    r = subprocess.run([sys.executable, "-c", code, f"out_dir={out}", "engine=reference", "tokenizer=bytes",
+                        "progress=false", *words], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert r.stderr.strip().splitlines() == [
+        f"error: out_dir={out}: no space left on device (4096 bytes free on the file system of {tmp_path}); free "
+        "space (or give another out_dir) and run the same command again: finished samples are kept"], r.stderr
+    assert not out.exists()
+
+
 def test_stale_temporaries_of_dead_processes_are_removed_on_open(tmp_path, words):
     """A write killed before its rename leaves ``.<name>.tmp<pid>``, in the cell folder or in parts/: opening
     the cell again removes those of processes that are gone and keeps one of a live process."""
@@ -213,6 +231,27 @@ def test_report_over_a_running_cell_says_running_and_exits_0(tmp_path, words, ma
     from gcdbench.experiments.report import collect
     cells = collect(out)
     assert cells.attrs["running"] == [] and "a run stopped" in " ".join(cells.attrs["skipped"])
+
+
+def test_report_names_a_stopped_run_with_samples_not_merged(tmp_path, words, capsys):
+    """A resume that was killed after writing a part (no live process holds the lock; the lock file names the dead
+    run): the cell's stored rows are reported, and a warning says a run stopped with a sample not merged and how
+    to resume it (the part is not counted in the report)."""
+    from gcdbench.experiments.report import collect
+    from gcdbench.experiments.store import Cell
+    from gcdbench.parsers.base import Outcome
+
+    cell = run(make_cfg(tmp_path, "engine=reference", *words, "samples=2"))
+    session = {"id": 2, "git_commit": None, "git_dirty": False, "machine": {}}
+    identity = meta_of(cell)["identity"]
+    Cell(cell, identity).write_part(session, identity["sample_ids"][0], Outcome.OK, "", None, 0.1)
+    (cell / ".lock").write_text(f"pid {dead_pid()} on {os.uname().nodename}, since 2026-01-01 00:00:00\n")
+    capsys.readouterr()
+    cells = collect(tmp_path)
+    err = capsys.readouterr().err
+    assert len(cells) == 1 and cells.attrs["running"] == []
+    assert f"{cell}: a run stopped with 1 finished samples not yet merged" in err, err
+    assert "run the same command again" in err and "running:" not in err
 
 
 # --------------------------------------------------------------------------------------------------------------
