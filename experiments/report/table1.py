@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from gcdbench.experiments.report import stats
 from gcdbench.experiments.report.collect import DATASET_ORDER, engine_class
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import fmt_s, fmt_us, get, markdown, measured_at
@@ -15,9 +16,14 @@ def complexity(engine: str, ambiguous: bool) -> str:
     return cls.complexity(bool(ambiguous)) if cls is not None else "?"
 
 
-def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame, list[str]]:
-    """Rows = engine configs, per dataset: complexity, init, per-mask mean (µs), p50/p99/max, pass rate."""
+def table1(cells: pd.DataFrame, tokenizer: str = "qwen3", intervals: pd.DataFrame | None = None
+           ) -> tuple[pd.DataFrame, list[str]]:
+    """Rows = engine configs, per dataset: complexity, init, per-mask mean (µs), p50/p99/max, pass rate.
+    ``intervals`` (:func:`.stats.cell_intervals`): a config run with repeats shows its repeats' masks pooled, the
+    mean with its 95% interval (issue 66)."""
     cells = cells[cells["tokenizer"] == tokenizer]
+    pooled = ({(r.config, r.dataset): r for r in intervals.itertuples() if r.repeats > 1}
+              if intervals is not None and not intervals.empty else {})
     notes: list[str] = []
     datasets = [d for d in DATASET_ORDER if d in set(cells["dataset"])] + sorted(
         set(cells["dataset"]) - set(DATASET_ORDER))
@@ -56,6 +62,13 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3") -> tuple[pd.DataFrame,
                 row[f"{ds} Init"] += f" [{len(notes)}]"
             row[f"{ds} Per-mask µs"] = fmt_us(c.get("mask_mean_us")) + mark
             row[f"{ds} p50/p99/max µs"] = "/".join(fmt_us(c.get(k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us"))
+            if (config, ds) in pooled:   # repeats: every repeat's masks, the mean with its interval (stats.py)
+                p = pooled[(config, ds)]
+                notes.append(f"{config} × {ds}: {p.repeats} repeats pooled ({p.masks} masks); [low, high]: 95% "
+                             "bootstrap interval over samples and repeats" + ("; unstable" if p.unstable else ""))
+                row[f"{ds} Per-mask µs"] = (f"{fmt_us(p.mean_us)} [{fmt_us(p.mean_lo)}, {fmt_us(p.mean_hi)}]" + mark
+                                            + f" [{len(notes)}]")
+                row[f"{ds} p50/p99/max µs"] = "/".join(fmt_us(v) for v in (p.p50_us, p.p99_us, p.max_us))
             pr = c.get("pass_rate")
             row[f"{ds} Pass"] = "–" if pr is None or pd.isna(pr) else f"{passed}/{n_ok_cells}"
         out.append(row)
@@ -70,7 +83,8 @@ def table1_markdown(t1: pd.DataFrame, notes: list[str]) -> str:
 
 def lines(ctx: Context) -> list[str]:
     """The "Table 1" section; writes ``table1.csv``, ``table1.tex`` and ``table1.md``."""
-    t1, notes = table1(ctx.cells, ctx.tokenizer)
+    intervals = stats.cell_intervals(ctx.cells, ctx.tokenizer)   # issue 66: intervals, floor, stability
+    t1, notes = table1(ctx.cells, ctx.tokenizer, intervals)
     t1.to_csv(ctx.out / "table1.csv", index=False)
     (ctx.out / "table1.tex").write_text(t1.to_latex(index=False, escape=True))
     ctx.table1_md = table1_markdown(t1, notes)
@@ -81,7 +95,21 @@ def lines(ctx: Context) -> list[str]:
         "(µs), p50/p99/max over every mask of the cell. Pass = samples whose every oracle token and final EOS "
         "were allowed. × = the engine could not run the cell (reason in the notes).", "",
         ctx.table1_md, "",
-        measured_at(ctx.cells[ctx.cells["tokenizer"] == ctx.tokenizer]), ""]
+        measured_at(ctx.cells[ctx.cells["tokenizer"] == ctx.tokenizer]), "", *_interval_lines(ctx, intervals)]
+
+
+def _interval_lines(ctx: Context, intervals: pd.DataFrame) -> list[str]:
+    """Under Table 1 (issue 66): the harness's floor, and every config's figures with 95% intervals
+    (``intervals.csv``)."""
+    if intervals.empty:
+        return []
+    intervals.to_csv(ctx.out / "intervals.csv", index=False)
+    floor = stats.floor_lines(intervals)
+    return [*floor, *([""] if floor else []), f"### Intervals ({ctx.tokenizer} vocabulary)", "",
+            "Each per-mask figure with its 95% interval: a bootstrap over the samples (a sample's masks are not "
+            "independent) and, for a config run with repeats, over its repeats (`repeats=R`); a config run once "
+            "has no interval for the machine's drift between runs. `gcdbench-compare` gives ratios between configs "
+            "with their intervals.", "", *stats.interval_lines(intervals), ""]
 
 
 SECTION = Section("table1", lines, "Table 1 (seed 000's layout) of the --results cells")
