@@ -269,6 +269,12 @@ def test_run_two_engines_two_spellings_then_the_shape_section(tmp_path):
     assert len(growth) == 4 and growth["p50_slope"].isna().all()   # one size: no slope
     assert (tmp_path / "report" / "figures" / "shapes_cost_bytes.png").stat().st_size > 1000
     assert (tmp_path / "report" / "shapes.md").read_text().startswith("## Grammar shapes")
+    from gcdbench.experiments.report.cli import main   # the report's command line adds the section (--shapes)
+
+    main(["--results", str(results), "--out", str(tmp_path / "readme"), "--tokenizer", "bytes",
+          "--shapes", str(results)])
+    readme = (tmp_path / "readme" / "README.md").read_text()
+    assert readme.count("## Grammar shapes") == 1 and f"--shapes {results}" in readme
 
 
 def test_section_marks_a_refused_cell(tmp_path):

@@ -6,26 +6,27 @@ import sys
 from pathlib import Path
 
 from gcdbench.experiments.report import (batch, beyond, cells, cliffs, coldstart, disagreements, figures, growth,
-                                         maskbench, seeds, table1)
+                                         maskbench, seeds, shapes, table1)
 from gcdbench.experiments.report.collect import collect, is_batch, is_cold, nothing_reported, single_mode
 from gcdbench.experiments.report.section import Context, Section
 
 #: the report's sections in README order; "figures" goes last (it draws every figure of the --results cells)
 SECTIONS: tuple[Section, ...] = (
     table1.SECTION, coldstart.SECTION, cells.SECTION, disagreements.SECTION, cells.NOT_REPORTED, cells.ARTIFACTS,
-    cells.MACHINES, growth.SECTION, beyond.SECTION, batch.SECTION, cliffs.SECTION, maskbench.SECTION, seeds.SECTION,
-    figures.SECTION,
+    cells.MACHINES, growth.SECTION, beyond.SECTION, batch.SECTION, cliffs.SECTION, shapes.SECTION, maskbench.SECTION,
+    seeds.SECTION, figures.SECTION,
 )
 
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = (),
                  before: tuple = (), cliffs: Path | None = None, maskbench: Path | None = None,
-                 seeds: Path | None = None) -> str:
+                 seeds: Path | None = None, shapes: Path | None = None) -> str:
     """Tables, README.md and figures under ``out`` from the run folders under ``results`` (Table 1), ``also``
     (further runs, each with its per-prefix-length tails), ``batch`` (batch mode), ``before`` (per-prefix tail
     CSVs of earlier commits, drawn beside the further runs' tails in the growth figure), ``cliffs`` (a folder
     with ``bench.json``, ``runs/`` and ``reproducers.json`` of the fuzzed grammars) and ``maskbench`` (the JSON
-    Schema cells) and ``seeds`` (the Java, Go and SQL cells of the other seeds' tables); returns Table 1
+    Schema cells) and ``seeds`` (the Java, Go and SQL cells of the other seeds' tables) and ``shapes`` (the
+    grammar-shape cells); returns Table 1
     (Markdown)."""
     results, out = Path(results), Path(out)
     all_cells = collect(results)
@@ -33,6 +34,7 @@ def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple
                   before=tuple(before), cliffs=Path(cliffs) if cliffs is not None else None,
                   maskbench=Path(maskbench) if maskbench is not None else None,
                   seeds=Path(seeds) if seeds is not None else None,
+                  shapes=Path(shapes) if shapes is not None else None,
                   cells=single_mode(all_cells), cold_cells=all_cells[is_cold(all_cells) & ~is_batch(all_cells)],
                   batch_roots=([results] if is_batch(all_cells).any() else []) + [Path(b) for b in batch])
     if ctx.cells.empty:   # exit 0 when every cell is still running (nothing is wrong), else 1

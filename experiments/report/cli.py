@@ -26,6 +26,8 @@ def main(argv=None):
     ap.add_argument("--seeds", default=None,
                     help="folder of the Java, Go and SQL cells of the other seeds' tables (experiment=seed_tables): "
                          "a Seeds' tables section (its JSON column from --maskbench)")
+    ap.add_argument("--shapes", default=None,
+                    help="folder of the grammar-shape cells (experiment=shapes): a Grammar shapes section")
     args = ap.parse_args(argv)
     from gcdbench.experiments.config import folder_problem
 
@@ -39,4 +41,5 @@ def main(argv=None):
                    + (" you can write to" if problem.endswith("writable by this user") else "") + "\n")
     print(write_report(results, out, args.tokenizer, tuple(args.also), tuple(args.batch), tuple(args.before),
                        Path(args.cliffs) if args.cliffs else None, Path(args.maskbench) if args.maskbench else None,
-                       Path(args.seeds) if args.seeds else None))
+                       Path(args.seeds) if args.seeds else None,
+                       shapes=Path(args.shapes) if args.shapes else None))

@@ -22,6 +22,7 @@ class Context:
     cliffs: Path | None = None         # --cliffs: the fuzzed-grammar folder
     maskbench: Path | None = None      # --maskbench: the MaskBench (JSON Schema) cells
     seeds: Path | None = None          # --seeds: the cells of the other seeds' tables (Java, Go, SQL)
+    shapes: Path | None = None         # --shapes: the grammar-shape cells (experiment=shapes)
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # single-mode cells under ``results``
     cold_cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # cells under ``results`` run with cold=true
     batch_roots: list = field(default_factory=list)              # folders holding batch-mode cells
@@ -35,7 +36,8 @@ class Context:
                 + (" --batch " + " ".join(map(str, self.batch)) if self.batch else "")
                 + (" --before " + " ".join(map(str, self.before)) if self.before else "")
                 + (f" --maskbench {self.maskbench}" if self.maskbench else "")
-                + (f" --seeds {self.seeds}" if self.seeds else ""))
+                + (f" --seeds {self.seeds}" if self.seeds else "")
+                + (f" --shapes {self.shapes}" if self.shapes else ""))
 
 
 @dataclass(frozen=True)
