@@ -78,3 +78,45 @@ class JitWatch:
 
 #: the process's watch (the worker installs it once, before anything is imported or compiled)
 WATCH = JitWatch()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# a damaged numba cache
+# --------------------------------------------------------------------------------------------------------------
+#: in the message of a sample that crashed on a damaged numba cache file (repaired then): a resume runs it again
+DAMAGED_CACHE = "numba cache file damaged"
+
+
+def repair_numba_cache(err: BaseException) -> str | None:
+    """If ``err`` was raised while numba read one of its on-disk cache files (a file cut short by a full disk or a
+    killed write, or overwritten: numba then fails on every load and never writes the file again), remove that
+    function's index and data files, so that the next compile rebuilds them, and return one line naming them and
+    the error; None for any other error."""
+    import glob
+    import os
+
+    found = None
+    tb = err.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.replace("\\", "/").endswith("numba/core/caching.py"):
+            obj = frame.f_locals.get("self")
+            obj = getattr(obj, "_cache_file", obj)
+            if hasattr(obj, "_index_path"):
+                found = obj
+        tb = tb.tb_next
+    if found is None:
+        return None
+    index = found._index_path
+    removed = []
+    for path in [index, *sorted(glob.glob(glob.escape(index[: -len(".nbi")]) + ".*.nbc"))]:
+        try:
+            os.unlink(path)
+            removed.append(os.path.basename(path))
+        except FileNotFoundError:
+            pass
+        except OSError as why:   # a read-only cache: the caller's error stands, with the fix
+            return (f"{DAMAGED_CACHE}: {index} ({type(err).__name__}: {str(err)[:120]}); it could not be removed "
+                    f"({why.strerror}): delete it, or point NUMBA_CACHE_DIR at a writable empty folder")
+    return (f"{DAMAGED_CACHE}: {os.path.dirname(index)}/{', '.join(removed) or os.path.basename(index)} "
+            f"({type(err).__name__}: {str(err)[:120]}); removed, numba compiles it anew")

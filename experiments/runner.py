@@ -33,6 +33,7 @@ from gcdbench.experiments.provenance import (RESULT_FOLDERS, git_commit, git_sta
 from gcdbench.experiments.runrecord import build_meta  # noqa: F401 - re-exported
 from gcdbench.experiments.store import (Cell, CellBusy, CellDamaged, CellError, CellLock, CellMismatch,  # noqa: F401
                                         cell_identity, clear, engine_label, identity_diff, load_json, write_json)
+from gcdbench.experiments.jitwatch import DAMAGED_CACHE
 from gcdbench.experiments.supervisor import Supervised, ended, start_worker, switch_grammar
 from gcdbench.experiments.worker import COMPILE_TIMEOUTS, DETERMINISTIC_COMPILE_FAILURES
 from gcdbench.parsers.base import Outcome
@@ -144,11 +145,13 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
     kinds = DETERMINISTIC_COMPILE_FAILURES + (() if cfg.retry_compile_timeouts else COMPILE_TIMEOUTS)
     reuse = cell.reusable_compile_error(version, kinds)
     stored = cell.stored_outcomes()
+    messages = cell.stored_messages()
+    again = {sid for sid, m in messages.items() if DAMAGED_CACHE in m}   # crashed on a numba cache file, since removed
     keep = {sid for sid, (oc, _) in stored.items()
-            if Outcome(oc).attempted or (oc == Outcome.COMPILE_ERROR.value and reuse)}
+            if (Outcome(oc).attempted and sid not in again) or (oc == Outcome.COMPILE_ERROR.value and reuse)}
     if dataset.groups:   # many grammars: a group's deterministic refusal stands, its other failures are retried
         reuse = None
-        keep = {sid for sid, (oc, _) in stored.items() if Outcome(oc).attempted}
+        keep = {sid for sid, (oc, _) in stored.items() if Outcome(oc).attempted and sid not in again}
         keep |= cell.reusable_group_errors(version, dataset.group_of(), kinds)
     todo = [s for s in dataset.samples if s.id not in keep]
     label = cell.identity["config"]

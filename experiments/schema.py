@@ -332,6 +332,7 @@ class Init(TypedDict, total=False):
     import_s: float                  # importing the engine's modules before it (numba loads eager signatures then)
     jit_compile: dict                # numba during import and compile: {jit_s, jit_compiles, jit_locks, jit_functions}
     jit_warmup: dict                 # the same during the warm-up sample
+    numba_cache_repaired: list       # damaged numba cache files the compile removed and compiled anew (one line each)
     version: str                     # engine version
     engine_info: dict                # what the engine reports about its compile (cache hit, sizes, ...)
     profile: dict                    # the compiled engine's declared Profile (the audit uses it)

@@ -348,6 +348,13 @@ class Cell:
             out[rec["sample_id"]] = rec
         return out
 
+    def stored_messages(self) -> dict[str, str]:
+        """sample_id -> the message of its stored row (parts override merged rows)."""
+        df = self.frames.get("samples")
+        got = {} if df is None else {sid: m for sid, m in zip(df["sample_id"], df["message"])}
+        got.update({sid: rec.get("message") for sid, rec in self.sample_parts().items()})
+        return {sid: m if isinstance(m, str) else "" for sid, m in got.items()}
+
     def stored_outcomes(self) -> dict[str, tuple[str, int | None]]:
         """sample_id -> (outcome, session) for every sample with a stored row (parts override merged rows)."""
         got = {}

@@ -26,7 +26,7 @@ import resource
 import time
 import traceback
 
-from gcdbench.experiments.jitwatch import WATCH
+from gcdbench.experiments.jitwatch import WATCH, repair_numba_cache
 from gcdbench.experiments.rowlayout import WORKER_STEP
 from gcdbench.experiments.steplog import StepLog
 from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_count, mask_get
@@ -38,6 +38,8 @@ DETERMINISTIC_COMPILE_FAILURES = ("refused",)
 #: ``kind`` of a compile that ran out of time: the runner's ``limits.compile_timeout_s`` (``timeout``) or the
 #: engine's own budget (``engine_timeout``). A resume compiles them again unless ``retry_compile_timeouts=false``.
 COMPILE_TIMEOUTS = ("timeout", "engine_timeout")
+#: how many damaged numba cache files one compile removes and compiles again before it gives up (a crash)
+REPAIRS = 16
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -83,6 +85,12 @@ def step_verdict(allowed: bool, last: bool, tok: int, step: int) -> tuple[Outcom
     return None, ""
 
 
+def crash_text(err: BaseException) -> str:
+    """A crash's message: the exception, or for a damaged numba cache file the repair (the file is removed, and a
+    resume runs the sample again: :data:`~gcdbench.experiments.jitwatch.DAMAGED_CACHE`)."""
+    return repair_numba_cache(err) or f"{type(err).__name__}: {err}"
+
+
 def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), token_bytes=None):
     """Run one sample, calling ``emit(row)`` after each mask (a :data:`WORKER_STEP` row, commit_us 0) and
     ``emit.commit_time(us)`` after each commit.
@@ -107,7 +115,7 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
         except EngineError as err:
             return Outcome.ENGINE_ERROR, f"step {step}: {err}", audited
         except Exception as err:
-            return Outcome.CRASH, f"step {step}: {type(err).__name__}: {err}", audited
+            return Outcome.CRASH, f"step {step}: {crash_text(err)}", audited
         allowed = mask_get(mask, tok)
         if step in audit_steps or not allowed:   # a refused step is always audited (is the refusal documented?)
             audited[step] = mask.copy()
@@ -123,7 +131,7 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
             except EngineError as err:
                 ok, outcome, message = False, Outcome.ENGINE_ERROR, f"commit at step {step}: {err}"
             except Exception as err:
-                ok, outcome, message = False, Outcome.CRASH, f"commit at step {step}: {type(err).__name__}: {err}"
+                ok, outcome, message = False, Outcome.CRASH, f"commit at step {step}: {crash_text(err)}"
             if not ok and outcome is None:
                 outcome, message = Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
         if outcome is not None:
@@ -199,6 +207,7 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     log = logging.getLogger("gcdbench")
+    repaired: list[str] = []
     handler = _Progress(chan)
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -211,7 +220,17 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
         if grammar.refusal is not None and not engine.reads_json_schema:
             raise CompileError(f"the harness has no grammar for {grammar.name}: {grammar.refusal}")
         t0 = time.perf_counter()
-        engine.compile(grammar, tokenizer)
+        for attempt in range(REPAIRS + 1):
+            try:
+                engine.compile(grammar, tokenizer)
+                break
+            except Exception as err:   # noqa: BLE001 - a damaged numba cache file: removed, then compiled again
+                fixed = repair_numba_cache(err) if attempt < REPAIRS else None
+                if fixed is None:
+                    raise
+                log.warning(fixed)
+                repaired.append(fixed)
+                engine = create_engine(engine_name, **engine_opts)
         init_s = time.perf_counter() - t0
         jit_compile = WATCH.since(jit0)
     except CompileTimeout as err:
@@ -236,7 +255,8 @@ def compile_engine(chan, engine_name, engine_opts, grammar, tokenizer_name, prep
             return None
     settle_heap()
     # the profile of the compiled engine: it may depend on the grammar (Pre3's front end, chosen per grammar)
-    chan.send(("compiled", {"init_s": init_s, "import_s": import_s, "jit_compile": jit_compile, "version": engine.version(),
+    chan.send(("compiled", {"init_s": init_s, "import_s": import_s, "jit_compile": jit_compile,
+                            **({"numba_cache_repaired": repaired} if repaired else {}), "version": engine.version(),
                             "engine_info": engine.info(),
                             "profile": dataclasses.asdict(engine.profile()), "peak_rss_compile_mb": peak_rss_mb(),
                             **extra}))

@@ -256,3 +256,33 @@ class CacheEnvEngine(ReferenceEngine):
 
     def info(self) -> dict:
         return {k: os.environ.get(k) for k in ("NUMBA_CACHE_DIR", "GCDBENCH_CACHE")}
+
+
+import numba  # noqa: E402 - the numba-cache engines below only
+
+
+@numba.njit(cache=True)
+def cached_plus_one(x):
+    """A function numba keeps in its on-disk cache (``$NUMBA_CACHE_DIR``): the damaged-cache tests cut its files."""
+    return x + 1
+
+
+class CachedJitEngine(ReferenceEngine):
+    """The reference, plus a numba function from the on-disk cache loaded in init (``lazy``: in every mask, so the
+    first mask loads it)."""
+
+    lazy = False
+
+    def compile(self, grammar, tokenizer):
+        super().compile(grammar, tokenizer)
+        if not self.lazy:
+            cached_plus_one(1)
+
+    def fill_mask(self, out):
+        super().fill_mask(out)
+        if self.lazy:
+            cached_plus_one(1)
+
+
+class LazyCachedJitEngine(CachedJitEngine):
+    lazy = True
