@@ -118,6 +118,7 @@ def test_full_disk_while_merging_keeps_the_parts(tmp_path, words, monkeypatch):
     assert sum(meta["outcomes"].values()) == 3 and [s["samples_run"] for s in meta["sessions"]] == [3]
 
 
+@pytest.mark.slow
 def test_full_disk_on_the_command_line_is_one_line_and_exit_2(tmp_path, words):
     """The real command line on a full disk: one ``error:`` line naming the file and the fix, exit status 2, no
     traceback, no temporary; the same command again (space freed) finishes with nothing run twice. In a sweep
@@ -195,6 +196,7 @@ def test_stale_temporaries_of_dead_processes_are_removed_on_open(tmp_path, words
 # --------------------------------------------------------------------------------------------------------------
 # the report over a sweep still running
 # --------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_over_a_running_cell_says_running_and_exits_0(tmp_path, words, marker):
     """A cell whose run is still going (its lock held by a live process, one sample stored in parts/) is listed
     as running with the samples it has so far, and a report of nothing but running cells says so and exits 0.
@@ -257,6 +259,7 @@ def test_report_names_a_stopped_run_with_samples_not_merged(tmp_path, words, cap
 # --------------------------------------------------------------------------------------------------------------
 # a sweep over out_dir
 # --------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_sweep_over_out_dir_keeps_its_files_inside_and_exits_1_on_a_refused_job(tmp_path):
     """``-m out_dir=a,b dataset=spider,sample`` (spider's data missing: two refused jobs): nothing is written in
     the working folder, each out_dir holds its jobs, ``multirun.yaml`` and a ``jobs.json`` of its jobs, the sweep
@@ -280,7 +283,9 @@ def test_sweep_over_out_dir_keeps_its_files_inside_and_exits_1_on_a_refused_job(
         assert meta_of(out / "sample" / "bytes" / "reference")["outcomes"] == {"ok": 1}
 
 
+@pytest.mark.slow
 def test_sweep_over_out_dir_all_ok_prints_the_sweep_line(tmp_path, words):
+    """A sweep over out_dir whose jobs all pass: exit 0, the sweep line, a jobs.json in each out_dir."""
     a, b, cwd = tmp_path / "a", tmp_path / "b", tmp_path / "cwd"
     cwd.mkdir()
     r = subprocess.run([sys.executable, "-m", "gcdbench.experiments.run", "-m", f"out_dir={a},{b}",
@@ -294,6 +299,7 @@ def test_sweep_over_out_dir_all_ok_prints_the_sweep_line(tmp_path, words):
 
 
 def test_sweep_over_out_dir_refuses_an_unusable_out_dir_in_one_line(tmp_path):
+    """Every out_dir of the sweep is checked before any job runs (before, only the default ``outputs`` was)."""
     a, cwd = tmp_path / "a", tmp_path / "cwd"
     cwd.mkdir()
     (tmp_path / "file").write_text("not a folder")
