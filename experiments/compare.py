@@ -144,8 +144,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", nargs="*", metavar="OLD NEW", help="two result folders (OLD then NEW)")
     ap.add_argument("--results", help="one result folder holding both configs (with --old and --new)")
-    ap.add_argument("--old", help="the OLD config label (e.g. glrmask)")
-    ap.add_argument("--new", help="the NEW config label (e.g. valiant)")
+    ap.add_argument("--old", help="the OLD config label (as the report names it)")
+    ap.add_argument("--new", help="the NEW config label")
     ap.add_argument("--csv", help="write the table as CSV here")
     ap.add_argument("--figure", help="draw the ratios with their intervals here (PNG or PDF)")
     ap.add_argument("--fail-on-slower", type=float, metavar="RATIO",

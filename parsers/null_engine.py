@@ -23,6 +23,8 @@ class NullEngine(Engine):
     #: why the runner does not audit it (read by experiments/runner.py; run.json's audit_error)
     audit_skip: ClassVar[str] = ("the null engine allows every token by design (it measures the harness's floor, "
                                  "not a language): not audited")
+    #: the report prints this engine's figures as the harness's floor under Table 1 (experiments/report/stats.py)
+    harness_floor: ClassVar[bool] = True
 
     def version(self) -> str:
         try:
@@ -59,4 +61,4 @@ class NullEngine(Engine):
 
     @classmethod
     def complexity(cls, ambiguous: bool = False) -> str:
-        return "O(V/32) copy"
+        return "O(V)"   # a copy of ceil(V / 32) words

@@ -51,6 +51,7 @@ PROFILES = {
     "transformers_cfg": Profile(token_bytes="latin1"),   # its byte path (mask_path auto, before compile)
     "xgrammar_schema": Profile(),    # its own JSON Schema compiler: the schema's language
     "llguidance_schema": Profile(),
+    "null_engine": Profile(),   # the harness's floor: allows every token, not audited (audit_skip; issue 66)
 }
 COMPLEXITY = {   # engine -> (unambiguous grammar, highly ambiguous grammar)
     "xgrammar": ("?", "?"), "llguidance": ("O(n)", "O(n^3)"), "glrmask": ("O(n^3)", "O(n^3)"),

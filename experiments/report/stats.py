@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.report.collect import Unreadable, find_runs, read_cell_file, running_line
+from gcdbench.experiments.report.collect import Unreadable, engine_class, find_runs, read_cell_file, running_line
 
 #: the statistics given an interval: name -> percentile (None: the mean)
 STATS: dict[str, float | None] = {"mean": None, "p50": 50.0, "p99": 99.0, "p99.9": 99.9}
@@ -341,8 +341,12 @@ def interval_frame(configs: dict, resamples: int = RESAMPLES, seed: int = SEED) 
 # --------------------------------------------------------------------------------------------------------------
 # Table 1: intervals, the harness's floor, unstable configs
 # --------------------------------------------------------------------------------------------------------------
-#: the null engine's registry name (parsers/null_engine.py): its cells are the harness's floor
-FLOOR_ENGINE = "null_engine"
+def is_floor(engine: str) -> bool:
+    """Whether the engine's class declares itself the harness's floor (``harness_floor``: the null engine)."""
+    cls = engine_class(engine)
+    return bool(getattr(cls, "harness_floor", False)) if cls is not None else False
+
+
 #: an engine whose p50 is within this factor of the floor's is measured mostly at the floor
 FLOOR_FACTOR = 2.0
 
@@ -366,12 +370,12 @@ def floor_lines(frame: pd.DataFrame) -> list[str]:
         return []
     out = []
     for (ds, tok), grp in frame.groupby(["dataset", "tokenizer"], sort=True):
-        floor = grp[grp["engine"] == FLOOR_ENGINE]
-        if floor.empty:
+        floor_rows = grp["engine"].map(is_floor)
+        if not floor_rows.any():
             continue
-        f = floor.iloc[0]
-        near = [f"{r.config} (p50 {r.p50_us:.3g} µs, {r.p50_us / f.p50_us:.1f}x)" for r in grp.itertuples()
-                if r.engine != FLOOR_ENGINE and f.p50_us > 0 and r.p50_us <= FLOOR_FACTOR * f.p50_us]
+        f = grp[floor_rows].iloc[0]
+        near = [f"{r.config} (p50 {r.p50_us:.3g} µs, {r.p50_us / f.p50_us:.1f}x)" for r in grp[~floor_rows].itertuples()
+                if f.p50_us > 0 and r.p50_us <= FLOOR_FACTOR * f.p50_us]
         out.append(f"- harness floor (null engine) on {ds}: p50 {fmt_interval(f.p50_us, f.p50_lo, f.p50_hi)} µs, "
                    f"p99 {fmt_interval(f.p99_us, f.p99_lo, f.p99_hi)} µs on this tokenizer ({tok}); engines within "
                    f"{FLOOR_FACTOR:g}x of it: {', '.join(near) if near else 'none'}")
