@@ -359,7 +359,7 @@ def keywords_grammar(size: int, spelling: str) -> str:
     tail = "NAME: /[a-z_][a-z0-9_]*/\nNUMBER: /[0-9]+/\n%ignore /[ \\t\\n]+/\n"
     if spelling == "literals":
         return head + "kw: " + _alt(kws) + "\n" + tail
-    return head + "kw: KEYWORD\nKEYWORD.2: " + _alt(kws) + "\n" + tail
+    return head + "kw: KEYWORD\nKEYWORD: " + _alt(kws) + "\n" + tail
 
 
 def keywords_sample(size: int, rng: random.Random) -> str:
