@@ -752,3 +752,14 @@ def test_qwen3_masks_equal_psc_and_batch(qwen3_engines, qwen3_tokenizer, name):
             assert np.array_equal(a, b), q
             assert eng.commit(t) and psc.commit(t)
     assert _batch_equals_sequential(eng, tok, _spider_queries(name, 3)) > 50
+
+
+def test_construction_past_max_build_s_is_a_compile_timeout_as_in_psc():
+    """A construction over its budget is a time-out (a resume compiles again), not a refusal of the grammar."""
+    from gcdbench.parsers.base import CompileTimeout
+    from gcdbench.parsers.pre3.engine import build_artifact
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
+    grammar = _spec("tiny_sql", (GRAMMARS / "tiny_sql.lark").read_text())
+    with pytest.raises(CompileTimeout, match=r"max_build_s"):
+        build_artifact(grammar, load_tokenizer("bytes"), max_build_s=0.0)

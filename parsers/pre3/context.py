@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError
+from gcdbench.parsers.base import CompileError, CompileTimeout
 from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs, sort_jobs_shared, walk_scratch
 
 
@@ -114,7 +114,7 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
             sorts.append(out.copy())
         klass[s] = c
         if deadline is not None and time.monotonic() > deadline:
-            raise CompileError("pre3: construction exceeded its time budget (max_build_s) while sorting tokens by "
+            raise CompileTimeout("pre3: construction exceeded its time budget (max_build_s) while sorting tokens by "
                                "context; context_split=false skips that step")
     counts = np.array([[np.count_nonzero(x == v) for v in (ACCEPTED, CONTEXT)] for x in sorts]) if sorts else \
         np.zeros((0, 2), dtype=np.int64)

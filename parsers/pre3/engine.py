@@ -15,7 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from gcdbench.parsers.artifacts import artifact_path, load_artifact, save_artifact
-from gcdbench.parsers.base import CompileError, Engine, EngineError, GrammarSpec, Profile, allocate_mask, option
+from gcdbench.parsers.base import (CompileError, CompileTimeout, Engine, EngineError, GrammarSpec, Profile, allocate_mask,
+                                   option)
 from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
 from gcdbench.parsers.pre3.front import build_jobs, build_jobs_by_state, byte_class_transducer
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
@@ -95,7 +96,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
     packed = pack(d2)
     t_dpda = time.monotonic()
     if time.monotonic() > deadline:
-        raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
+        raise CompileTimeout("pre3: construction exceeded its time budget (max_build_s)")
     term_id = {n: i for i, n in enumerate(tables.cfg.terminals)}
     max_push = max(1, d2.stats["max_push"])
     jobs = None
@@ -247,7 +248,8 @@ class Pre3Options:
     cache_dir: str | None = option(None, "compiled artifacts (grammar, tokenizer, options); "
                                    "null: $GCDBENCH_CACHE/pre3 (default ~/.cache/gcdbench)")
     cache: bool = option(True, "read/write the on-disk cache of compiled artifacts", former="use_cache")
-    max_build_s: float = option(600.0, "construction time budget (checked between steps); exceeded -> CompileError")
+    max_build_s: float = option(600.0, "construction time budget (checked between steps); exceeded -> CompileTimeout "
+                                "(as PSC's: a resume compiles again)")
     max_edges: int = option(2_000_000, "size budget of the direct-jump DPDA; exceeded -> CompileError")
     context_split: bool = option(True, "character level: per LR state, decide at build time the tokens whose run "
                                  "never reads below that state (one mask row), run only the others per mask")

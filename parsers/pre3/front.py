@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gcdbench.parsers.base import CompileError
+from gcdbench.parsers.base import CompileError, CompileTimeout
 from gcdbench.parsers.lr.lexer import IGNORED
 from gcdbench.parsers.lr.tokens import TokenJobs
 
@@ -106,7 +106,7 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
             cls_tok_parts.append((inv, toks))
         qclass[q] = c
         if deadline is not None and time.monotonic() > deadline:
-            raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
+            raise CompileTimeout("pre3: construction exceeded its time budget (max_build_s)")
 
     return _pack(cls_jobs, cls_tok_parts, qclass, seqs, to_dpda, pend_lists, n_pend, lexer, vocab, n_ch, chunk,
                  dense_min)
@@ -161,7 +161,7 @@ def build_jobs_by_state(lexer, term_id: dict[str, int], tokenizer, packed, guard
         cls_jobs.append(k_all)
         cls_tok_parts.append((i_all, t_all))
         if deadline is not None and time.monotonic() > deadline:
-            raise CompileError("pre3: construction exceeded its time budget (max_build_s)")
+            raise CompileTimeout("pre3: construction exceeded its time budget (max_build_s)")
     out = _pack(cls_jobs, cls_tok_parts, np.zeros(1, dtype=np.int32), seqs, to_dpda, [[]], 1, lexer, vocab, n_ch,
                 chunk, dense_min)
     out["state_class"] = klass
