@@ -216,7 +216,16 @@ def _interval(values: np.ndarray, level: float = LEVEL, center: float | None = N
 def intervals(cfg: Config, resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, tuple[float, float, float]]:
     """statistic -> (point, low, high): the pooled figure and its 95% interval."""
     boot, pt = bootstrap(cfg, resamples, seed), point(cfg)
-    return {k: (pt[k], *_interval(boot[k], center=pt[k], n_repeats=cfg.n_repeats)) for k in STATS}
+    return {k: (pt[k], *_within(cfg, _interval(boot[k], center=pt[k], n_repeats=cfg.n_repeats))) for k in STATS}
+
+
+def _within(cfg: Config, bounds: tuple[float, float]) -> tuple[float, float]:
+    """A statistic's interval kept within the config's fastest and slowest mask (widening for few repeats may
+    reach past them, where no statistic of these masks can lie)."""
+    if not cfg.us.size:
+        return bounds
+    lo, hi = float(cfg.us.min()), float(cfg.us.max())
+    return min(max(bounds[0], lo), hi), max(min(bounds[1], hi), lo)
 
 
 def paired(old: Config, new: Config) -> tuple[bool, bool]:
@@ -259,8 +268,8 @@ def ratios(old: Config, new: Config, resamples: int = RESAMPLES, seed: int = SEE
             r = bn / bo
         ratio = pn[k] / po[k] if po[k] else float("nan")
         lo, hi = _interval(r, center=ratio, n_repeats=min(old.n_repeats, new.n_repeats))
-        (olo, ohi), (nlo, nhi) = (_interval(bo, center=po[k], n_repeats=old.n_repeats),
-                                  _interval(bn, center=pn[k], n_repeats=new.n_repeats))
+        (olo, ohi), (nlo, nhi) = (_within(old, _interval(bo, center=po[k], n_repeats=old.n_repeats)),
+                                  _within(new, _interval(bn, center=pn[k], n_repeats=new.n_repeats)))
         rows.append({"statistic": k, "old_us": po[k], "old_lo": olo, "old_hi": ohi, "new_us": pn[k], "new_lo": nlo,
                      "new_hi": nhi, "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi, "verdict": verdict(lo, hi),
                      "paired_samples": by_sample, "paired_repeats": by_repeat})
@@ -323,7 +332,8 @@ def fmt_interval(p: float, lo: float, hi: float) -> str:
 
 def interval_frame(configs: dict, resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:
     """One row per config: dataset, tokenizer, config, engine, repeats, masks, each statistic with its interval
-    (``<stat>_us``, ``<stat>_lo``, ``<stat>_hi``; p99.9 as ``p999``), and the stability flag with its reason and advice."""
+    (``<stat>_us``, ``<stat>_lo``, ``<stat>_hi``; p99.9 as ``p999``), and the stability flag with its reason and
+    advice."""
     rows = []
     for key in sorted(configs):
         cfg = configs[key]
@@ -374,8 +384,8 @@ def floor_lines(frame: pd.DataFrame) -> list[str]:
         if not floor_rows.any():
             continue
         f = grp[floor_rows].iloc[0]
-        near = [f"{r.config} (p50 {r.p50_us:.3g} µs, {r.p50_us / f.p50_us:.1f}x)" for r in grp[~floor_rows].itertuples()
-                if f.p50_us > 0 and r.p50_us <= FLOOR_FACTOR * f.p50_us]
+        near = [f"{r.config} (p50 {r.p50_us:.3g} µs, {r.p50_us / f.p50_us:.1f}x)"
+                for r in grp[~floor_rows].itertuples() if f.p50_us > 0 and r.p50_us <= FLOOR_FACTOR * f.p50_us]
         out.append(f"- harness floor (null engine) on {ds}: p50 {fmt_interval(f.p50_us, f.p50_lo, f.p50_hi)} µs, "
                    f"p99 {fmt_interval(f.p99_us, f.p99_lo, f.p99_hi)} µs on this tokenizer ({tok}); engines within "
                    f"{FLOOR_FACTOR:g}x of it: {', '.join(near) if near else 'none'}")
