@@ -69,6 +69,8 @@ def test_report_from_restored_cells_is_unchanged(stored, tmp_path):
     for table in ("samples", "audit", "batch_steps"):   # a pack's rows: the declared columns and the cell's name
         f = copy / PACK_DIR / f"cells_{table}.parquet"
         assert schema.problems(table, pq.read_schema(f).remove(0)) == [] and pq.read_schema(f).names[0] == "cell"
+    for f in (copy / PACK_DIR).glob("*.parquet"):   # every pack file carries the schema version it was written at
+        assert schema.file_version(pq.read_schema(f)) == schema.SCHEMA_VERSION, f
     after = _report(copy, tmp_path / "after")
     assert set(before) == set(after) and {"README.md", "cells.csv", "batch.csv", "table1.csv"} <= set(after)
     for name in before:   # the same text, up to the folder the cells are read from

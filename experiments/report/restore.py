@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from gcdbench.experiments import schema
 from gcdbench.experiments.provenance import git_commit
 from gcdbench.experiments.report import packed
 from gcdbench.experiments.report.collect import (Unreadable, batch_step_stats, mask_digest, mask_summary,
@@ -76,10 +77,16 @@ def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps:
 
 def _write(df: pd.DataFrame, path: Path) -> None:
     """A pack file: zstd, no statistics, dictionary encoding for text columns only (timings compress better
-    plain)."""
+    plain), stamped with the schema version as every result file is (``schema.PARQUET_VERSION_KEY``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     text = [c for c in df.columns if df[c].dtype == object or pd.api.types.is_string_dtype(df[c])]
-    df.to_parquet(path, index=False, compression="zstd", compression_level=19, write_statistics=False,
-                  use_dictionary=text or False)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           schema.PARQUET_VERSION_KEY: str(schema.SCHEMA_VERSION).encode()})
+    pq.write_table(table, path, compression="zstd", compression_level=19, write_statistics=False,
+                   use_dictionary=text or False)
 
 
 #: significant digits a re-stored JSON file keeps of each float (timings: run-to-run spread is 20-30% here)
