@@ -224,7 +224,7 @@ def test_presets_compose():
     register()
     for preset in ("shapes", "shapes_small"):
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"experiment={preset}", "dataset=shapes"],
+            cfg = compose(config_name="config", overrides=[f"experiment={preset}", "dataset.family=ladder"],
                           return_hydra_config=True)
         params = cfg.hydra.sweeper.params
         assert set(params["dataset.family"].split(",")) == set(FAMILIES)
