@@ -370,7 +370,26 @@ def cell_intervals(cells: pd.DataFrame, tokenizer: str, resamples: int = RESAMPL
     frame = interval_frame(configs, resamples)
     if not frame.empty:
         frame["max_us"] = [float(configs[(r.dataset, r.tokenizer, r.config)].us.max()) for r in frame.itertuples()]
+        frame["not_alone"] = [not_alone(configs[(r.dataset, r.tokenizer, r.config)].paths) for r in frame.itertuples()]
     return frame
+
+
+def not_alone(paths) -> str:
+    """How many of a config's cells ran a session while other processes used the machine (run.json sessions'
+    ``machine_state``, experiments/provenance.py), with the most they used: ``""`` when none did (or none says)."""
+    busy, cores = 0, 0.0
+    for path in paths:
+        try:
+            meta = read_cell_file(Path(path), "run.json") or {}
+        except Unreadable:
+            continue
+        states = [s.get("machine_state") for s in meta.get("sessions") or [] if s.get("machine_state")]
+        bad = [st for st in states if not st.get("alone", True)]
+        if bad:
+            busy += 1
+            cores = max(cores, max(float(st.get("others_cores") or 0) for st in bad))
+    return (f"{busy} of {len(paths)} run(s); other processes used up to {cores:.2f} cores on average" if busy
+            else "")
 
 
 def floor_lines(frame: pd.DataFrame) -> list[str]:
@@ -406,4 +425,7 @@ def interval_lines(frame: pd.DataFrame) -> list[str]:
                                   for k in ("mean", "p50", "p99", "p999")) + f" | {stable} |")
     unstable = frame[frame["unstable"].fillna(False).astype(bool)]
     lines += [""] + [f"- unstable: {r.config} on {r.dataset}: {r.why}; {r.advice}" for r in unstable.itertuples()]
+    if "not_alone" in frame:
+        lines += [f"- warning: the machine was not alone while {r.config} on {r.dataset} ran ({r.not_alone}): its "
+                  "figures may be slow or noisy" for r in frame.itertuples() if r.not_alone]
     return lines
