@@ -125,6 +125,10 @@ def test_repeats_sweep_puts_repeat_outermost_so_configs_interleave():
     assert got == [(str(r), e) for r in range(3) for e in ("psc", "glrmask")]
     assert [(j["repeat"], j["engine"]) for j in jobs("repeats=3", "interleave=false")] == [("0", "psc"),
                                                                                           ("0", "glrmask")]
+    # a preset's own sweeps (experiment=main: 2 datasets x its engines) come after repeat: still outermost
+    main = jobs("experiment=main", "repeats=2")
+    n = len(main) // 2
+    assert [j["repeat"] for j in main] == ["0"] * n + ["1"] * n and main[:n] == [{**j, "repeat": "0"} for j in main[n:]]
 
 
 def test_repeat_values_are_checked(tmp_path):
