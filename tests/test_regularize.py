@@ -1,0 +1,287 @@
+"""The regular-part rewrite (``parsers/regularize.py``): the reference checker's masks over the byte tokenizer are
+the same with and without it at every prefix of samples and of random walks; Valiant with ``regularize=True``
+equals the reference on the original grammar; a grammar with nothing regular comes back unchanged."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from gcdbench.parsers.base import GrammarSpec
+from gcdbench.parsers.grammar import load_ir
+from gcdbench.parsers.reference import DEAD, ReferenceChecker
+from gcdbench.parsers.regularize import lark_regex, regularize, regularize_report
+from gcdbench.parsers.tokenizers import byte_level
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# one-character terminals, GBNF style: every string character, digit and space is its own terminal
+JSON1 = r'''
+start: ws value ws
+value: object | array | string | number | "t" "r" "u" "e" | "f" "a" "l" "s" "e" | "n" "u" "l" "l"
+object: "{" ws "}" | "{" ws members ws "}"
+members: pair | pair ws "," ws members
+pair: string ws ":" ws value
+array: "[" ws "]" | "[" ws elements ws "]"
+elements: value | value ws "," ws elements
+string: "\"" chars "\""
+chars: char chars |
+char: /[^"\\\x00-\x1f]/ | "\\" escape
+escape: /["\\\/bfnrt]/ | "u" hex hex hex hex
+hex: /[0-9a-fA-F]/
+number: int frac exp
+int: "-"? digits1
+digits1: "0" | onenine digits
+digits: digit digits |
+digit: "0" | onenine
+onenine: /[1-9]/
+frac: "." digit digits |
+exp: ("e" | "E") sign digit digits |
+sign: "+" | "-" |
+ws: " " ws | "\n" ws | "\t" ws |
+'''
+
+# the whole grammar is regular (the start symbol becomes one terminal); fields may be empty
+CSV1 = r'''
+start: record ("\n" record)* "\n"?
+record: field ("," field)*
+field: char* | "\"" qchar* "\""
+char: /[^,"\n]/
+qchar: /[^"]/ | "\"" "\""
+'''
+
+# names and numbers as character rules beside %ignore: under the harness's scannerless reading ignored text may
+# stand between any two terminals, so "a b" is one name here; the merged terminal has to allow it too
+IDENTS = r'''
+start: stmt+
+stmt: name "=" expr ";"
+expr: term | expr "+" term
+term: name | number | "(" expr ")"
+name: letter (letter | digit)*
+number: digit+ ("." digit+)?
+letter: /[a-z]/
+digit: /[0-9]/
+%ignore " "
+'''
+
+# a left-linear SCC, a right-linear SCC of two rules that call each other, under a self-embedding start
+LINEAR = r'''
+start: a | "[" start "]" b
+a: a "x" b | "y"
+b: "p" c | "q"
+c: "r" b | "s"
+'''
+
+# an %ignore'd terminal used in rules (the reference makes it transparent: such rules are left alone), several
+# ignored terminals, case-insensitive and multi-byte pieces, Lark's generated helper rules
+MIXED = r'''
+start: greet+ | "(" start WS start ")"
+greet: "héllo"i name | "€" NUM
+name: /[a-zé€]/+ | "x" WS "y"
+NUM: /[0-9]+(\.[0-9]+)?/
+WS: " "
+COMMENT: /#[a-z]*\n/
+%ignore WS
+%ignore COMMENT
+'''
+
+# regex text Lark's loader decodes with escapes of its own: slashes, backslashes, quotes, \x escapes that are
+# regex metacharacters once decoded, a line break, non-ASCII
+NASTY = r'''
+start: item+
+item: "a/b" "\\" | /[\/"'x]+/ "\n" | /\x2e\./ "é" | "'" "\"" | "q" /\\x5c/
+%ignore /[ \t]/
+'''
+
+SAMPLES = {
+    "json1": ['{"a": [1, -2.5e+3, true, null], "b\\u00e9": {}}', '[ ]', '"x\\n"', ' 0 ', '{"k":[[],{}]}'],
+    "csv1": ['a,b\n"x""y",\n', '', ',\n,', '"q,\n"'],
+    "idents": ['ab = c1 + 2.5;', 'a b = ( c ) + 1 2 ;x=y;', 'a1=b;'],
+    "linear": ['yxq', '[[yxprq]q]prps', 'yxprpsxq'],
+    "mixed": ['héllo abé', 'HÉLLO x y€ 3.5', '€1 #c\nhéllo  a', 'héllo x #\n y'],
+    "nasty": ['a/b\\', '"x\'\n', '..é', '\'"', 'q\\x5c'],
+}
+
+OWN = {"json1": JSON1, "csv1": CSV1, "idents": IDENTS, "linear": LINEAR, "mixed": MIXED, "nasty": NASTY}
+
+SHIPPED = {   # shipped grammars the pass changes, with samples
+    "json": ("datasets/grammars/json.lark", ['{"a": [1, 2.5e3, true], "b": {}}', '[ ]', '"x\\u00e9"']),
+    "ambiguous_right": ("datasets/grammars/ambiguous_right.lark", ["ab a", "b", "aab ba"]),
+    "tiny_sql": ("tests/grammars/tiny_sql.lark", None),
+    "spider": ("datasets/grammars/spider.lark", None),
+    "sample_pos": ("datasets/grammars/sample_pos.lark", None),
+}
+
+
+def _spec(name: str) -> GrammarSpec:
+    if name in OWN:
+        return GrammarSpec(name=name, lark=OWN[name])
+    return GrammarSpec(name=name, lark=(ROOT / SHIPPED[name][0]).read_text())
+
+
+def _samples(name: str) -> list[str]:
+    if name in SAMPLES:
+        return SAMPLES[name]
+    given = SHIPPED[name][1]
+    if given is not None:
+        return given
+    txt = {"spider": ROOT / "datasets/sample/queries.sql", "sample_pos": ROOT / "datasets/sample/pos_sentences.txt"
+           }.get(name, (ROOT / SHIPPED[name][0]).with_suffix(".txt"))
+    return [ln for ln in txt.read_text().splitlines() if ln.strip()][:3]
+
+
+def _walks(ref: ReferenceChecker, tok, seed: int, n: int, length: int):
+    """``n`` random byte strings each prefix of which the reference finds viable (a random allowed byte a step)."""
+    rng = random.Random(seed)
+    for _ in range(n):
+        sid, data = ref.initial(), b""
+        for _ in range(length):
+            ids = [i for i in ref.full_mask_ids(sid, tok).tolist() if i != tok.eos_id]
+            if not ids:
+                break
+            b = rng.choice(ids)
+            data += bytes([b])
+            sid = ref.step(sid, b)
+        yield data
+
+
+def _same_masks(a: GrammarSpec, b: GrammarSpec, texts, seed: int = 0, walks: int = 6, length: int = 24) -> int:
+    """Every prefix of ``texts`` and of random walks (drawn from both grammars): equal byte masks, EOS included."""
+    tok = byte_level()
+    ra, rb = ReferenceChecker(a), ReferenceChecker(b)
+    datas = [t.encode() for t in texts] + list(_walks(ra, tok, seed, walks, length)) \
+        + list(_walks(rb, tok, seed + 1, walks, length))
+    checked = 0
+    for data in datas:
+        sa, sb = ra.initial(), rb.initial()
+        for i in range(len(data) + 1):
+            ma, mb = ra.full_mask_ids(sa, tok).tolist(), rb.full_mask_ids(sb, tok).tolist()
+            assert ma == mb, (data[:i], sorted(set(ma) ^ set(mb)))
+            checked += 1
+            if i == len(data):
+                break
+            sa, sb = ra.step(sa, data[i]), rb.step(sb, data[i])
+            assert (sa == DEAD) == (sb == DEAD), data[:i + 1]
+            if sa == DEAD:
+                break
+    return checked
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_own_grammars_keep_their_language(name):
+    sp = _spec(name)
+    rw = regularize_report(sp)
+    assert rw.changed and rw.new_terminals, f"{name}: nothing was rewritten"
+    for sample in _samples(name):   # the samples are sentences (so the comparison walks whole texts)
+        assert ReferenceChecker(sp).is_sentence(sample.encode()), sample
+    assert _same_masks(sp, rw.spec, _samples(name)) > 50
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_shipped_grammars_keep_their_language(name):
+    sp = _spec(name)
+    rw = regularize_report(sp)
+    assert rw.changed
+    assert _same_masks(sp, rw.spec, _samples(name), walks=4) > 20
+
+
+def test_one_char_json_becomes_a_token_level_grammar():
+    """string, number, ws and every character rule below them are regular and leave the grammar; what is left is
+    the self-embedding part (value, object, members, pair, array, elements) over run terminals."""
+    rw = regularize_report(_spec("json1"))
+    assert {"string", "chars", "char", "escape", "hex", "number", "digits", "ws", "sign"} <= set(rw.regular)
+    ir = load_ir(rw.spec)
+    assert set(ir.nonterminals) - {"start"} <= {"value", "object", "members", "pair", "array", "elements"} | {
+        n for n in ir.nonterminals if n.startswith("opt_")}
+    assert rw.counts["after"]["terminals"] < rw.counts["before"]["terminals"]
+    assert rw.counts["after"]["rules"] < rw.counts["before"]["rules"] / 2
+
+
+def test_whole_regular_grammar_is_one_terminal():
+    ir = load_ir(regularize(_spec("csv1")))
+    assert set(ir.nonterminals) == {"start"}
+    assert len(ir.terminals) == 1 and sorted(r.expansion for r in ir.rules) == [(), (next(iter(ir.terminals)),)]
+
+
+def test_ignored_text_is_glued_between_the_pieces_only():
+    """``a b`` is one name under %ignore " "; a leading ignored space is still refused, as before."""
+    sp = regularize(_spec("idents"))
+    ref = ReferenceChecker(sp)
+    assert ref.is_sentence(b"a b = c 1;") and ReferenceChecker(_spec("idents")).is_sentence(b"a b = c 1;")
+    assert not ref.is_viable(b" a")
+
+
+@pytest.mark.parametrize("text", [
+    'start: A B C\nA: "a"\nB: "b"\nC: "c"\n',
+])
+def test_runs_of_plain_terminals_are_merged(text):
+    ir = load_ir(regularize(GrammarSpec(name="run", lark=text)))
+    assert len(ir.rules) == 1 and len(ir.terminals) == 1
+
+
+@pytest.mark.parametrize("text", [
+    'start: s\ns: s s | "a"\n',                                      # ambiguous_binary's shape
+    'start: e\ne: "(" e ")" | A\nA: /[a-z]+/\n',                    # self-embedding, lone terminals
+    'start: x WS y\nx: "a" | "(" start ")"\ny: "b" | "[" start "]"\nWS: " "\n%ignore WS\n',   # an ignored one
+])
+def test_nothing_regular_leaves_the_grammar_unchanged(text):
+    sp = GrammarSpec(name="plain", lark=text)
+    rw = regularize_report(sp)
+    assert not rw.changed and rw.spec is sp and not rw.new_terminals
+
+
+@pytest.mark.parametrize("name", ["ambiguous_binary", "ambiguous_concat", "ambiguous_expr", "ambiguous_ternary"])
+def test_shipped_grammars_without_regular_parts_are_unchanged(name):
+    sp = GrammarSpec(name=name, lark=(ROOT / "datasets" / "grammars" / f"{name}.lark").read_text())
+    assert regularize(sp) is sp
+
+
+def test_too_long_a_regex_demotes_the_part_and_keeps_the_language():
+    sp = _spec("json1")
+    small = regularize_report(sp, max_regex=200)
+    assert small.changed and small.demoted
+    assert all(len(rx) <= 200 for rx in small.new_terminals.values())
+    assert _same_masks(sp, small.spec, SAMPLES["json1"][:3], walks=3) > 20
+
+
+@pytest.mark.parametrize("regex", [r"a/b", r"\\", r"\x5c", r"[\/\"'x]+", "\n", r"\n", r"\.", r"\x2e", "é€😀",
+                                   r"(?i:héllo)", r"[^\x00-\x1f\\]", r"\u00e9\U0001F600", "'\"", r"\t\r\f"])
+def test_lark_regex_text_decodes_to_the_same_regex(regex):
+    ir = load_ir(GrammarSpec(name="rx", lark=f"start: X\nX: {lark_regex(regex)}\n"))
+    assert ir.terminals["X"].regex == regex
+
+
+def test_valiant_option_is_declared():
+    from gcdbench.parsers.base import option_specs
+    from gcdbench.parsers.valiant.engine import ValiantOptions
+
+    spec = {o.name: o for o in option_specs(ValiantOptions)}["regularize"]
+    assert spec.default is False
+
+
+@pytest.mark.parametrize("name", ["json1", "idents", "mixed", "csv1"])
+def test_valiant_regularized_equals_reference(name):
+    """Valiant on the rewritten grammar, the reference on the original: equal masks at every prefix."""
+    from gcdbench.parsers.base import allocate_mask, mask_to_ids
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    sp, tok = _spec(name), byte_level()
+    e = ValiantEngine(cache=False, regularize=True)
+    e.compile(sp, tok)
+    plain = ValiantEngine(cache=False)
+    plain.compile(sp, tok)
+    assert e.info()["cnf"]["terminals"] < plain.info()["cnf"]["terminals"] if "cnf" in e.info() else True
+    ref = ReferenceChecker(sp)
+    datas = [s.encode() for s in _samples(name)] + list(_walks(ref, tok, 7, 4, 20))
+    m = allocate_mask(tok.vocab_size)
+    for data in datas:
+        e.reset()
+        sid = ref.initial()
+        for i in range(len(data) + 1):
+            e.fill_mask(m)
+            assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
+            if i == len(data):
+                break
+            assert e.commit(data[i]), data[:i + 1]
+            sid = ref.step(sid, data[i])
