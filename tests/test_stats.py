@@ -205,6 +205,8 @@ def test_table1_prints_intervals_and_the_harness_floor(tmp_path, runs):
     t1 = (tmp_path / "report" / "table1.md").read_text()
     assert "2 repeats pooled" in t1
     assert (tmp_path / "report" / "intervals.csv").exists()
+    assert (tmp_path / "report" / "figures" / "intervals_bytes.png").stat().st_size > 0
+    assert "](figures/intervals_bytes.png)" in text
 
 
 # -- the machine's state -----------------------------------------------------------------------------------------

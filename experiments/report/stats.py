@@ -429,3 +429,33 @@ def interval_lines(frame: pd.DataFrame) -> list[str]:
         lines += [f"- warning: the machine was not alone while {r.config} on {r.dataset} ran ({r.not_alone}): its "
                   "figures may be slow or noisy" for r in frame.itertuples() if r.not_alone]
     return lines
+
+
+def interval_figure(frame: pd.DataFrame, out_dir: Path, stem: str = "intervals") -> list[Path]:
+    """Each config's p50 and p99 per-mask time with its 95% interval, one panel per dataset (log axis): written by
+    :func:`.plot.save_figure` as ``<stem>.png`` and ``.pdf``; [] when ``frame`` is empty."""
+    from matplotlib.figure import Figure
+
+    from gcdbench.experiments.report.plot import save_figure
+
+    if frame.empty:
+        return []
+    datasets = sorted(frame["dataset"].unique())
+    configs = sorted(frame["config"].unique())
+    fig = Figure(figsize=(7, 0.3 * len(configs) * len(datasets) + 1.5))
+    axes = fig.subplots(len(datasets), 1, squeeze=False)[:, 0]
+    for ax, ds in zip(axes, datasets):
+        sub = frame[frame["dataset"] == ds].set_index("config").reindex(configs).dropna(subset=["p50_us"])
+        y = np.arange(len(sub))[::-1]
+        for k, (stat, color) in enumerate((("p50", "tab:blue"), ("p99", "tab:orange"))):
+            x, lo, hi = sub[f"{stat}_us"], sub[f"{stat}_lo"], sub[f"{stat}_hi"]
+            ax.errorbar(x, y + (0.15 if k else -0.15), xerr=[(x - lo).clip(lower=0), (hi - x).clip(lower=0)],
+                        fmt="o", ms=3, capsize=2, color=color, label=stat)
+        names = [f"{c} ({int(r)} runs)" if r > 1 else c for c, r in zip(sub.index, sub["repeats"])]
+        ax.set_yticks(y, names, fontsize=7)
+        ax.set_xscale("log")
+        ax.set_title(f"{ds}: per-mask time, 95% interval", fontsize=8)
+        ax.legend(fontsize=7, loc="best")
+    axes[-1].set_xlabel("µs per mask")
+    fig.tight_layout()
+    return save_figure(fig, out_dir, stem)

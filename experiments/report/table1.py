@@ -104,12 +104,14 @@ def _interval_lines(ctx: Context, intervals: pd.DataFrame) -> list[str]:
     if intervals.empty:
         return []
     intervals.to_csv(ctx.out / "intervals.csv", index=False)
+    stats.interval_figure(intervals, ctx.out / "figures", f"intervals_{ctx.tokenizer}")
     floor = stats.floor_lines(intervals)
     return [*floor, *([""] if floor else []), f"### Intervals ({ctx.tokenizer} vocabulary)", "",
             "Each per-mask figure with its 95% interval: a bootstrap over the samples (a sample's masks are not "
             "independent) and, for a config run with repeats, over its repeats (`repeats=R`); a config run once "
             "has no interval for the machine's drift between runs. `gcdbench-compare` gives ratios between configs "
-            "with their intervals.", "", *stats.interval_lines(intervals), ""]
+            "with their intervals.", "", *stats.interval_lines(intervals), "",
+            f"![per-mask p50 and p99 with 95% intervals](figures/intervals_{ctx.tokenizer}.png)", ""]
 
 
 SECTION = Section("table1", lines, "Table 1 (seed 000's layout) of the --results cells")
