@@ -219,3 +219,12 @@ def test_machine_state_says_when_the_machine_was_not_alone():
     assert "not alone" in provenance.not_alone_text(busy) and "load 0.50 -> 2.00" in provenance.not_alone_text(busy)
     snap = provenance.machine_snapshot()
     assert snap["busy_s"] > 0 and snap["own_s"] > 0
+
+
+def test_cells_of_other_identities_are_not_silently_pooled_as_repeats(tmp_path, capsys):
+    """Repeat 1 run with another seed is not a repeat of repeat 0: the intervals pool them with a warning."""
+    run(make_cfg(tmp_path, "engine=null_engine"))
+    run(make_cfg(tmp_path, "engine=null_engine", "seed=1", "repeat=1"))
+    configs = stats.read_configs(tmp_path)
+    assert [c.n_repeats for c in configs.values()] == [2]
+    assert "different identities" in capsys.readouterr().err

@@ -26,13 +26,15 @@ intervals. :func:`read_configs` reads cells through :mod:`.collect`'s readers.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from gcdbench.experiments.report.collect import Unreadable, engine_class, find_runs, read_cell_file, running_line
+from gcdbench.experiments.report.collect import (Unreadable, engine_class, find_runs, read_cell_file, running_line,
+                                                 warn)
 
 #: the statistics given an interval: name -> percentile (None: the mean)
 STATS: dict[str, float | None] = {"mean": None, "p50": 50.0, "p99": 99.0, "p99.9": 99.9}
@@ -76,6 +78,7 @@ def read_configs(cells) -> dict[tuple[str, str, str], Config]:
     if isinstance(cells, (str, Path)):
         cells = [d for d in find_runs(Path(cells)) if running_line(d) is None]
     parts: dict[tuple, list] = {}
+    kinds: dict[tuple, dict] = {}
     for run_dir in cells:
         try:
             meta = read_cell_file(Path(run_dir), "run.json")
@@ -89,8 +92,14 @@ def read_configs(cells) -> dict[tuple[str, str, str], Config]:
             continue
         key = (meta["dataset"], meta["tokenizer"], meta["config"])
         parts.setdefault(key, []).append((int(ident.get("repeat", 0) or 0), steps, str(run_dir), meta["engine"]))
+        same = json.dumps({k: v for k, v in ident.items() if k != "repeat"}, sort_keys=True, default=str)
+        kinds.setdefault(key, {}).setdefault(same, []).append(str(run_dir))
     out = {}
     for key, got in parts.items():
+        if len(kinds[key]) > 1:   # not repeats of one cell: another seed, sample list, grammar or option
+            folders = "; ".join(paths[0] for paths in kinds[key].values())
+            warn(f"{key[2]} on {key[0]} ({key[1]}): cells of {len(kinds[key])} different identities (seed, samples, "
+                 f"grammar or options) are pooled as its repeats ({folders}): keep one kind per results folder")
         got.sort(key=lambda g: g[0])
         ids = sorted({s for _, steps, _, _ in got for s in steps["sample_id"].unique()})
         index = {s: i for i, s in enumerate(ids)}
