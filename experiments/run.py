@@ -31,11 +31,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
 from gcdbench.experiments.config import folder_problem, register
+from gcdbench.experiments.launcher import JOB_FILE, SchedulerStop, register_launcher, scheduler_signals
 from gcdbench.experiments.store import NoSpace, is_no_space, no_space_message
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")   # the checkout's conf/; in a wheel, gcdbench/conf/
-JOB_FILE = "job.json"
 register()
+register_launcher()   # hydra/launcher=slurm (experiments/launcher.py)
 
 
 def _record(job_dir, status: str, **extra) -> None:
@@ -62,7 +63,14 @@ def main(cfg: DictConfig) -> None:
     cfg.data_root = to_absolute_path(cfg.data_root)
     cfg.out_dir = to_absolute_path(cfg.out_dir)
     try:
-        out = run(cfg)
+        with scheduler_signals():   # a SLURM job: scancel / time limit stop the run as Ctrl-C does
+            out = run(cfg)
+    except SchedulerStop as err:
+        print(f"error: {err}", file=sys.stderr)
+        if not multirun:
+            sys.exit(130)
+        _record(job_dir, "failed", error=str(err), stopped_by=err.signal_name)
+        return
     except KeyboardInterrupt:
         print("interrupted: the finished samples are kept; run the same command again to resume", file=sys.stderr)
         sys.exit(130)

@@ -290,6 +290,7 @@ def main(serve=None) -> None:
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle (it kills this process)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so is a scheduler's SIGTERM to every process of a SLURM job
     chan = Channel.from_env()
     try:
         (serve or _serve)(chan, chan.recv())
