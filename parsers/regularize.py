@@ -74,7 +74,7 @@ from gcdbench.parsers.grammar import GrammarIR, Rule, load_ir
 #: a new terminal's regex longer than this is not made (its run is left as it is)
 MAX_REGEX = 8_000
 #: steps of the subset construction a new terminal's DFA may take (:func:`_determinizes`); over it, not made
-DFA_BUDGET = 2_000_000
+DFA_BUDGET = 200_000
 
 
 class _TooBig(Exception):
