@@ -48,7 +48,11 @@ The points the rewrite has to respect, and how:
   (its ``lexer.py``: every cut of the bytes into terminals, all splits, no maximal munch) implement. Under a
   longest-match, standard or dynamic lexer (other engines' declared profiles) merging terminals *does* change the
   tokenization, so the rewrite is not exact for those profiles: an engine whose profile is not ``Profile()``
-  should not be given the rewritten grammar unless its audit is against the harness's language only.
+  should not be given the rewritten grammar unless its audit is against the harness's language only. Of the other
+  profile knobs, ``leading_ignore``, ``case_fold``, ``regex_classes`` and ``token_bytes`` keep it exact (the glue
+  at a sentence's start is the outer grammar's; readings below), but ``trailing_ignore=False`` does not: with
+  ``digits: DIGIT+`` last in a sentence, ``12 `` is a sentence of the original (a further DIGIT is expected after
+  ``12``, so the space may come) and not of the rewrite (nothing is expected after the one terminal ``12``).
 * Terminal priorities: they do not enter the scannerless language; original terminals keep theirs, new terminals
   get Lark's default (0).
 * Regex readings: each piece keeps its own constructs (``(?i:...)`` folded in by Lark, ``\w`` etc.), so the new
