@@ -228,7 +228,8 @@ class SweepSummary(Callback):
             print(f"sweep: {len(failed)} of {len(jobs)} jobs failed{where}:", file=sys.stderr)
             for j in failed:
                 first = (j.get("error") or "").splitlines()[0][:300] if j.get("error") else ""
-                print(f"  #{j['job']} {' '.join(j['overrides'])}: {first}", file=sys.stderr)
+                named = [o for o in j["overrides"] if o != "repeat=0"]   # repeat=0: every job of a sweep run once
+                print(f"  #{j['job']} {' '.join(named)}: {first}", file=sys.stderr)
             sys.exit(1)
         print(f"sweep: all {len(jobs)} jobs ok{where if len(details) > 1 else ''}", file=sys.stderr)
 
