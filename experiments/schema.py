@@ -7,7 +7,7 @@ Versions: every new ``run.json`` carries ``schema_version`` (:data:`SCHEMA_VERSI
 same number in its schema metadata. A file without one is version 0 (every result stored before this module):
 its columns and keys are those of version 1, so it is read as is. Any other version is refused with one line
 naming the file, its version and the versions this code reads. :func:`result_files_markdown` renders the
-columns as the README's "Result files" tables, so the README can be checked against this module.
+columns as the docs' "Result files" tables (docs/reference/result-files.md), so they can be checked against this module.
 """
 from __future__ import annotations
 
@@ -546,7 +546,7 @@ def _keys_markdown(record) -> str:
 
 
 def result_files_markdown() -> str:
-    """Every result file's columns or keys, as markdown (for the README's "Result files" section)."""
+    """Every result file's columns or keys, as markdown (for the docs' "Result files" page)."""
     parts = []
     for t in TABLES:
         parts += [f"#### `{t}.parquet`", "", markdown_table(t), ""]
@@ -560,10 +560,12 @@ def _type_name(t: pa.DataType) -> str:
 
 
 README_BEGIN, README_END = "<!-- result-schema:begin -->\n", "<!-- result-schema:end -->"
+#: the documentation page holding that section (tests/test_schema.py checks it agrees with this module)
+DOCS_PAGE = "docs/reference/result-files.md"
 
 
 def write_readme(path) -> None:
-    """Replace the text between the result-schema marker comments of the README at ``path`` with
+    """Replace the text between the result-schema marker comments of the page at ``path`` with
     :func:`result_files_markdown` (``python -m gcdbench.experiments.schema --readme``; a test checks they agree)."""
     from pathlib import Path
 
@@ -580,8 +582,8 @@ if __name__ == "__main__":
 
     _p = argparse.ArgumentParser(prog="python -m gcdbench.experiments.schema",
                                  description="print every result file's declared columns as markdown")
-    _p.add_argument("--readme", nargs="?", const=str(Path(__file__).resolve().parents[1] / "README.md"),
-                    help="write them into this README's result-schema section (default: the project's README.md)")
+    _p.add_argument("--readme", nargs="?", const=str(Path(__file__).resolve().parents[1] / DOCS_PAGE),
+                    help=f"write them into this page's result-schema section (default: the project's {DOCS_PAGE})")
     _a = _p.parse_args()
     if _a.readme:
         write_readme(_a.readme)

@@ -3,7 +3,7 @@
 its pyproject.toml; an engine kept in another pip-installable package declares the same group in its own and
 appears by name with no edit here. ``"package.module:Class"`` also works as a name, for an engine not installed.
 
-``python -m gcdbench.parsers.registry --options`` prints every engine's options as markdown tables (the README's
+``python -m gcdbench.parsers.registry --options`` prints every engine's options as markdown tables (the docs'
 engine-options section is this output).
 """
 from __future__ import annotations
@@ -131,10 +131,12 @@ def options_markdown(names: list[str] | None = None) -> str:
 
 
 BEGIN, END = "<!-- engine-options:begin -->\n", "<!-- engine-options:end -->"
+#: the page whose engine-options section the tables are (tests/test_engine_spec.py checks it is current)
+DOCS_PAGE = "docs/reference/engine-options.md"
 
 
 def write_readme(path) -> None:
-    """Replace the text between the engine-options marker comments of the README at ``path``."""
+    """Replace the text between the engine-options marker comments of the page at ``path`` (default ``docs/reference/engine-options.md``)."""
     from pathlib import Path
 
     text = Path(path).read_text()
@@ -151,9 +153,9 @@ def main(argv=None) -> None:
 
     p = argparse.ArgumentParser(prog="python -m gcdbench.parsers.registry", description=__doc__.split("\n\n")[0])
     p.add_argument("--options", action="store_true", help="print every engine's options as markdown tables")
-    p.add_argument("--readme", nargs="?", const=str(Path(__file__).resolve().parents[1] / "README.md"),
-                   help="with --options: write them into this README's engine-options section (default: the "
-                        "project's README.md)")
+    p.add_argument("--readme", nargs="?", const=str(Path(__file__).resolve().parents[1] / DOCS_PAGE),
+                   help="with --options: write them into this page's engine-options section (default: the "
+                        f"project's {DOCS_PAGE}, the documentation site's Engine options page)")
     p.add_argument("engines", nargs="*", help="only these engines (default: every registered one)")
     args = p.parse_args(argv)
     if args.options and args.readme:

@@ -135,13 +135,30 @@ def test_stored_cells_keep_their_labels():
         pytest.skip("no stored cells under results/ to check")
 
 
-def test_readme_engine_options_section_is_generated():
-    """README's engine-options section is ``python -m gcdbench.parsers.registry --options`` (regenerate it with
-    ``python -m gcdbench.parsers.registry --options --readme``)."""
-    text = (REPO / "README.md").read_text()
+def test_docs_engine_options_section_is_generated(tmp_path):
+    """The site's Engine options page (docs/reference/engine-options.md, in mkdocs.yml's nav) holds
+    ``python -m gcdbench.parsers.registry --options`` between its marker comments, and ``--readme`` without a path
+    rewrites that page (regenerate it with ``python -m gcdbench.parsers.registry --options --readme``)."""
+    from gcdbench.parsers import registry
+
+    page = REPO / registry.DOCS_PAGE
+    assert page.relative_to(REPO / "docs").as_posix() in (REPO / "mkdocs.yml").read_text(), \
+        f"{registry.DOCS_PAGE} is not in mkdocs.yml's nav"
+    text = page.read_text()
     m = re.search(r"<!-- engine-options:begin -->\n(.*?)<!-- engine-options:end -->", text, re.S)
-    assert m, "README has no engine-options section between its marker comments"
-    assert m.group(1) == options_markdown(own_engines()), "README's engine options are stale: run the command above"
+    assert m, f"{registry.DOCS_PAGE} has no engine-options section between its marker comments"
+    assert m.group(1) == options_markdown(own_engines()), \
+        f"{registry.DOCS_PAGE}'s engine options are stale: run the command above"
+    # the writer replaces only the section, and the command's default target is that page
+    stale = tmp_path / "page.md"
+    stale.write_text("before\n<!-- engine-options:begin -->\nold\n<!-- engine-options:end -->\nafter\n")
+    registry.main(["--options", "--readme", str(stale)])
+    assert stale.read_text() == ("before\n<!-- engine-options:begin -->\n" + options_markdown(own_engines())
+                                 + "<!-- engine-options:end -->\nafter\n")
+    from unittest import mock
+    with mock.patch.object(registry, "write_readme") as write:
+        registry.main(["--options", "--readme"])
+    assert Path(write.call_args.args[0]) == page
 
 
 def test_a_stored_cell_with_former_option_names_resumes():
@@ -185,13 +202,30 @@ def test_every_experiment_preset_composes_with_each_swept_value(experiment):
 
 
 def _readme_runs() -> list[list[str]]:
+    """The overrides of every ``python -m experiments.run`` command in a shell block of README.md and of the
+    documentation site's pages (docs/**/*.md), continuation lines joined."""
     import shlex
 
     out = []
-    for line in (REPO / "README.md").read_text().splitlines():
-        if "python -m experiments.run" in line:
-            cmd = line.split("python -m experiments.run", 1)[1].split("#")[0].split("&&")[0]
-            out.append([a for a in shlex.split(cmd) if "=" in a])
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        block, lines = False, []
+        for line in page.read_text().splitlines():
+            if line.startswith("```"):
+                block = not block
+                continue
+            if not block:
+                continue
+            if lines and lines[-1].endswith("\\"):
+                lines[-1] = lines[-1][:-1] + " " + line.strip()
+            else:
+                lines.append(line)
+        for line in lines:
+            if "python -m experiments.run" in line:
+                cmd = line.split("python -m experiments.run", 1)[1].split("#")[0].split("&&")[0]
+                args = [a for a in shlex.split(cmd) if "=" in a]
+                if args not in out:
+                    out.append(args)
+    assert len(out) > 20, "README.md and docs/ hold fewer run commands than expected: is docs/ there?"
     return out
 
 

@@ -229,18 +229,32 @@ def test_version_0_batch_steps_get_masks_where_they_are_known(tmp_path):
     assert list(schema.summary_mask_us(got.iloc[:1])) == [2.0, 2.0]
 
 
-def test_readme_result_files_section_is_generated_from_the_schema():
-    """The README's result-file columns are the schema module's (regenerate: python -m gcdbench.experiments.schema
-    --readme)."""
+def test_docs_result_files_section_is_generated_from_the_schema(tmp_path):
+    """The site's Result files page (docs/reference/result-files.md, in mkdocs.yml's nav) holds the schema
+    module's columns (regenerate: python -m gcdbench.experiments.schema --readme, whose default target it is)."""
     import re
+    import subprocess
+    import sys
     from pathlib import Path
 
     from gcdbench.experiments import schema
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    repo = Path(__file__).resolve().parents[1]
+    page = repo / schema.DOCS_PAGE
+    assert "reference/result-files.md" in (repo / "mkdocs.yml").read_text(), f"{schema.DOCS_PAGE} is not in the nav"
+    text = page.read_text()
     m = re.search(r"<!-- result-schema:begin -->\n(.*?)<!-- result-schema:end -->", text, re.S)
-    assert m, "README.md has no result-schema section"
-    assert m.group(1) == schema.result_files_markdown(), "README's result files differ from experiments/schema.py"
+    assert m, f"{schema.DOCS_PAGE} has no result-schema section"
+    assert m.group(1) == schema.result_files_markdown(), f"{schema.DOCS_PAGE}'s result files differ from experiments/schema.py"
+    # the command rewrites only the section, and its help names that page as the default target
+    stale = tmp_path / "page.md"
+    stale.write_text("a\n<!-- result-schema:begin -->\nold\n<!-- result-schema:end -->\nb\n")
+    subprocess.run([sys.executable, "-m", "gcdbench.experiments.schema", "--readme", str(stale)], check=True)
+    assert stale.read_text() == ("a\n<!-- result-schema:begin -->\n" + schema.result_files_markdown()
+                                 + "<!-- result-schema:end -->\nb\n")
+    helptext = subprocess.run([sys.executable, "-m", "gcdbench.experiments.schema", "--help"], check=True,
+                              capture_output=True, text=True).stdout
+    assert schema.DOCS_PAGE in " ".join(helptext.split())
 
 
 def test_bench_files_are_written_and_read_through_the_schema(tmp_path):
