@@ -569,6 +569,12 @@ def regularize_report(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget:
                    demoted=tuple(sorted(blocked)), counts={"before": before, "after": after})
 
 
+def exact_under(profile) -> bool:
+    """Whether the rewrite keeps the language an engine declares (its ``Profile``): scannerless lexing with trailing
+    ignored text allowed (module docstring). An adapter calls :func:`regularize` only where this holds."""
+    return profile.lexing == "scannerless" and profile.trailing_ignore
+
+
 def regularize(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget: int = DFA_BUDGET) -> GrammarSpec:
     """The grammar with every maximal regular part in a non-regular context made one terminal (module docstring):
     the same language under the harness's scannerless semantics; ``spec`` itself when nothing is regular."""

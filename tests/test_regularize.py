@@ -252,6 +252,28 @@ def test_lark_regex_text_decodes_to_the_same_regex(regex):
     assert ir.terminals["X"].regex == regex
 
 
+def test_exact_under_names_the_profiles():
+    from gcdbench.parsers.base import Profile
+    from gcdbench.parsers.regularize import exact_under
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    assert exact_under(Profile()) and exact_under(Profile(leading_ignore=True)) and exact_under(ValiantEngine().profile())
+    assert not exact_under(Profile(lexing="longest_match")) and not exact_under(Profile(trailing_ignore=False))
+
+
+def test_trailing_ignore_false_is_where_it_differs():
+    """The docstring's example: under ``trailing_ignore=False`` the rewrite changes the language (why
+    :func:`exact_under` is false there), under the default profile it does not."""
+    from gcdbench.parsers.base import Profile
+
+    sp = GrammarSpec(name="digits", lark='start: "x" digits\ndigits: DIGIT+\nDIGIT: /[0-9]/\n%ignore " "\n')
+    new = regularize(sp)
+    assert new is not sp
+    strict = Profile(trailing_ignore=False)
+    assert ReferenceChecker(sp, strict).is_sentence(b"x12 ") and not ReferenceChecker(new, strict).is_sentence(b"x12 ")
+    assert ReferenceChecker(sp).is_sentence(b"x12 ") and ReferenceChecker(new).is_sentence(b"x12 ")
+
+
 def test_valiant_option_is_declared():
     from gcdbench.parsers.base import option_specs
     from gcdbench.parsers.valiant.engine import ValiantOptions
