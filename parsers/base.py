@@ -253,6 +253,9 @@ class Engine(ABC):
     #: True for an engine that compiles ``GrammarSpec.json_schema`` with its own JSON Schema compiler (it then
     #: runs schemas the harness's converter refuses); False: it reads ``GrammarSpec.lark``
     reads_json_schema: ClassVar[bool] = False
+    #: registry name of the engine whose per-mask time this one's speed targets are stated against (the report's
+    #: grammar-shapes section gives this engine's p50 and p99 over that one's per shape). None: no such target
+    speed_baseline: ClassVar[str | None] = None
 
     def __init__(self, **options):
         self.opts = self.check_options(options)

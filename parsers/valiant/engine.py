@@ -46,6 +46,7 @@ class ValiantOptions:
 class ValiantEngine(Engine):
     name = "valiant"
     threads_option = "threads"
+    speed_baseline = "glrmask"   # within GLRMask's p50 (1.5x) and p99 (2x) on every grammar shape
     artifact_keys = {"CNF binary rules": ("cnf", "binary_rules"), "CNF nonterminals": ("cnf", "nonterminals"),
                      "left-child nonterminals (stored per tier)": ("cnf", "left_nonterminals"),
                      "terminals": ("cnf", "terminals"), "lexer states": ("lexer_states",),
