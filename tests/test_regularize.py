@@ -94,16 +94,28 @@ item: "a/b" "\\" | /[\/"'x]+/ "\n" | /\x2e\./ "é" | "'" "\"" | "q" /\\x5c/
 %ignore /[ \t]/
 '''
 
+# runs whose first parts may be empty (x and y nullable: "c!" has only y, "!" neither), so the glue is only
+# written between two parts that are there
+NULLS = r'''
+start: item+
+item: x y "!" | "(" item ")"
+x: "a" | "b" "b" |
+y: "c" y |
+%ignore " "
+'''
+
 SAMPLES = {
     "json1": ['{"a": [1, -2.5e+3, true, null], "b\\u00e9": {}}', '[ ]', '"x\\n"', ' 0 ', '{"k":[[],{}]}'],
     "csv1": ['a,b\n"x""y",\n', '', ',\n,', '"q,\n"'],
     "idents": ['ab = c1 + 2.5;', 'a b = ( c ) + 1 2 ;x=y;', 'a1=b;'],
     "linear": ['yxq', '[[yxprq]q]prps', 'yxprpsxq'],
     "mixed": ['héllo abé', 'HÉLLO x y€ 3.5', '€1 #c\nhéllo  a', 'héllo x #\n y'],
+    "nulls": ['c!', '!', 'a c!', '(bb!) c c!', '( ! )'],
     "nasty": ['a/b\\', '"x\'\n', '..é', '\'"', 'q\\x5c'],
 }
 
-OWN = {"json1": JSON1, "csv1": CSV1, "idents": IDENTS, "linear": LINEAR, "mixed": MIXED, "nasty": NASTY}
+OWN = {"json1": JSON1, "csv1": CSV1, "idents": IDENTS, "linear": LINEAR, "mixed": MIXED, "nasty": NASTY,
+       "nulls": NULLS}
 
 SHIPPED = {   # shipped grammars the pass changes, with samples
     "json": ("datasets/grammars/json.lark", ['{"a": [1, 2.5e3, true], "b": {}}', '[ ]', '"x\\u00e9"']),
@@ -288,7 +300,7 @@ def test_valiant_option_is_declared():
 MIXED_NO_WS_RULE = MIXED.replace(' | "(" start WS start ")"', "").replace(' | "x" WS "y"', "")
 
 
-@pytest.mark.parametrize("name", ["json1", "idents", "mixed", "csv1", "linear", "nasty", "json", "spider"])
+@pytest.mark.parametrize("name", ["json1", "idents", "mixed", "csv1", "linear", "nasty", "nulls", "json", "spider"])
 def test_valiant_regularized_equals_reference(name):
     """Valiant on the rewritten grammar, the reference on the original: equal masks at every prefix."""
     from gcdbench.parsers.base import allocate_mask, mask_to_ids
@@ -316,4 +328,34 @@ def test_valiant_regularized_equals_reference(name):
             if i == len(data):
                 break
             assert e.commit(data[i]), data[:i + 1]
+            sid = ref.step(sid, data[i])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_fuzzed_grammars_keep_their_language(seed):
+    """The grammar fuzzer's grammars (self-following terminals, keywords beside names, nullable and recursive
+    lists, %ignore): the reference's masks with and without the rewrite, and Valiant's with it, are equal."""
+    from gcdbench.datasets.fuzz import generate_grammar, sample_sentence
+    from gcdbench.parsers.base import allocate_mask, mask_to_ids
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    fg = generate_grammar(seed)
+    sp = fg.spec()
+    rw = regularize_report(sp)
+    assert rw.changed
+    samples = [sample_sentence(fg, n, random.Random(seed * 10 + n))[0] for n in (4, 10)]
+    assert _same_masks(sp, rw.spec, samples, seed=seed, walks=3, length=16) > 50
+    tok, ref = byte_level(), ReferenceChecker(sp)
+    e = ValiantEngine(cache=False, regularize=True)
+    e.compile(sp, tok)
+    m = allocate_mask(tok.vocab_size)
+    for data in [s.encode() for s in samples] + list(_walks(ref, tok, seed, 2, 16)):
+        e.reset()
+        sid = ref.initial()
+        for i in range(len(data) + 1):
+            e.fill_mask(m)
+            assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
+            if i == len(data):
+                break
+            assert e.commit(data[i])
             sid = ref.step(sid, data[i])
