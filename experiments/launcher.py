@@ -89,6 +89,15 @@ def _queued(job_ids: list[str]) -> set[str] | None:
     return set(out.stdout.split()) & set(job_ids)
 
 
+def _last_line(path) -> str:
+    """``(<the last line of the task's error log>)``, e.g. ``(srun: error: node1: task 0: User defined signal 2)``."""
+    try:
+        lines = [x for x in Path(path).read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return ""
+    return f" ({lines[-1].strip()[:200]})" if lines else ""
+
+
 class SchedulerStop(KeyboardInterrupt):
     """The scheduler asked a job to stop (:func:`scheduler_signals`): the runner stops as on Ctrl-C (the sample in
     flight is not recorded, the finished ones are kept) and the job records itself as failed with this message."""
@@ -171,15 +180,22 @@ class SlurmLauncher(_StockSlurmLauncher):
             job_dir = sweep_dir / str(initial_job_idx + i)
             if job.paths.result_pickle.exists():
                 try:
-                    returns.append(job.results()[0])
+                    ret = job.results()[0]
+                except Exception as err:   # noqa: BLE001 - submitit's own failure (e.g. its time-out signal handler)
+                    ret = err
+                if isinstance(ret, JobReturn) and ret.status != JobStatus.FAILED:
+                    returns.append(ret)
                     continue
-                except Exception as err:   # noqa: BLE001 - the task raised outside the runner's own handling
-                    error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                    st = "FAILED"
+                # the task raised outside the runner's own handling (Hydra returns it as a failed JobReturn),
+                # e.g. submitit's SIGUSR2 handler before the runner started
+                err = ret._return_value if isinstance(ret, JobReturn) else ret
+                lines = str(err).strip().splitlines()
+                error = f"{type(err).__name__}: {lines[-1] if lines else ''} (log: {job.paths.stderr})"
+                st = "FAILED"
             else:
                 st = _scheduler_state(job.job_id)
-                error = (f"slurm ended job {job.job_id} without a result: {st}; its log: {job.paths.stdout} "
-                         "(submit the same sweep again to resume: finished samples are kept)")
+                error = (f"slurm ended job {job.job_id} without a result: {st}{_last_line(job.paths.stderr)}; its "
+                         f"log: {job.paths.stdout} (submit the same sweep again to resume: finished samples are kept)")
             self._record_failure(job_dir, list(overrides), error, job.job_id, st)
             ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
             ret.return_value = None
