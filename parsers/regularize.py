@@ -242,9 +242,7 @@ def _mergeable(t, ignored: frozenset) -> str | None:
     may not be merged: ignored, or a regex that does not survive concatenation (a named group, a global flag)."""
     if t.name in ignored:
         return None
-    rx = t.regex
-    if t.ignore_case and not rx.startswith("(?i"):
-        rx = f"(?i:{rx})"
+    rx = f"(?i:{t.regex})" if t.ignore_case else t.regex   # Lark folds the flag in already: harmless twice
     piece = f"(?:{rx})"
     try:
         re.compile(piece + piece)
@@ -275,7 +273,7 @@ class _Planner:
         ig_alts = []
         for n in ir.ignore:
             t = ir.terminals[n]
-            rx = t.regex if not t.ignore_case or t.regex.startswith("(?i") else f"(?i:{t.regex})"
+            rx = f"(?i:{t.regex})" if t.ignore_case else t.regex
             ig_alts.append(f"(?:{rx})")
         # an ignored terminal the byte DFAs refuse: every engine refuses the grammar; leave it as it is
         self.ignore_ok = all(_dfa_ok(n, ir.terminals[n].regex, ir.terminals[n].ignore_case) for n in ir.ignore)
