@@ -86,13 +86,14 @@ def test_two_sweeps_started_together_keep_their_own_folders(tmp_path):
 
 
 @pytest.mark.parametrize("preset,expected", [
-    ("slurm", {"_target_": "SlurmLauncher", "timeout_min": "90", "gpus_per_node": "0", "mem_gb": "24"}),
+    # time and memory from the default limits: 900 + 120 + 3600 s -> 77 min + 5; 16000 MB -> 16 GB + 2
+    ("slurm", {"_target_": "SlurmLauncher", "timeout_min": "82", "gpus_per_node": "0", "mem_gb": "18"}),
     ("slurm_gpu", {"_target_": "SlurmLauncher", "gpus_per_node": "1"}),
     ("parallel", {"_target_": "JoblibLauncher", "n_jobs": "2"}),
 ])
 def test_launcher_presets_compose(preset, expected):
-    r = subprocess.run([sys.executable, "-m", "experiments.run", f"hydra/launcher={preset}", "--cfg", "hydra", "-p",
-                        "hydra.launcher"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "experiments.run", f"hydra/launcher={preset}", "--cfg", "all", "--resolve",
+                        "-p", "hydra.launcher"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line and not line.startswith("#"))
     for k, v in expected.items():
