@@ -550,7 +550,8 @@ def regularize_report(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget:
             exp.append(t)
         if exp is not None:
             out_rules.append((sym[r.origin], tuple(exp)))
-    if not changed:
+    same = {(sym[r.origin], tuple(sym[x] for x in r.expansion)) for r in ir.rules}
+    if not changed or set(out_rules) == same:   # e.g. ``start: A``: rewritten into itself
         return Rewrite(spec, False, counts={"before": before, "after": before})
     used = {s for _, e in out_rules for s in e} | {sym[n] for n in ir.ignore}
     terms = {n: v for n, v in terms.items() if n in used}

@@ -236,6 +236,7 @@ def test_runs_of_plain_terminals_are_merged(text):
     'start: s\ns: s s | "a"\n',                                      # ambiguous_binary's shape
     'start: e\ne: "(" e ")" | A\nA: /[a-z]+/\n',                    # self-embedding, lone terminals
     'start: x WS y\nx: "a" | "(" start ")"\ny: "b" | "[" start "]"\nWS: " "\n%ignore WS\n',   # an ignored one
+    'start: A\nA: /[a-z]+/\n',                                       # one terminal: already one terminal
 ])
 def test_nothing_regular_leaves_the_grammar_unchanged(text):
     sp = GrammarSpec(name="plain", lark=text)
