@@ -219,8 +219,8 @@ class SlurmLauncher(_StockSlurmLauncher):
                 for jid in list(waiting):
                     if jid in queued:
                         left.pop(jid, None)
-                    elif now - left.setdefault(jid, now) > RESULT_GRACE_S:
-                        del waiting[jid]   # gone without a result
+                    elif not waiting[jid].paths.stdout.exists() or now - left.setdefault(jid, now) > RESULT_GRACE_S:
+                        del waiting[jid]   # gone without a result (one that never started: no log, no wait)
             time.sleep(POLL_S)
 
     @staticmethod

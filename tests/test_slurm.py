@@ -166,20 +166,19 @@ def test_maskbench_shards_as_one_array_hold_the_unsharded_run(cluster, tmp_path,
 
 def test_scancel_mid_cell_records_failed_jobs_and_a_resubmit_finishes_only_the_rest(cluster, tmp_path):
     out = tmp_path / "out"
-    # three cells, one at a time (2 CPUs a task on a 2-CPU node): cancel the array while the first runs
-    args = [*SLOW, "engine.name=tests.slurm_engine:Slow5ms", "samples=12", "repeats=3",
-            "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=2"]
-    proc = sweep(cluster, out, *args, wait=False)
+    # two cells, one at a time (2 CPUs a task on a 2-CPU node): cancel the array while the first runs
+    args = [*SLOW, "engine.name=tests.slurm_engine:Slow5ms", "samples=12", "repeats=2", "hydra/launcher=slurm"]
+    proc = sweep(cluster, out, *args, "hydra.launcher.cpus_per_task=2", wait=False)
     wait_for(lambda: parts(out) >= 3, 120, "3 finished samples in the first cell")
     array = slurm(cluster, "squeue", "-h", "-o", "%A").split()[0]
     slurm(cluster, "scancel", array)
     rc, log = finish(proc)
     assert rc == 1, log[-3000:]
     jobs = jobs_json(out)
-    assert [j["status"] for j in jobs] == ["failed"] * 3, jobs
-    assert jobs[0]["stopped_by"] == "SIGTERM" and "scancel" in jobs[0]["error"]
-    assert [j.get("slurm_state") for j in jobs[1:]] == ["CANCELLED", "CANCELLED"], jobs
-    assert "sweep: 3 of 3 jobs failed" in log
+    assert [j["status"] for j in jobs] == ["failed"] * 2, jobs
+    assert jobs[0]["stopped_by"] == "SIGTERM" and "scancel" in jobs[0]["error"]   # stopped itself
+    assert jobs[1].get("slurm_state") == "CANCELLED", jobs   # never started: recorded by the launcher
+    assert "sweep: 2 of 2 jobs failed" in log
     first = next(out.rglob("tests.slurm_engine-Slow5ms"))
     kept = {p.name.split(".")[0] for p in (first / "parts").glob("*.sample.json")}
     assert 3 <= len(kept) < 12
@@ -190,11 +189,11 @@ def test_scancel_mid_cell_records_failed_jobs_and_a_resubmit_finishes_only_the_r
                           str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert "run the same command again" in rep.stdout + rep.stderr
 
-    again = sweep(cluster, out, *args)
+    again = sweep(cluster, out, *args, "hydra.launcher.cpus_per_task=1")   # the same cells, both at once
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "sweep: all 3 jobs ok" in again.stderr
+    assert "sweep: all 2 jobs ok" in again.stderr
     runs = cells(out)
-    assert len(runs) == 3
+    assert len(runs) == 2
     for key, r in runs.items():
         assert r["outcomes"] == {"ok": 12} and r["n_rows"] == 12, (key, r["outcomes"])
         assert sample_rows(out / key)["sample_id"].is_unique
@@ -227,7 +226,7 @@ def test_time_limit_stops_the_cell_as_a_failed_job_keeping_its_samples(cluster, 
 def test_drained_node_holds_the_pending_tasks_until_resumed(cluster, tmp_path):
     out = tmp_path / "out"
     node = slurm_cluster.node_name()
-    args = [*SLOW, "engine.name=tests.slurm_engine:Slow5ms", "samples=8", "repeats=3",
+    args = [*SLOW, "engine.name=tests.slurm_engine:Slow5ms", "samples=8", "repeats=2",
             "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=2"]
     proc = sweep(cluster, out, *args, wait=False)
     try:
@@ -239,16 +238,16 @@ def test_drained_node_holds_the_pending_tasks_until_resumed(cluster, tmp_path):
                  slurm(cluster, "squeue", "-h", "-r", "-o", "%i %t") + " ", 120, "the first task to end")
         time.sleep(3)
         queue = slurm(cluster, "squeue", "-h", "-r", "-o", "%i %t")
-        assert [line.split()[1] for line in queue.splitlines()] == ["PD", "PD"], queue
+        assert [line.split()[1] for line in queue.splitlines()] == ["PD"], queue
         assert slurm(cluster, "sinfo", "-h", "-N", "-o", "%T").strip() == "drained"
         assert len(cells(out)) == 1
     finally:
         slurm(cluster, "scontrol", "update", f"nodename={node}", "state=resume")
     rc, log = finish(proc)
     assert rc == 0, log[-3000:]
-    assert [j["status"] for j in jobs_json(out)] == ["ok"] * 3
+    assert [j["status"] for j in jobs_json(out)] == ["ok"] * 2
     runs = cells(out)
-    assert len(runs) == 3
+    assert len(runs) == 2
     for key, r in runs.items():
         assert r["outcomes"] == {"ok": 8} and len(r["sessions"]) == 1, key
         assert sample_rows(out / key)["sample_id"].is_unique
