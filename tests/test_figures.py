@@ -128,7 +128,8 @@ def test_every_series_is_drawn(results):
     figs = figures.figures(steps, cells)
     spider = _panel(figs["mask_vs_prefix_qwen3"], "spider (qwen3)")
     configs = ["llguidance", "valiant__workers-1", "valiant__workers-16", "valiant__workers-4", "xgrammar"]
-    assert _legend_labels(spider) == configs   # valiant__workers-64 failed: in the note, not the legend
+    assert _legend_labels(spider) == configs   # valiant__workers-64 failed: an × entry, no line
+    assert [e for e in _legend_entries(spider) if e.startswith("× ")] == ["× valiant__workers-64: compile OOM"]
     assert len(spider.get_lines()) == 2 * len(configs)
     assert sorted(ln.get_linestyle() for ln in spider.get_lines()) == ["-"] * 5 + ["--"] * 5
     treebank = _panel(figs["mask_vs_prefix_qwen3"], "treebank (qwen3)")
@@ -294,6 +295,11 @@ def test_report_lists_engine_artifact_sizes(small_results, tmp_path):
 
 
 def _legend_labels(ax) -> list[str]:
+    """The legend's series (the entries of cells drawn as failed, ``× config: reason``, left out)."""
+    return [t for t in _legend_entries(ax) if not t.startswith("× ")]
+
+
+def _legend_entries(ax) -> list[str]:
     leg = ax.get_legend()
     return [t.get_text() for t in leg.get_texts()] if leg else []
 

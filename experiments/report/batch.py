@@ -8,8 +8,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from gcdbench.experiments.report.collect import cell_status, collect_batch
-from gcdbench.experiments.report.plot import (failed_marks, failed_note, no_minor_labels, order_datasets, save_figure,
-                                              styles, us_axis)
+from gcdbench.experiments.report.plot import (emphasis, failed_marks, failed_note, legend_below, no_minor_labels,
+                                              order_datasets, save_figure, styles, us_axis)
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link, fmt_us, get, markdown, measured_at
 
@@ -115,7 +115,7 @@ def fig_batch(bcells: pd.DataFrame, tokenizer: str):
         return None
     datasets = order_datasets(bcells["dataset"])
     st = styles(set(bcells["config"]))
-    fig = Figure(figsize=(max(6.5, 5.2 * len(datasets)), 7.6), layout="constrained")
+    fig = Figure(figsize=(max(6.5, 5.2 * len(datasets)), 10.5), layout="constrained")
     axes = fig.subplots(2, len(datasets), squeeze=False)
     for col, ds in enumerate(datasets):
         top, bottom = axes[0][col], axes[1][col]
@@ -130,9 +130,10 @@ def fig_batch(bcells: pd.DataFrame, tokenizer: str):
                 ("partial" if status else "")
             label = config + (f" ({worst} at some B)" if worst else "")
             if len(ok):
-                top.plot(ok["B"], ok["step_p50_us"], color=color, marker=marker, ms=4, label=label)
+                top.plot(ok["B"], ok["step_p50_us"], color=color, marker=marker, ms=4, label=label, **emphasis(config))
                 top.fill_between(ok["B"], ok["step_p50_us"], ok["step_p99_us"], color=color, alpha=0.12)
-                bottom.plot(ok["B"], ok["per_seq_us"], color=color, marker=marker, ms=4, label=label)
+                bottom.plot(ok["B"], ok["per_seq_us"], color=color, marker=marker, ms=4, label=label,
+                            **emphasis(config))
             bad = grp[~grp.index.isin(ok.index)]
             for ax in (top, bottom):
                 if len(bad):
@@ -152,8 +153,7 @@ def fig_batch(bcells: pd.DataFrame, tokenizer: str):
             ax.set_ylabel(what, fontsize=8)
             ax.grid(True, which="major", alpha=0.3)
         top.set_title(f"{ds} ({tokenizer})")
-        if top.get_legend_handles_labels()[0]:
-            top.legend(fontsize=6, loc="upper left")
+        legend_below(bottom, fontsize=6)
         failed_note(bottom, failed[:12] + ([f"... {len(failed) - 12} more"] if len(failed) > 12 else []))
     fig.suptitle("Batch decoding: step latency and per-sequence cost against B")
     return fig

@@ -27,7 +27,7 @@ from gcdbench.experiments.fit import loglog_slope
 from gcdbench.experiments.report import disagreements as dis_mod
 from gcdbench.experiments.report.collect import (SAMPLED_SUFFIX, SUITE_ORDER, cell_stats, is_beyond, read_cell_file,
                                                  run_dirs, run_infos, sample_step_summary)
-from gcdbench.experiments.report.plot import save_figure
+from gcdbench.experiments.report.plot import emphasis, legend_below, save_figure, styles
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link, fmt_s, fmt_us, get, markdown, measured_at
 
@@ -206,7 +206,6 @@ def growth(roots) -> pd.DataFrame:
 def fig_growth(g: pd.DataFrame, tokenizer: str = "qwen3"):
     """Mean mask time per token against sentence length, log-log, one panel per ambiguity grammar, one line per
     engine config (slope of the longer half in the legend); hollow markers: samples cut short."""
-    from matplotlib import colormaps
     from matplotlib.figure import Figure
     from matplotlib.ticker import ScalarFormatter
 
@@ -215,12 +214,10 @@ def fig_growth(g: pd.DataFrame, tokenizer: str = "qwen3"):
         return None
     datasets = [d for d in AMBIGUITY if d in set(g["dataset"])]
     configs = sorted(set(g["config"]))
-    cmap = colormaps["tab10"] if len(configs) <= 10 else colormaps["tab20"]
-    color = {c: cmap(i % cmap.N) for i, c in enumerate(configs)}
-    markers = "osD^v<>ph*"
+    st = styles(configs)   # one colour and marker per engine, as in every figure
     cols = min(len(datasets), 3)
     rows = math.ceil(len(datasets) / cols)
-    fig = Figure(figsize=(max(6.5, 5.2 * cols), 3.8 * rows), layout="constrained")
+    fig = Figure(figsize=(max(6.5, 5.2 * cols), 6.4 * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[len(datasets):]:
         ax.set_visible(False)
@@ -230,12 +227,12 @@ def fig_growth(g: pd.DataFrame, tokenizer: str = "qwen3"):
             s = s.sort_values("length")
             slope = loglog_slope(s["length"], s["mean_us"])
             label = config + ("" if np.isnan(slope) else f" (slope {slope:.1f})")
-            m = markers[configs.index(config) % len(markers)]
-            ax.plot(s["length"], s["mean_us"], "-", color=color[config], lw=1.2, label=label)
+            color, m = st[config]
+            ax.plot(s["length"], s["mean_us"], "-", color=color, label=label, **emphasis(config))
             full = s[s["complete"]]
             cut = s[~s["complete"]]
-            ax.plot(full["length"], full["mean_us"], m, color=color[config], ms=4, ls="none")
-            ax.plot(cut["length"], cut["mean_us"], m, color=color[config], ms=4, ls="none", mfc="none")
+            ax.plot(full["length"], full["mean_us"], m, color=color, ms=4, ls="none")
+            ax.plot(cut["length"], cut["mean_us"], m, color=color, ms=4, ls="none", mfc="none")
         lo, hi = sub["length"].min(), sub["length"].max()
         if lo > 0 and hi > lo:   # guides: cost growing like n and like n^2, through the panel's median start
             base = float(np.median(sub[sub["length"] == lo]["mean_us"])) or 1.0
@@ -253,7 +250,7 @@ def fig_growth(g: pd.DataFrame, tokenizer: str = "qwen3"):
         ax.set_xlabel("sentence length (terminals; one Qwen3 token each)")
         ax.set_ylabel("mean mask time per token (µs)")
         ax.grid(True, which="both", alpha=0.25)
-        ax.legend(fontsize=7, loc="upper left")
+        legend_below(ax)
     fig.suptitle(f"Per-token mask cost vs sentence length, ambiguity grammars ({tokenizer})", fontsize=10)
     return fig
 

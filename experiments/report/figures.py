@@ -30,8 +30,9 @@ from matplotlib.figure import Figure
 
 from gcdbench.experiments.report.batch import fig_batch
 from gcdbench.experiments.report.collect import collect_batch, is_batch, load_cells, load_steps
-from gcdbench.experiments.report.plot import (failed_marks, failed_note, is_failed, line_style, no_minor_labels,
-                                              order_datasets, panels, save_figure, series_label, styles, us_axis)
+from gcdbench.experiments.report.plot import (emphasis, failed_handles, failed_marks, failed_note, is_failed,
+                                              legend_below, legend_right, line_style, no_minor_labels, order_datasets,
+                                              panels, save_figure, series_label, styles, us_axis)
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link
 
@@ -83,32 +84,33 @@ def fig_mask_vs_prefix(steps: pd.DataFrame, cells: pd.DataFrame, tokenizer: str,
         return None
     datasets = order_datasets(cells["dataset"])
     st = styles(set(cells["config"]))
-    fig, axes = panels(len(datasets))
+    fig, axes = panels(len(datasets), height=6.4)
     for ax, ds in zip(axes, datasets):
         s = steps[steps["dataset"] == ds]
         b = prefix_buckets(s, width)
         failed = []
         for _, c in cells[cells["dataset"] == ds].sort_values("config").iterrows():
             if is_failed(c["status"]):
-                failed.append(f"{c['config']}: {c['status']}")
+                failed.append((c["config"], c["status"]))
                 continue
             d = b[b["config"] == c["config"]]
             if d.empty:
-                failed.append(f"{c['config']}: no masks")
+                failed.append((c["config"], "no masks"))
                 continue
             color, marker = st[c["config"]]
             ax.plot(d["prefix"], d["mean_us"], color=color, marker=marker, ms=3, ls=line_style(c["status"]),
-                    label=series_label(c["config"], c["status"]))
-            ax.plot(d["prefix"], d["p99_us"], color=color, ls="--", lw=0.9, alpha=0.8)
+                    label=series_label(c["config"], c["status"]), **emphasis(c["config"]))
+            ax.plot(d["prefix"], d["p99_us"], color=color, ls="--", lw=0.9, alpha=0.7,
+                    zorder=emphasis(c["config"])["zorder"])
         ax.set_yscale("log")
         us_axis(ax)
         ax.set_title(f"{ds} ({tokenizer})")
         w = b.attrs.get("width", 1)
         ax.set_xlabel("prefix length (tokens)" + (f", buckets of {w}" if w > 1 else ""))
         ax.set_ylabel("time per mask (log; solid mean, dashed p99)")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left")
-        failed_note(ax, failed)
+        handles, labels = ax.get_legend_handles_labels()
+        extra = failed_handles(failed, st)
+        legend_below(ax, handles + extra, labels + [h.get_label() for h in extra])
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle("Per-mask time against prefix length")
     return fig
@@ -122,17 +124,18 @@ def fig_latency_cdf(steps: pd.DataFrame, cells: pd.DataFrame, tokenizer: str):
         return None
     datasets = order_datasets(cells["dataset"])
     st = styles(set(cells["config"]))
-    fig, axes = panels(len(datasets))
+    fig, axes = panels(len(datasets), height=6.4)
     for ax, ds in zip(axes, datasets):
         failed = []
         for _, c in cells[cells["dataset"] == ds].sort_values("config").iterrows():
             us = np.sort(steps.loc[(steps["dataset"] == ds) & (steps["config"] == c["config"]), "mask_us"].to_numpy())
             if is_failed(c["status"]) or us.size == 0:
-                failed.append(f"{c['config']}: {c['status'] or 'no masks'}")
+                failed.append((c["config"], c["status"] or "no masks"))
                 continue
             color, _ = st[c["config"]]
             y = np.arange(1, us.size + 1) / us.size
-            ax.step(us, y, where="post", color=color, label=series_label(c["config"], c["status"]))
+            ax.step(us, y, where="post", color=color, label=series_label(c["config"], c["status"]),
+                    **emphasis(c["config"]))
             for q, m in ((50, "o"), (99, "^")):
                 v = float(np.percentile(us, q))
                 ax.plot([v], [q / 100], marker=m, color=color, ms=5, ls="none")
@@ -143,9 +146,9 @@ def fig_latency_cdf(steps: pd.DataFrame, cells: pd.DataFrame, tokenizer: str):
         ax.set_xlabel("time per mask (log)")
         ax.set_ylabel("fraction of masks (CDF)")
         ax.set_title(f"{ds} ({tokenizer}); ● p50 ▲ p99 ■ max")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right" if not failed else "center right")
-        failed_note(ax, failed)
+        handles, labels = ax.get_legend_handles_labels()
+        extra = failed_handles(failed, st)
+        legend_below(ax, handles + extra, labels + [h.get_label() for h in extra])
         ax.grid(True, alpha=0.3)
     fig.suptitle("Distribution of per-mask time")
     return fig
@@ -202,7 +205,7 @@ def fig_init_time(cells: pd.DataFrame, tokenizer: str):
     if cells.empty:
         return None
     st = styles(set(cells["config"]))
-    fig = Figure(figsize=(min(14.0, 3.0 + 0.5 * len(cells)), 4.2),
+    fig = Figure(figsize=(min(14.0, max(7.0, 3.0 + 0.5 * len(cells))), 4.2),   # room for the legend at the right
                  layout="constrained")
     ax = fig.subplots()
     _grouped_bars(ax, cells, "init_s", st, log=True,
@@ -221,7 +224,7 @@ def fig_memory(cells: pd.DataFrame, tokenizer: str):
     if cells.empty:
         return None
     st = styles(set(cells["config"]))
-    fig = Figure(figsize=(min(16.0, 5.0 + 1.0 * len(cells)), 4.0),
+    fig = Figure(figsize=(min(16.0, max(9.0, 5.0 + 1.0 * len(cells))), 4.0),   # room for the legend at the right
                  layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     for ax, col, what in ((axes[0], "peak_rss_compile_mb", "compile"), (axes[1], "peak_rss_samples_mb", "samples")):
@@ -230,6 +233,10 @@ def fig_memory(cells: pd.DataFrame, tokenizer: str):
         ax.set_xlabel("dataset")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("peak RSS of the worker process (MB)")
+    # the panels share their y axis: one limit over both columns (each call set its own; the last one won, and a
+    # label above it pushed the constrained layout to collapse the axes)
+    both = pd.to_numeric(pd.concat([cells["peak_rss_compile_mb"], cells["peak_rss_samples_mb"]]), errors="coerce")
+    axes[0].set_ylim(0, (float(both.max()) if both.notna().any() and both.max() > 0 else 1.0) * 1.6)
     _legend_for(axes[1], set(cells["config"]), st)
     fig.suptitle(f"Memory ({tokenizer} vocabulary)")
     return fig
@@ -273,8 +280,7 @@ def fig_mask_vs_vocab(cells: pd.DataFrame):
     ax.set_xlabel("vocabulary size (token ids, log)")
     ax.set_ylabel("time per mask (log; solid mean, dashed p99)")
     ax.set_title("Per-mask time against vocabulary size")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    legend_right(ax)
     failed_note(ax, failed)
     ax.grid(True, which="major", alpha=0.3)
     return fig
@@ -357,8 +363,7 @@ def fig_mask_vs_option(cells: pd.DataFrame, option: str):
     ax.set_xlabel(f"{option} (engine option)")
     ax.set_ylabel("time per mask (log; solid mean, dashed p99)")
     ax.set_title(f"Per-mask time against {option}")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    legend_right(ax)
     failed_note(ax, failed)
     ax.grid(True, which="major", alpha=0.3)
     return fig

@@ -11,7 +11,8 @@ import pandas as pd
 from gcdbench.experiments.report.cells import details
 from gcdbench.experiments.report.collect import collect, find_runs, load_cells, load_steps, run_infos, single_mode
 from gcdbench.experiments.report.figures import fig_mask_vs_prefix
-from gcdbench.experiments.report.plot import order_datasets, panels, save_figure, styles, tick_us, us_axis
+from gcdbench.experiments.report.plot import (emphasis, legend_below, order_datasets, panels, save_figure, styles,
+                                              tick_us, us_axis)
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link, fmt_us, markdown, measured_at
 
@@ -124,7 +125,7 @@ def fig_growth(tables: dict[str, pd.DataFrame], limit_us: float | None = None):
         return None
     datasets = order_datasets(pd.concat([t["dataset"] for t in tables.values()]))
     st = styles(set(tables))
-    fig, axes = panels(len(datasets))
+    fig, axes = panels(len(datasets), height=5.0)
     for ax, ds in zip(axes, datasets):
         for label in tables:
             d = tables[label]
@@ -132,7 +133,8 @@ def fig_growth(tables: dict[str, pd.DataFrame], limit_us: float | None = None):
             if d.empty:
                 continue
             color, marker = st[label]
-            ax.plot(d["prefix_tokens"], d["p50_us"], color=color, marker=marker, ms=2, label=f"{label} p50")
+            ax.plot(d["prefix_tokens"], d["p50_us"], color=color, marker=marker, ms=2, label=f"{label} p50",
+                    **emphasis(label))
             ax.plot(d["prefix_tokens"], d["p99_us"], color=color, ls="--", lw=0.9, label=f"{label} p99")
         if limit_us:
             ax.axhline(limit_us, color="0.4", ls=":", lw=1, label=f"target {tick_us(limit_us)}")
@@ -141,7 +143,7 @@ def fig_growth(tables: dict[str, pd.DataFrame], limit_us: float | None = None):
         ax.set_title(ds)
         ax.set_xlabel("prefix length (tokens)")
         ax.set_ylabel("time per mask (log)")
-        ax.legend(fontsize=7, loc="upper left")
+        legend_below(ax)
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle("Per-mask time by prefix length (p50, p99)")
     return fig

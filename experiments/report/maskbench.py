@@ -25,7 +25,7 @@ import pandas as pd
 from gcdbench.datasets.maskbench import PUBLISHED, category
 from gcdbench.experiments.report.collect import (Times, Unreadable, machine_text, read_cell_file, read_run,
                                                  run_dirs, sample_step_summary, summarize_sample_steps, warn)
-from gcdbench.experiments.report.plot import save_figure
+from gcdbench.experiments.report.plot import emphasis, legend_right, save_figure, styles
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link, markdown, md_code
 
@@ -253,16 +253,16 @@ def _cdf_figure(arrays: dict, out: Path, stem: str, xlabel: str) -> list[str]:
         return []
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.0))
+    fig = Figure(figsize=(8.4, 4.2), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
+    st = styles(list(arrays))   # one colour per engine, as in every figure
     for name, times in sorted(arrays.items()):
-        ax.plot(*times.cdf(), label=name)
+        ax.plot(*times.cdf(), label=name, color=st[name][0], **emphasis(name))
     ax.set_xscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    legend_right(ax)
     save_figure(fig, out / "figures", stem)
     return [figure_link(stem)]
 

@@ -46,12 +46,70 @@ def order_datasets(values) -> list[str]:
     return [d for d in DATASET_ORDER if d in vals] + sorted(vals - set(DATASET_ORDER))
 
 
+#: one colour and marker per engine, the same in every figure; ours (Valiant, PSC, Pre3) in the strongest colours
+#: and drawn thicker and on top (:func:`emphasis`). Colours are far apart in hue and lightness (no two browns/pinks).
+ENGINE_STYLES: dict[str, tuple[str, str]] = {
+    "valiant": ("#d62728", "o"),            # red
+    "psc": ("#1f4fd6", "s"),                # strong blue
+    "pre3": ("#119c3a", "D"),               # green
+    "xgrammar": ("#8e44ad", "^"),           # purple
+    "llguidance": ("#ff8c00", "v"),         # orange
+    "cfgzip": ("#7b4a12", "<"),             # brown
+    "glrmask": ("#00a6c8", ">"),            # cyan
+    "kbnf": ("#e75fb5", "p"),               # pink
+    "llamacpp": ("#6b6b6b", "h"),           # grey
+    "syncode": ("#a8a800", "*"),            # olive
+    "genlm": ("#111111", "X"),              # black
+    "transformers_cfg": ("#86b6f0", "P"),   # light blue
+    "reference": ("#3b2f80", "d"),          # navy
+    "null_engine": ("#b0b0b0", "."),        # light grey
+}
+OURS = ("valiant", "psc", "pre3")
+
+
+def engine_of(name: str) -> str | None:
+    """The engine a series name belongs to: the longest engine name it starts with (``llguidance_raised`` ->
+    ``llguidance``, ``psc_shift`` -> ``psc``, ``valiant@7620790`` -> ``valiant``); None for another name."""
+    name = str(name)
+    hits = [e for e in ENGINE_STYLES if name == e or name.startswith(e) and not name[len(e)].isalnum()]
+    return max(hits, key=len) if hits else None
+
+
+def emphasis(name) -> dict:
+    """Line width and z-order of a series: ours thicker and on top, so they are easy to find."""
+    return {"lw": 2.2, "zorder": 4} if engine_of(name) in OURS else {"lw": 1.1, "zorder": 2}
+
+
+def _lighter(color: str, k: int) -> tuple:
+    """``color`` mixed with white, more for larger ``k`` (a second or third config of one engine)."""
+    from matplotlib.colors import to_rgb
+
+    f = min(0.55, 0.3 * k)
+    return tuple(c + (1 - c) * f for c in to_rgb(color))
+
+
 def styles(names) -> dict:
-    """A fixed colour and marker per series name (engine config, label), stable across figures."""
+    """A colour and marker per series name (engine config, label), fixed by its engine (:data:`ENGINE_STYLES`), so
+    an engine looks the same in every figure. Further configs of one engine in the same figure (``llguidance``,
+    ``llguidance_raised``) keep its marker in lighter shades of its colour; a name of no known engine gets a colour
+    of matplotlib's ``tab20`` that no engine uses."""
     from matplotlib import colormaps
 
-    cmap = colormaps["tab10"] if len(names) <= 10 else colormaps["tab20"]
-    return {c: (cmap(i % cmap.N), MARKERS[i % len(MARKERS)]) for i, c in enumerate(sorted(names))}
+    out, seen = {}, {}
+    other = [c for c in colormaps["tab20"].colors]
+    n_other = 0
+    for c in sorted(names):
+        engine = engine_of(c)
+        if engine is None:
+            out[c] = (other[n_other % len(other)], MARKERS[n_other % len(MARKERS)])
+            n_other += 1
+            continue
+        color, marker = ENGINE_STYLES[engine]
+        k = seen.get(engine, 0)
+        seen[engine] = k + 1
+        # the plain engine config keeps the full colour; its variants (sorted after it) get lighter shades
+        out[c] = (color if k == 0 else _lighter(color, k), marker)
+    return out
 
 
 def is_failed(status) -> bool:
@@ -123,3 +181,29 @@ def failed_marks(ax, xs, color, size=60):
     """× marks on the x axis at ``xs``: the points of a sweep where a cell produced nothing."""
     ax.scatter(xs, [0.02] * len(xs), marker="x", color=color, s=size, zorder=5,
                transform=ax.get_xaxis_transform(), clip_on=False)
+
+
+def legend_below(ax, handles=None, labels=None, fontsize=7, ncols=2, **kw):
+    """The axes' legend under its x axis label, outside the data (the figure must use the constrained layout,
+    which makes room for it)."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return None
+    return ax.legend(handles, labels, fontsize=fontsize, ncols=ncols, loc="upper center", frameon=False,
+                     bbox_to_anchor=(0.5, -0.16), **kw)
+
+
+def legend_right(ax, fontsize=7, **kw):
+    """The axes' legend to the right of the axes, outside the data (constrained layout makes room)."""
+    if not ax.get_legend_handles_labels()[0]:
+        return None
+    return ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+
+
+def failed_handles(failed: list[tuple[str, str]], st: dict) -> list:
+    """Legend entries for cells drawn as failed: an × in the engine's colour and ``config: reason``."""
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], ls="none", marker="x", color=st[c][0] if c in st else "firebrick", ms=6,
+                   label=f"× {c}: {why}") for c, why in failed]
