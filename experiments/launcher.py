@@ -16,6 +16,12 @@ Resources of each job come from the run's ``limits`` (``conf/hydra/launcher/slur
 :func:`register_launcher`, which also registers the launcher class with Hydra (Hydra instantiates launchers only
 from its ``hydra_plugins`` namespace, so the class is registered under :data:`PLUGIN_NAME`; the jobs themselves
 run the stock launcher's code: what is pickled to them is a stock ``SlurmLauncher``).
+
+Inside a task, :func:`scheduler_signals` (used by ``run.main``) turns SLURM's SIGTERM (``scancel``, the time limit,
+pre-emption) and submitit's SIGUSR2 (``signal_delay_s`` before the time limit) into :class:`SchedulerStop`: the
+runner stops as on Ctrl-C, so the sample in flight is not recorded as a crash, and the job records itself as
+failed (``stopped_by``). submitit's own requeue on SIGUSR2 (``max_num_timeout`` > 0) is not used: submitting
+the sweep again resumes it.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as _StockSlurmLauncher
 
@@ -107,8 +113,8 @@ class SchedulerStop(KeyboardInterrupt):
 
         self.signal_name = signal.Signals(signum).name
         if signum == signal.SIGUSR2:
-            what = ("the job's time limit is near (SIGUSR2, hydra.launcher.signal_delay_s before it; give the jobs more "
-                    "time with hydra.launcher.timeout_min=...)")
+            what = ("the job's time limit is near (SIGUSR2, hydra.launcher.signal_delay_s before it; give the jobs "
+                    "more time with hydra.launcher.timeout_min=...)")
         else:
             what = f"the scheduler stopped the job ({self.signal_name}: scancel, its time limit or pre-emption)"
         super().__init__(f"{what}: the finished samples are kept; submit the same sweep again to resume")
@@ -260,4 +266,5 @@ def register_launcher() -> None:
     Plugins.instance().register(cls)
 
 
-__all__: list[Any] = ["SlurmLauncher", "SchedulerStop", "scheduler_signals", "register_launcher", "slurm_minutes", "slurm_mem_gb", "JOB_FILE"]
+__all__ = ["JOB_FILE", "SchedulerStop", "SlurmLauncher", "register_launcher", "scheduler_signals", "slurm_mem_gb",
+           "slurm_minutes"]

@@ -36,7 +36,8 @@ _spec.loader.exec_module(slurm_cluster)
 TINY = ["tokenizer=bytes", "dataset=sample", "samples=2", "progress=false", "limits.memory_mb=2000",
         "limits.compile_timeout_s=60", "limits.sample_timeout_s=60", "limits.run_timeout_s=120"]
 SLOW = ["engine=null_engine", "tokenizer=bytes", "dataset=sample", "progress=false", "limits.memory_mb=2000"]
-SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", f"hydra.launcher.partition={slurm_cluster.PARTITION}"]
+SLURM = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1",
+         f"hydra.launcher.partition={slurm_cluster.PARTITION}"]
 
 
 @pytest.fixture(scope="session")
