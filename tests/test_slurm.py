@@ -50,6 +50,7 @@ def cluster(tmp_path_factory):
     d = slurm_cluster.start(tmp_path_factory.mktemp("slurm"))
     yield d
     slurm_cluster.stop(d)
+    os.environ.pop("SLURM_CONF", None)   # start() set it for this process
 
 
 def _env(cluster) -> dict:
