@@ -5,7 +5,8 @@ by docs/hooks/results.py) must build without a warning: a broken link, a missing
 nav fails it. Then every built page is opened in a real headless browser (Debian's ``chromium``, driven over the
 DevTools protocol on a pipe, the pages served by ``http.server`` on 127.0.0.1): each page must load with its
 title and content, every image must be decoded by the browser (``naturalWidth`` > 0) and be a valid PNG file of
-the site, and every link inside the site must name a built page, and its ``#anchor`` an element of that page.
+the site, nothing may be loaded from outside the site (it works offline), and every link inside the site must name
+a built page, and its ``#anchor`` an element of that page.
 """
 from __future__ import annotations
 
@@ -159,6 +160,8 @@ class Browser:
             images: Array.from(document.querySelectorAll('article img')).map(i => [i.src, i.naturalWidth]),
             links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
             ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
+            external: Array.from(document.querySelectorAll('link[href], script[src], img[src]'))
+                .map(e => e.href || e.src).filter(u => !u.startsWith(location.origin)),
         })""")
 
     def close(self):
@@ -176,9 +179,11 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def served(site):
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *a, **k: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):   # one line per request otherwise
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
@@ -197,6 +202,8 @@ def test_every_page_loads_shows_its_figures_and_links_nowhere_dead(site, served)
         for page in pages:
             got = browser.open(served + page)
             assert got["title"] and got["h1"].strip(), f"{page}: no title or heading (did the page load?)"
+            # a stylesheet, script or image from elsewhere (Google Fonts: theme.font) breaks the site offline
+            assert not got["external"], f"{page} loads from outside the site: {got['external']}"
             for src, width in got["images"]:
                 assert width > 0, f"{page}: the browser shows no image for {src}"
                 path = site / unquote(urlsplit(src).path).lstrip("/")
