@@ -222,6 +222,9 @@ def _readme_runs() -> list[list[str]]:
         for line in lines:
             if "python -m experiments.run" in line:
                 cmd = line.split("python -m experiments.run", 1)[1].split("#")[0].split("&&")[0]
+                # the shard lists the docs write as $(seq -s, -f '%g/N' 0 M): what the shell makes of them
+                cmd = re.sub(r"\$\(seq -s, -f '%g/(\d+)' 0 (\d+)\)",
+                             lambda m: ",".join(f"{i}/{m.group(1)}" for i in range(int(m.group(2)) + 1)), cmd)
                 args = [a for a in shlex.split(cmd) if "=" in a]
                 if args not in out:
                     out.append(args)
