@@ -256,6 +256,11 @@ class Engine(ABC):
     #: registry name of the engine whose per-mask time this one's speed targets are stated against (the report's
     #: grammar-shapes section gives this engine's p50 and p99 over that one's per shape). None: no such target
     speed_baseline: ClassVar[str | None] = None
+    #: (colour, marker) of this engine's series in every figure (its other configs: lighter shades of the colour);
+    #: None: a colour of matplotlib's tab20 that no engine uses
+    plot_style: ClassVar[tuple[str, str] | None] = None
+    #: True for the engines built in this project: the figures draw them thicker and on top, easy to find
+    plot_emphasis: ClassVar[bool] = False
 
     def __init__(self, **options):
         self.opts = self.check_options(options)

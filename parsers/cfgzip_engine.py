@@ -294,6 +294,7 @@ class CFGzipOptions:
 
 class CFGzipEngine(Engine):
     name = "cfgzip"
+    plot_style = ("#7b4a12", "<")   # brown, in every figure
     Options = CFGzipOptions
     threads_option = "max_threads"   # XGrammar's: its compiler and its batch matcher
     accelerates = "xgrammar"         # XGrammar's matcher over token classes: the same masks

@@ -112,6 +112,7 @@ class GenLMOptions:
 
 class GenLMEngine(Engine):
     name = "genlm"
+    plot_style = ("#111111", "X")   # black, in every figure
     artifact_keys = {"CFG rules": ("cfg_rules",)}
     Options = GenLMOptions
 

@@ -170,6 +170,7 @@ class GLRMaskOptions:
 
 class GLRMaskEngine(Engine):
     name = "glrmask"
+    plot_style = ("#00a6c8", ">")   # cyan, in every figure
 
     _STRATEGIES = ("auto", "parser_dwa", "token_trie")
 

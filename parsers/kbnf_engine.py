@@ -64,6 +64,7 @@ class KbnfOptions:
 
 class KbnfEngine(Engine):
     name = "kbnf"
+    plot_style = ("#e75fb5", "p")   # pink, in every figure
     artifact_keys = {"KBNF chars": ("grammar_chars",)}
 
     Options = KbnfOptions

@@ -148,6 +148,7 @@ class LlamaCppOptions:
 
 class LlamaCppEngine(Engine):
     name = "llamacpp"
+    plot_style = ("#6b6b6b", "h")   # grey, in every figure
     artifact_keys = {"GGUF MB": ("gguf_mb",), "GBNF chars": ("grammar_chars",)}
 
     Options = LlamaCppOptions

@@ -53,6 +53,7 @@ class LLGuidanceOptions:
 
 class LLGuidanceEngine(Engine):
     name = "llguidance"
+    plot_style = ("#ff8c00", "v")   # orange, in every figure
     Options = LLGuidanceOptions
     threads_option = "threads"
     LIMITS = ("step_max_items", "max_items_in_row", "step_lexer_fuel", "initial_lexer_fuel")

@@ -20,6 +20,7 @@ class NullEngine(Engine):
     """Copies a precomputed all-allowed mask: the floor of every per-mask figure (module docstring)."""
 
     name = "null_engine"
+    plot_style = ("#b0b0b0", ".")   # light grey, in every figure
     #: why the runner does not audit it (read by experiments/runner.py; run.json's audit_error)
     audit_skip: ClassVar[str] = ("the null engine allows every token by design (it measures the harness's floor, "
                                  "not a language): not audited")

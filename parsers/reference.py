@@ -542,6 +542,7 @@ class ReferenceEngine(Engine):
     """The reference checker behind the engine interface (slow: for tests and small vocabularies)."""
 
     name = "reference"
+    plot_style = ("#3b2f80", "d")   # navy, in every figure
 
     def version(self) -> str:
         return "gcdbench-reference-1"

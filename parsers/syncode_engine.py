@@ -77,6 +77,7 @@ class SynCodeOptions:
 
 class SynCodeEngine(Engine):
     name = "syncode"
+    plot_style = ("#a8a800", "*")   # olive, in every figure
     artifact_keys = {"Mask store MB": ("store_mb",), "Store build s": ("store_build_s",)}
 
     Options = SynCodeOptions

@@ -153,6 +153,7 @@ class TransformersCfgOptions:
 
 class TransformersCfgEngine(Engine):
     name = "transformers_cfg"
+    plot_style = ("#86b6f0", "P")   # light blue, in every figure
     artifact_keys = {"EBNF chars": ("grammar_chars",)}
     Options = TransformersCfgOptions
 

@@ -46,25 +46,26 @@ def order_datasets(values) -> list[str]:
     return [d for d in DATASET_ORDER if d in vals] + sorted(vals - set(DATASET_ORDER))
 
 
-#: one colour and marker per engine, the same in every figure; ours (Valiant, PSC, Pre3) in the strongest colours
-#: and drawn thicker and on top (:func:`emphasis`). Colours are far apart in hue and lightness (no two browns/pinks).
-ENGINE_STYLES: dict[str, tuple[str, str]] = {
-    "valiant": ("#d62728", "o"),            # red
-    "psc": ("#1f4fd6", "s"),                # strong blue
-    "pre3": ("#119c3a", "D"),               # green
-    "xgrammar": ("#8e44ad", "^"),           # purple
-    "llguidance": ("#ff8c00", "v"),         # orange
-    "cfgzip": ("#7b4a12", "<"),             # brown
-    "glrmask": ("#00a6c8", ">"),            # cyan
-    "kbnf": ("#e75fb5", "p"),               # pink
-    "llamacpp": ("#6b6b6b", "h"),           # grey
-    "syncode": ("#a8a800", "*"),            # olive
-    "genlm": ("#111111", "X"),              # black
-    "transformers_cfg": ("#86b6f0", "P"),   # light blue
-    "reference": ("#3b2f80", "d"),          # navy
-    "null_engine": ("#b0b0b0", "."),        # light grey
-}
-OURS = ("valiant", "psc", "pre3")
+def _engine_styles() -> tuple[dict[str, tuple[str, str]], set[str]]:
+    """Each registered engine's colour and marker (``Engine.plot_style``, declared on its adapter: the same in every
+    figure, no two alike), and the engines drawn thicker and on top (``Engine.plot_emphasis``: ours)."""
+    from gcdbench.parsers.registry import engine_class, engines
+
+    out, ours = {}, set()
+    for name in engines():
+        try:
+            cls = engine_class(name, runnable=False)
+        except Exception:   # noqa: BLE001 - an engine whose module does not import here keeps no style
+            continue
+        if getattr(cls, "plot_style", None):
+            out[name] = tuple(cls.plot_style)
+        if getattr(cls, "plot_emphasis", False):
+            ours.add(name)
+    return out, ours
+
+
+#: one colour and marker per engine, from the adapters; ours in the strongest colours, thicker and on top
+ENGINE_STYLES, OURS = _engine_styles()
 
 
 def engine_of(name: str) -> str | None:

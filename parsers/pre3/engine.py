@@ -273,6 +273,8 @@ class Pre3Options:
 
 class Pre3Engine(Engine):
     name = "pre3"
+    plot_style = ("#119c3a", "D")   # green, in every figure
+    plot_emphasis = True   # built in this project: drawn thicker and on top
     threads_option = "threads"
     # the simulator runs every GPU thread as a Python thread: a few dozen there
     cuda_agenda = {"cuda": {"backend": "cuda"}, "cpu": {"backend": "cpu"},

@@ -204,6 +204,8 @@ class PSCOptions:
 
 class PSCEngine(Engine):
     name = "psc"
+    plot_style = ("#1f4fd6", "s")   # strong blue, in every figure
+    plot_emphasis = True   # built in this project: drawn thicker and on top
     artifact_keys = {"lexer states": ("lexer_states",), "LALR states": ("parser_states",),
                      "terminal sequences": ("terminal_sequences",), "classifier states": ("automaton_states",),
                      "minimised states": ("minimized_states",), "distinct masks": ("distinct_masks",)}

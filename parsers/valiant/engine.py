@@ -45,6 +45,8 @@ class ValiantOptions:
 
 class ValiantEngine(Engine):
     name = "valiant"
+    plot_style = ("#d62728", "o")   # red, in every figure
+    plot_emphasis = True   # built in this project: drawn thicker and on top
     threads_option = "threads"
     speed_baseline = "glrmask"   # within GLRMask's p50 (1.5x) and p99 (2x) on every grammar shape
     artifact_keys = {"CNF binary rules": ("cnf", "binary_rules"), "CNF nonterminals": ("cnf", "nonterminals"),
