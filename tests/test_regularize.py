@@ -158,6 +158,24 @@ def _walks(ref: ReferenceChecker, tok, seed: int, n: int, length: int):
         yield data
 
 
+def _engine_agrees(engine, ref: ReferenceChecker, tok, datas) -> None:
+    """``engine``'s mask equals the reference's full mask at every prefix of every byte string in ``datas``, and it
+    commits every byte."""
+    from gcdbench.parsers.base import allocate_mask, mask_to_ids
+
+    m = allocate_mask(tok.vocab_size)
+    for data in datas:
+        engine.reset()
+        sid = ref.initial()
+        for i in range(len(data) + 1):
+            engine.fill_mask(m)
+            assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
+            if i == len(data):
+                break
+            assert engine.commit(data[i]), data[:i + 1]
+            sid = ref.step(sid, data[i])
+
+
 def _same_masks(a: GrammarSpec, b: GrammarSpec, texts, seed: int = 0, walks: int = 6, length: int = 24) -> int:
     """Every prefix of ``texts`` and of random walks (drawn from both grammars): equal byte masks, EOS included."""
     tok = byte_level()
@@ -305,7 +323,6 @@ MIXED_NO_WS_RULE = MIXED.replace(' | "(" start WS start ")"', "").replace(' | "x
 @pytest.mark.parametrize("name", ["json1", "idents", "mixed", "csv1", "linear", "nasty", "nulls", "json", "spider"])
 def test_valiant_regularized_equals_reference(name):
     """Valiant on the rewritten grammar, the reference on the original: equal masks at every prefix."""
-    from gcdbench.parsers.base import allocate_mask, mask_to_ids
     from gcdbench.parsers.valiant.engine import ValiantEngine
 
     sp, tok = _spec(name), byte_level()
@@ -320,17 +337,7 @@ def test_valiant_regularized_equals_reference(name):
         assert e.comp.meta["cnf"]["terminals"] < plain.comp.meta["cnf"]["terminals"]
     ref = ReferenceChecker(sp)
     datas = [s.encode() for s in _samples(name)] + list(_walks(ref, tok, 7, 4, 20))
-    m = allocate_mask(tok.vocab_size)
-    for data in datas:
-        e.reset()
-        sid = ref.initial()
-        for i in range(len(data) + 1):
-            e.fill_mask(m)
-            assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
-            if i == len(data):
-                break
-            assert e.commit(data[i]), data[:i + 1]
-            sid = ref.step(sid, data[i])
+    _engine_agrees(e, ref, tok, datas)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -338,7 +345,6 @@ def test_fuzzed_grammars_keep_their_language(seed):
     """The grammar fuzzer's grammars (self-following terminals, keywords beside names, nullable and recursive
     lists, %ignore): the reference's masks with and without the rewrite, and Valiant's with it, are equal."""
     from gcdbench.datasets.fuzz import generate_grammar, sample_sentence
-    from gcdbench.parsers.base import allocate_mask, mask_to_ids
     from gcdbench.parsers.valiant.engine import ValiantEngine
 
     fg = generate_grammar(seed)
@@ -350,17 +356,7 @@ def test_fuzzed_grammars_keep_their_language(seed):
     tok, ref = byte_level(), ReferenceChecker(sp)
     e = ValiantEngine(cache=False, regularize=True)
     e.compile(sp, tok)
-    m = allocate_mask(tok.vocab_size)
-    for data in [s.encode() for s in samples] + list(_walks(ref, tok, seed, 2, 16)):
-        e.reset()
-        sid = ref.initial()
-        for i in range(len(data) + 1):
-            e.fill_mask(m)
-            assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
-            if i == len(data):
-                break
-            assert e.commit(data[i])
-            sid = ref.step(sid, data[i])
+    _engine_agrees(e, ref, tok, [s.encode() for s in samples] + list(_walks(ref, tok, seed, 2, 16)))
 
 
 @pytest.mark.parametrize("family", ["one_char_json", "one_char_csv", "one_char_ident_number", "nested_regular",
