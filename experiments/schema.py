@@ -77,6 +77,12 @@ STEP_BATCH_EXTRA = (Column("batch_step", pa.int64(), "batch mode: the batch step
 STEP_JIT = Column("jit", pa.int64(), "times numba loaded or compiled machine code inside this mask's timer (0: "
                                      "none; such a mask is left out of the per-mask statistics; null: not measured)")
 
+#: repeats (issue 66): which repeat of its cell a row belongs to; rows stored before the column have none, and a
+#: reader takes the cell's ``identity.repeat`` (absent: 0) for them
+ROW_REPEAT = Column("repeat", pa.int64(), "which repeat of the cell (repeats=R, issue 66) the row belongs to: "
+                                          "run.json identity.repeat (0: the first, or the cell run once; null: "
+                                          "stored before the column)")
+
 SAMPLE_COLUMNS_DECLARED = _KEY + (
     Column("outcome", _STR, "typed outcome of the sample (parsers.base.Outcome)"),
     Column("message", _STR, "why it ended so (empty for ok); at most 2000 characters plus a count"),
@@ -137,8 +143,10 @@ TABLES = {
     "audit": AUDIT_COLUMNS_DECLARED,
     "batch_steps": BATCH_STEP_COLUMNS_DECLARED + (BATCH_STEP_MASKS,),
 }
-#: optional columns a table may carry (batch mode; the steps' ``jit``, absent from rows stored before it)
-EXTRAS = {"steps": STEP_BATCH_EXTRA + (STEP_JIT,), "audit": AUDIT_BATCH_EXTRA, "samples": (), "batch_steps": ()}
+#: optional columns a table may carry (batch mode; the steps' ``jit`` and the rows' ``repeat``, absent from rows
+#: stored before them: such files still conform and read as they are)
+EXTRAS = {"steps": STEP_BATCH_EXTRA + (STEP_JIT, ROW_REPEAT), "audit": AUDIT_BATCH_EXTRA, "samples": (ROW_REPEAT,),
+          "batch_steps": ()}
 #: the cell's files, ``run.json`` first
 RESULT_FILES = ("run.json", *(f"{t}.parquet" for t in TABLES))
 

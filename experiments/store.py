@@ -469,14 +469,15 @@ class Cell:
             return pd.concat(frames, ignore_index=True) if frames else None
 
         step_df = combine("steps", steps)
+        repeat = {"repeat": int(self.identity.get("repeat", 0) or 0)}   # issue 66: every row names its repeat
         if step_df is not None:
-            for k, v in key.items():
+            for k, v in {**key, **repeat}.items():
                 step_df[k] = v
             if "prefix_tokens" not in step_df or step_df["prefix_tokens"].isna().any():
                 step_df["prefix_tokens"] = step_df["step"]   # derived: the tokens before the mask
         sample_df = combine("samples", [pd.DataFrame(samples)] if samples else [])
         if sample_df is not None:
-            sample_df = sample_df.reindex(columns=schema.columns("samples"))
+            sample_df = sample_df.reindex(columns=schema.columns("samples", extra=set(repeat))).assign(**repeat)
             order = {s.id: i for i, s in enumerate(dataset.samples)}
             sample_df = sample_df.sort_values("sample_id", key=lambda c: c.map(order)).reset_index(drop=True)
         audit_df = combine("audit", [pd.DataFrame(audits)] if audits else [])

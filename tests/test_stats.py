@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from gcdbench.experiments import compare, provenance
+from gcdbench.experiments import compare, provenance, schema
 from gcdbench.experiments.config import ConfigError, register
 from gcdbench.experiments.report import stats
 from gcdbench.experiments.runner import run
@@ -37,11 +37,15 @@ def make_cfg(out_dir, *overrides):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Folder ``a`` holds Delay40 and Delay52, folder ``b`` Delay40 again; 5 repeats each, run interleaved
-    (repeat 0 of every cell, then repeat 1, ...) as a sweep with ``repeats=5`` runs them."""
+    (repeat 0 of every cell, then repeat 1, ...) as a sweep with ``repeats=5`` runs them. Delay40's last repeat in
+    ``a`` is run by ``repeats=5`` itself, resuming: repeats 0-3 are finished and kept, only repeat 4 runs."""
     root = tmp_path_factory.mktemp("stats")
     for r in range(REPEATS):
         for folder, delay in (("a", 40), ("a", 52), ("b", 40)):
+            if (folder, delay, r) == ("a", 40, REPEATS - 1):
+                continue
             run(make_cfg(root / folder, "engine=null_engine", f"engine.name={DELAY[delay]}", f"repeat={r}"))
+    run(make_cfg(root / "a", "engine=null_engine", f"engine.name={DELAY[40]}", f"repeats={REPEATS}"))
     return root
 
 
@@ -150,9 +154,18 @@ def test_each_repeat_is_its_own_cell_and_resumes(runs):
     state = meta["sessions"][-1]["machine_state"]
     assert {"others_cpu_s", "others_cores", "alone", "wall_s"} <= set(state) and state["wall_s"] > 0
     assert "allows every token" in meta["audit_error"]
+    # the fixture's repeats=5 resumed Delay40: repeats 0-3 were finished (one session each, kept), repeat 4 ran
+    here = runs / "a" / cells.relative_to(runs)
+    folders = [here / LABEL[40]] + [here / f"{LABEL[40]}__repeat-{r}" for r in range(1, REPEATS)]
+    assert [len(json.loads((f / "run.json").read_text())["sessions"]) for f in folders] == [1] * REPEATS
+    # rows carry their repeat (schema.ROW_REPEAT): repeat 0 (the cell run once) too
+    for r, f in enumerate(folders):
+        for table in ("steps", "samples"):
+            rows = schema.read_rows(f / f"{table}.parquet")
+            assert len(rows) and rows["repeat"].tolist() == [r] * len(rows), (f, table)
     # repeats=5 again: every repeat is finished, none runs again
     run(make_cfg(runs / "a", "engine=null_engine", f"engine.name={DELAY[40]}", f"repeats={REPEATS}"))
-    again = json.loads((runs / "a" / cells.relative_to(runs) / f"{LABEL[40]}__repeat-3" / "run.json").read_text())
+    again = json.loads((here / f"{LABEL[40]}__repeat-3" / "run.json").read_text())
     assert len(again["sessions"]) == len(meta["sessions"])
 
 
