@@ -16,7 +16,7 @@ import psutil
 from gcdbench.parsers.gitstate import RESULT_FOLDERS, git_commit, git_state, repo_folders
 
 __all__ = ["RESULT_FOLDERS", "git_commit", "git_state", "machine_info", "machine_snapshot", "machine_state",
-           "not_alone_text", "package_versions", "repo_folders"]
+           "cell_not_alone", "not_alone_text", "package_versions", "repo_folders"]
 
 
 def machine_info() -> dict:
@@ -59,7 +59,12 @@ def package_versions() -> dict:
 # --------------------------------------------------------------------------------------------------------------
 # the machine's state during a session (issue 66): was the machine alone, at what clock speed
 # --------------------------------------------------------------------------------------------------------------
-#: another process using more than this share of one core on average during a session makes it "not alone"
+#: The threshold of "not alone": other processes (everything but this run's own process tree: the runner and its
+#: workers) using more than this share of one core on average over a session's timed part -- their busy CPU
+#: seconds (user, nice, system, irq, softirq, steal, from /proc/stat via psutil) over its wall time -- make it "not
+#: alone". 0.10 core: an idle Linux machine's daemons stay well below it, while one other busy process (a compile,
+#: a test suite, a second benchmark) on any core is above it; such a process takes a core the run's worker could
+#: be scheduled on, and its cache and memory traffic slow the worker even where cores are free.
 NOT_ALONE_CORES = 0.10
 _BUSY_FIELDS = ("user", "nice", "system", "irq", "softirq", "steal")
 
@@ -139,3 +144,20 @@ def not_alone_text(state: dict | None) -> str | None:
     load_text = f", load {load[0][0]:.2f} -> {load[1][0]:.2f}" if all(load) else ""
     return (f"the machine was not alone (other processes used {state['others_cores']:.2f} cores on average over "
             f"{state['wall_s']:.0f} s{load_text}): timings may be slow or noisy; run it again with the machine alone")
+
+
+def cell_not_alone(sessions) -> str:
+    """The short warning a cell's line carries when the machine was not alone during the cell: ``not alone: other
+    processes used 12.3 s CPU during the cell (0.45 cores on average, above 0.10)`` -- summed over the cell's
+    sessions whose :func:`machine_state` says ``alone: false`` (the average over their wall time); ``""`` when
+    every session was alone or none recorded its state (cells run before issue 66)."""
+    states = [s.get("machine_state") for s in sessions or [] if isinstance(s, dict) and s.get("machine_state")]
+    busy = [st for st in states if not st.get("alone", True)]
+    if not busy:
+        return ""
+    cpu = sum(float(st.get("others_cpu_s") or 0.0) for st in busy)
+    wall = sum(float(st.get("wall_s") or 0.0) for st in busy)
+    cores = cpu / wall if wall > 0 else max(float(st.get("others_cores") or 0.0) for st in busy)
+    of = f" in {len(busy)} of its {len(states)} sessions" if len(states) > 1 else ""
+    return (f"not alone: other processes used {cpu:.1f} s CPU during the cell{of} ({cores:.2f} cores on average, "
+            f"above {NOT_ALONE_CORES:.2f})")

@@ -88,6 +88,7 @@ def cell_summary(run_dir: Path) -> str:
         kind = f" [{c['compile_error_kind']}]" if c.get("compile_error_kind") else ""
         return f"{head}: compile error{kind}: {c['compile_error']}"
     prov = f"; WARNING: {c['provenance']}" if c.get("provenance") else ""
+    prov += f"; {c['not_alone']}" if c.get("not_alone") else ""   # provenance.cell_not_alone
     if c.get("sample_kind") == "negative":      # a sample outside the language passes when it is refused
         passed = f"refused {refused(c.get('outcome_counts'))}/{c.get('samples', 0)} (negative samples)"
     else:

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.experiments import schema
+from gcdbench.experiments.provenance import cell_not_alone
 from gcdbench.experiments.report import packed
 from gcdbench.parsers.base import Outcome
 
@@ -455,6 +456,7 @@ def cell_stats(run_dir: Path) -> dict:
         "init_cache_hit": bool(first_engine_info(meta).get("cache_hit")), "ttfm_s": meta.get("ttfm_s"),
         "compile_error_kind": meta.get("compile_error_kind"), "audit_per_sample": audit_depth(meta),
         "audit_error": meta.get("audit_error"), "provenance": provenance(meta, samples),
+        "not_alone": cell_not_alone(meta.get("sessions")),   # issue 66: other processes busy during the cell
         "commit": "+".join(cell_commits(meta, samples)),
         "outcome_counts": meta.get("outcomes") or {},
         "ambiguous": bool((meta.get("dataset_meta") or {}).get("ambiguous", False)),

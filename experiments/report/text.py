@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gcdbench.experiments.provenance import NOT_ALONE_CORES as _NOT_ALONE_CORES
+
 
 def get(c, key):
     """A cell value, with pandas' NaN for a missing value read as None."""
@@ -58,7 +60,7 @@ def measured_at(cells: pd.DataFrame) -> str:
     unless it is small), so a table never mixes commits or machines silently."""
     if cells.empty:
         return ""
-    return _measured_at(cells) + jit_note(cells)
+    return _measured_at(cells) + jit_note(cells) + not_alone_note(cells)
 
 
 def jit_note(cells: pd.DataFrame) -> str:
@@ -73,6 +75,22 @@ def jit_note(cells: pd.DataFrame) -> str:
     total = int(hit["jit_masks"].sum())
     return (f" **{total} mask{'s' if total > 1 else ''} compiled inside the timer** (numba loaded or compiled machine "
             f"code during the mask; left out of the per-mask figures): {_counted(names)}.")
+
+
+def not_alone_note(cells: pd.DataFrame) -> str:
+    """A footnote for a table whose cells ran while the machine was not alone (``not_alone``: the warning of each
+    cell's line, experiments/provenance.py ``cell_not_alone``: other processes used more than ``NOT_ALONE_CORES``
+    of a core on average); empty when none did or the cells do not say (stored before issue 66)."""
+    if "not_alone" not in cells.columns:
+        return ""
+    hit = cells[cells["not_alone"].map(lambda v: isinstance(v, str) and v.startswith("not alone"))]
+    if hit.empty:
+        return ""
+    names = [f"{c['config']} × {c['dataset']}" for _, c in hit.iterrows()]
+    n = len(hit)
+    return (f" **{n} cell{'s' if n > 1 else ''} ran while the machine was not alone** (other processes used more "
+            f"than {_NOT_ALONE_CORES:.2f} of a core on average; their figures may be slow or noisy, run them again "
+            f"with the machine alone): {_counted(names)}.")
 
 
 def _measured_at(cells: pd.DataFrame) -> str:
