@@ -20,10 +20,34 @@ REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "engine").glob("*.yaml"))
 
 
-def composed(*overrides):
+def composed(*overrides, hydra=False):
     register()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+def composes_to(*overrides) -> int | None:
+    """The run config of ``overrides`` passes :func:`validate`, and holds each override as given: a config group's
+    choice (``engine=psc``, ``hydra/launcher=slurm``) is the one Hydra composed, a value (``samples=2``,
+    ``hydra.launcher.partition=cpu``) is the one the run reads (later overrides win, as on the command line).
+    Returns what :func:`validate` returns (the sample count; None = all)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    cfg = composed(*overrides, hydra=True)
+    n = validate(cfg)
+    choices = cfg.hydra.runtime.choices
+    last = {o.key_or_group: o for o in OverridesParser.create().parse_overrides(list(overrides))}
+    for key, o in last.items():
+        if o.is_delete():
+            assert OmegaConf.select(cfg, key) is None, (key, overrides)
+        elif key in choices:
+            assert choices[key] == o.value(), (key, choices[key], overrides)
+        else:
+            got = OmegaConf.select(cfg, key, throw_on_missing=True)
+            got = OmegaConf.to_container(got) if OmegaConf.is_config(got) else got
+            assert got == o.value(), (key, got, overrides)
+    return n
 
 
 @pytest.mark.parametrize("name", sorted(engines()))
@@ -197,8 +221,10 @@ def test_every_experiment_preset_composes_with_each_swept_value(experiment):
 
     text = yaml.safe_load((REPO / "conf" / "experiment" / f"{experiment}.yaml").read_text())
     params = ((text.get("hydra") or {}).get("sweeper") or {}).get("params") or {}
-    for overrides in _sweep_choices([f"{k}={v}" for k, v in params.items()]):
-        validate(composed(f"experiment={experiment}", *overrides))
+    choices = _sweep_choices([f"{k}={v}" for k, v in params.items()])
+    assert choices and all(len(c) == len(params) for c in choices)
+    for overrides in choices:
+        composes_to(f"experiment={experiment}", *overrides)
 
 
 def _readme_runs() -> list[list[str]]:
@@ -235,4 +261,4 @@ def _readme_runs() -> list[list[str]]:
 @pytest.mark.parametrize("args", _readme_runs(), ids=" ".join)
 def test_readme_run_commands_compose(args):
     for overrides in _sweep_choices(args):
-        validate(composed(*overrides))
+        composes_to(*overrides)

@@ -174,7 +174,8 @@ def test_grammar_loads_in_reference_checker_and_agrees():
 
 
 def test_random_valid_instances_parse():
-    """Hand-built valid instances of a mixed schema (checked with jsonschema) are sentences."""
+    """Hand-built valid instances of a mixed schema (checked with jsonschema) are sentences, their serialization
+    reads back as the same value, and each one's twin with a negative ``id`` (invalid: ``minimum: 0``) is not."""
     jsonschema = pytest.importorskip("jsonschema", reason="jsonschema checks that the instances are valid")
     import random
 
@@ -195,4 +196,14 @@ def test_random_valid_instances_parse():
         if rng.random() < 0.3:
             value["more"] = {"n": [1.5, None]}
         jsonschema.validate(value, schema)
-        p.parse(serialize(value, schema))
+        text = serialize(value, schema)
+        assert json.loads(text) == value, text
+        try:
+            p.parse(text)
+        except UnexpectedInput as err:
+            raise AssertionError(f"{text!r} should be accepted: {err}") from None
+        twin = {**value, "id": -1 - value["id"]}
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(twin, schema)
+        with pytest.raises(UnexpectedInput):
+            p.parse(serialize(twin, schema))
