@@ -28,13 +28,17 @@ def _pack(ids: np.ndarray, n_words: int) -> np.ndarray:
     return np.packbits(bits, bitorder="little").view(np.int32)
 
 
-def build_artifact(grammar: GrammarSpec, tokenizer, max_build_s: float = 600.0, max_states: int = 2_000_000,
-                   leading_ignore: bool = False, lalr_timeout_s: float = 60.0, minimize: bool = True,
-                   max_lexer_states: int = 5000, conflicts: str = "refuse") -> dict:
-    """The compiled PSC artifact. Reports progress (``gcdbench.psc`` log records) and stays within its bounds:
-    ``max_build_s`` (CompileTimeout), ``max_lexer_states`` and ``max_states`` (CompileError). ``conflicts="shift"``
-    takes Lark's tables with its shift/reduce conflicts resolved as shift."""
+def build_artifact(grammar: GrammarSpec, tokenizer, minimize: bool = True, **options) -> dict:
+    """The compiled PSC artifact. ``options``: :class:`PSCOptions` by name, each one not given at its declared
+    default (the one place defaults are written). Reports progress (``gcdbench.psc`` log records) and stays within
+    its bounds: ``max_build_s`` (CompileTimeout), ``max_lexer_states`` and ``max_states`` (CompileError).
+    ``conflicts="shift"`` takes Lark's tables with its shift/reduce conflicts resolved as shift. ``minimize=False``
+    keeps the stack classifier unminimised (not an engine option: the tests' reference for minimisation)."""
     from gcdbench.parsers.grammar import load_ir
+
+    o = PSCEngine.check_options(options)
+    max_build_s, max_states, leading_ignore = float(o["max_build_s"]), int(o["max_states"]), bool(o["leading_ignore"])
+    lalr_timeout_s, max_lexer_states, conflicts = float(o["lalr_timeout_s"]), int(o["max_lexer_states"]), o["conflicts"]
 
     load_ir(grammar)   # the harness's loader first: a grammar it cannot read is the same refusal for every engine
     t0 = time.monotonic()
@@ -240,9 +244,7 @@ class PSCEngine(Engine):
             art = load_artifact(path, FORMAT)
         cache_hit = art is not None
         if art is None:
-            art = build_artifact(grammar, tokenizer, float(self.opts["max_build_s"]), int(self.opts["max_states"]),
-                                 bool(self.opts["leading_ignore"]), float(self.opts["lalr_timeout_s"]),
-                                 max_lexer_states=int(self.opts["max_lexer_states"]), conflicts=self.opts["conflicts"])
+            art = build_artifact(grammar, tokenizer, **self.opts)
             if path is not None:
                 save_artifact(path, art)
         self._load(art, tokenizer)
