@@ -24,10 +24,13 @@ calls per mask and per commit by part, the rest being Python between the calls (
 ``init``: cold build (fresh cache) and cache load, each in its own process (peak RSS per phase). ``batch``: B
 sequences in lock-step, one ``fill_masks`` call per step, timed (``--processes P``: the sequences sharded over P
 processes that step together; ``--interleave``: every option set in one process, stepped together, each step
-timed for each set in turn; :mod:`gcdbench.experiments.bench_batch`). ``instructions``: instructions per mask and
-per commit under callgrind (:mod:`gcdbench.experiments.bench_count`). ``plot``: batch step latency and throughput
-against B. Every command prints one JSON line per record; ``--out`` also writes them with command, machine, versions
-and commit (:func:`gcdbench.experiments.benchfile.write_bench`).
+timed for each set in turn, and every set's ratio to the first with its 95% interval and verdict as
+``gcdbench-compare`` gives them, ``ab`` in its records; :mod:`gcdbench.experiments.bench_batch`). ``--keep-masks``
+(masks) keeps every mask's time and batch records keep every step's, so that ``gcdbench-compare OLD.json
+NEW.json`` compares two bench files (``A1.json,A2.json`` for repeats, e.g. an A/B alternated over time).
+``instructions``: instructions per mask and per commit under callgrind (:mod:`gcdbench.experiments.bench_count`).
+``plot``: batch step latency and throughput against B. Every command prints one JSON line per record; ``--out``
+also writes them with command, machine, versions and commit (:func:`gcdbench.experiments.benchfile.write_bench`).
 """
 from __future__ import annotations
 
@@ -90,10 +93,53 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
             "commit_mean_us": round(float(np.mean(steps.commits)), 1) if steps.commits else None,
             "per_prefix": pp, "per_sample": per_sample(prefix, us, streams),
         })
+        if getattr(args, "keep_masks", False):   # the raw data gcdbench-compare resamples (report/stats.py)
+            rec["mask_us_by_sample"] = masks_by_sample(prefix, us)
     if split:
         rec["phases"] = split
-    print(json.dumps({k: v for k, v in rec.items() if k != "per_prefix"}, default=str), flush=True)
+    print(json.dumps({k: v for k, v in rec.items() if k not in ("per_prefix", "mask_us_by_sample")}, default=str),
+          flush=True)
     return rec
+
+
+def masks_by_sample(prefix: np.ndarray, us: np.ndarray) -> list[list[float]]:
+    """Each sample's per-mask µs (0.01 µs) in step order (a sample's masks are the rows from one prefix 0 to the
+    next): ``bench masks --keep-masks``, what ``gcdbench-compare`` needs to compare two bench files."""
+    starts = np.flatnonzero(prefix == 0).tolist() + [us.size]
+    return [[round(float(x), 2) for x in us[a:b]] for a, b in zip(starts, starts[1:]) if b > a]
+
+
+def ab_ratios(records: list[dict], resamples: int = 2000) -> list[str]:
+    """The interleaved A/B (``bench batch --interleave``): every set's per-step times against the first set's, per
+    dataset and B, as ``gcdbench-compare`` compares two configs (:func:`gcdbench.experiments.report.stats.ratios`:
+    the ratio of each statistic with its 95% interval and verdict, paired step by step and resampled in blocks of
+    ``stats.STEP_BLOCK`` steps) -- for the ``fill_masks`` step (``step_us``) and with its commits
+    (``step_with_commit_us``). Each set's record but the first gets them as ``ab``; returns one line a comparison."""
+    from gcdbench.experiments.report import stats
+
+    lines = []
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        if rec.get("interleaved") and rec.get("step_us_series"):
+            groups.setdefault((rec["dataset"], rec.get("tokenizer", ""), rec["engine"], rec["B"]), []).append(rec)
+    for (ds, tok, _, B), recs in groups.items():
+        base = recs[0]
+        for rec in recs[1:]:
+            ab = {"against": stats.bench_label(base), "block_steps": stats.STEP_BLOCK}
+            for what, series in (("step_us", lambda r: r["step_us_series"]),
+                                 ("step_with_commit_us", lambda r: np.add(r["step_us_series"],
+                                                                          r["commit_us_series"]))):
+                old, new = (stats.steps_config(f"{ds} B={B}", tok, stats.bench_label(r), [series(r)])
+                            for r in (base, rec))
+                ab[what] = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                             if k in ("statistic", "ratio", "ratio_lo", "ratio_hi", "verdict")}
+                            for row in stats.ratios(old, new, resamples)]
+            rec["ab"] = ab
+            by = {r["statistic"]: r for r in ab["step_us"]}
+            lines.append(f"A/B {stats.bench_label(rec)} / {ab['against']} on {ds} B={B}, fill_masks step: "
+                         + "; ".join(f"{k} {stats.fmt_interval(r['ratio'], r['ratio_lo'], r['ratio_hi'])} "
+                                     f"{r['verdict']}" for k, r in by.items()))
+    return lines
 
 
 def per_sample(prefix: np.ndarray, us: np.ndarray, streams: list) -> list[dict]:
@@ -233,6 +279,9 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="also write the records, with machine and commit, to this file")
         p.add_argument("overrides", nargs="*", help="KEY=VALUE, NAME.KEY=VALUE (engine), dataset.KEY=VALUE")
     sub.choices["masks"].add_argument("--counters", action="store_true", help="work counters only (no timing)")
+    sub.choices["masks"].add_argument("--keep-masks", action="store_true",
+                                      help="keep every mask's time (mask_us_by_sample) in --out: gcdbench-compare "
+                                           "compares two such files (each one repeat) with intervals")
     sub.choices["masks"].add_argument("--phases", action="store_true",
                                       help="then one more pass timing each part of a mask (instruction_phases)")
     sub.choices["init"].add_argument("--phase", default=None, help=argparse.SUPPRESS)
@@ -288,7 +337,10 @@ def main(argv=None) -> None:
             ds = load(name, dopts, args.data_root, args.n, args.seed)
             for engine in args.engine:
                 if interleave:
-                    records.extend(time_batch_interleaved(engine, sets[engine], name, ds, tok, args))
+                    got = time_batch_interleaved(engine, sets[engine], name, ds, tok, args)
+                    for line in ab_ratios(got):   # the sets' ratios, as gcdbench-compare gives them
+                        print(line, file=sys.stderr, flush=True)
+                    records.extend(got)
                     continue
                 for opts in sets[engine]:
                     try:

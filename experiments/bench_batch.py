@@ -85,6 +85,19 @@ def _full_steps(rows: list, B: int) -> dict[int, tuple[float, float]]:
     return {int(r[bstep]): (r[step_us], r[commit_us]) for r in rows if int(r[live]) == B}
 
 
+def brief(rec: dict) -> dict:
+    """A record as its printed line shows it: without the per-step series (the file keeps them)."""
+    return {k: v for k, v in rec.items() if not k.endswith("_series")}
+
+
+def _series(step_us: list, commit_us: list) -> dict:
+    """Every timed step's ``fill_masks`` and ``commit_many`` µs in step order (0.01 µs), the raw data behind
+    ``step_us``: ``gcdbench-compare`` and the interleaved A/B's ratios resample them (report/stats.py
+    ``bench_configs``)."""
+    return {"step_us_series": [round(float(x), 2) for x in step_us],
+            "commit_us_series": [round(float(x), 2) for x in commit_us]}
+
+
 def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
     """Per-step times of ``fill_masks`` over B sequences (the engine and its forks, or compiled copies), for each
     ``--batch`` size and each ``--processes`` count: samples cycle so that the batch stays full for ``--warmup +
@@ -114,11 +127,13 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
         rec.update({"steps": len(full), "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
                     "per_sequence_with_commit_us": round(float(np.mean([a + c for a, c in full])) / B, 2)
                     if full else 0.0,
-                    "commit_us_per_step": _stats([c for _, c in full]), "outcomes": outcomes,
+                    "commit_us_per_step": _stats([c for _, c in full]), **_series([s for s, _ in full],
+                                                                                  [c for _, c in full]),
+                    "outcomes": outcomes,
                     "violations": sum(v for k, v in outcomes.items() if k != "ok"), "sequences": how,
                     "fallback_steps": fallbacks, "init_s": round(init_s, 3), "cache_hit": e.info().get("cache_hit"),
                     "cpu_count": os.cpu_count()})
-        print(json.dumps(rec, default=str), flush=True)
+        print(json.dumps(brief(rec), default=str), flush=True)
         records.append(rec)
     e.close()
     return records
@@ -191,11 +206,12 @@ def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok
             rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B, "processes": 1,
                    "steps": args.steps, "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
                    "per_sequence_with_commit_us": round(float(np.mean(both)) / B, 2) if both else 0.0,
-                   "commit_us_per_step": _stats(commit_us[k][args.warmup:]), "interleaved": labels,
+                   "commit_us_per_step": _stats(commit_us[k][args.warmup:]),
+                   **_series(step_us[k][args.warmup:], commit_us[k][args.warmup:]), "interleaved": labels,
                    "masks_equal": differ is None, "first_difference_step": differ, "violations": violations,
                    "samples_finished": finished, "sequences": sets[k][2], "init_s": round(init_s, 3),
                    "cpu_count": os.cpu_count()}
-            print(json.dumps(rec, default=str), flush=True)
+            print(json.dumps(brief(rec), default=str), flush=True)
             records.append(rec)
         for e, seqs, how, _ in sets:
             if how != "fork":

@@ -6,6 +6,7 @@ Benchmarks (``experiments/bench.py``, ``ptx_report``) print one JSON object per 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -23,5 +24,15 @@ def write_bench(path: str | Path, records: list[dict], **extra) -> Path:
     doc = new_bench(command=" ".join(["python", *sys.orig_argv[1:]]), when=time.strftime("%Y-%m-%d %H:%M:%S %z"),
                     machine=machine_info(), git_commit=git["commit"], git_dirty=git["dirty"],
                     versions=package_versions(), records=records, **extra)
-    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    path.write_text(compact_number_lists(json.dumps(doc, indent=1, default=str)) + "\n")
     return path
+
+
+#: an indented list of plain numbers: ``[`` then a newline (never inside a JSON string, where it is escaped)
+_NUMBER_LIST = re.compile(r"\[\n\s*(-?[0-9][-+0-9.eE,\s]*?)\s*\]")
+
+
+def compact_number_lists(text: str) -> str:
+    """Indented JSON with every list of plain numbers on one line (``[1.5,2,3]``): the per-mask and per-step times
+    a bench keeps (``mask_us_by_sample``, ``step_us_series``) take a line each otherwise. The same JSON value."""
+    return _NUMBER_LIST.sub(lambda m: "[" + ",".join(x.strip() for x in m.group(1).split(",")) + "]", text)

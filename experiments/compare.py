@@ -9,6 +9,12 @@ interval contains 1 (no significant difference) -- a two-level bootstrap over sa
 and by repeat where both ran the same ones (:mod:`gcdbench.experiments.report.stats`). A config whose repeats
 disagree is named with what to do.
 
+OLD and NEW may also be bench files (``experiments/bench.py --out``), each a file or several joined by commas, each
+file one repeat: e.g. an A/B run alternated over time, ``gcdbench-compare r1_base.json,r4_base.json
+r2_new.json,r3_new.json`` (records of ``bench masks --keep-masks``: per-mask times by sample), or the sets of one
+interleaved batch run, ``gcdbench-compare --results ab.json --old "valiant (threads=1)" --new "valiant
+(threads=2)"`` (per-step times, per B; :func:`gcdbench.experiments.report.stats.bench_configs`).
+
 ``--csv FILE`` writes the table, ``--figure FILE`` draws the ratios with their intervals (log axis). The exit status
 gates a change: with ``--fail-on-slower 1.1`` it is 1 when any statistic's ratio is significantly above 1.1 (its
 interval's lower bound above 1.1), else 0; 2 when nothing could be compared (one line says why).
@@ -56,17 +62,42 @@ def pairs(old: dict, new: dict) -> list[tuple]:
     return out
 
 
+def bench_files(arg) -> list[Path] | None:
+    """The bench files ``arg`` names (``a.json`` or ``a.json,b.json``: each file one repeat), or None when it names
+    a results folder."""
+    parts = [p for p in str(arg).split(",") if p]
+    if not parts or not all(p.endswith((".json", ".json.gz")) for p in parts):
+        return None
+    missing = [p for p in parts if not Path(p).is_file() and not Path(p + ".gz").is_file()]
+    if missing:
+        raise CompareError(f"no bench file {', '.join(missing)} (give files written by `bench ... --out FILE`)")
+    return [Path(p) for p in parts]
+
+
+def read(root) -> dict:
+    """The configs of a results folder (:func:`stats.read_configs`) or of bench files (:func:`bench_files`)."""
+    files = bench_files(root)
+    if files is not None:
+        try:
+            return stats.bench_configs(files)
+        except (stats.BenchError, ValueError) as err:
+            raise CompareError(str(err)) from None
+    if not Path(root).is_dir():
+        raise CompareError(f"{root} is not a folder of results (give the --out_dir of a run, or --results DIR) nor "
+                           "bench files (FILE.json, or FILE1.json,FILE2.json for repeats)")
+    return stats.read_configs(root)
+
+
 def compare(old_root: Path, new_root: Path, old_name: str | None = None, new_name: str | None = None,
             resamples: int = stats.RESAMPLES, seed: int = stats.SEED) -> tuple[pd.DataFrame, list[str]]:
-    """The comparison table (:data:`COLUMNS`) and the stability notes of the configs compared."""
-    for root in (old_root, new_root):
-        if not Path(root).is_dir():
-            raise CompareError(f"{root} is not a folder of results (give the --out_dir of a run, or --results DIR)")
-    same = Path(new_root).resolve() == Path(old_root).resolve()
+    """The comparison table (:data:`COLUMNS`) and the stability notes of the configs compared (OLD and NEW: result
+    folders or bench files, :func:`read`)."""
+    same = str(new_root) == str(old_root) or (Path(new_root).exists() and Path(old_root).exists()
+                                              and Path(new_root).resolve() == Path(old_root).resolve())
     if same and (old_name is None or new_name is None or old_name == new_name):
         raise CompareError(f"one folder ({old_root}): name two of its configs, --old CONFIG --new CONFIG")
-    old_all = stats.read_configs(old_root)
-    new_all = old_all if same else stats.read_configs(new_root)
+    old_all = read(old_root)
+    new_all = old_all if same else read(new_root)
     if not old_all or not new_all:
         empty = old_root if not old_all else new_root
         raise CompareError(f"no finished single-mode cell with per-mask rows under {empty}")
@@ -142,8 +173,9 @@ def slower_than(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="gcdbench-compare", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("folders", nargs="*", metavar="OLD NEW", help="two result folders (OLD then NEW)")
-    ap.add_argument("--results", help="one result folder holding both configs (with --old and --new)")
+    ap.add_argument("folders", nargs="*", metavar="OLD NEW",
+                    help="two result folders (OLD then NEW), or bench files (FILE.json; A.json,B.json: repeats)")
+    ap.add_argument("--results", help="one result folder (or bench file) holding both configs (with --old and --new)")
     ap.add_argument("--old", help="the OLD config label (as the report names it)")
     ap.add_argument("--new", help="the NEW config label")
     ap.add_argument("--csv", help="write the table as CSV here")

@@ -33,13 +33,14 @@ def test_overrides_reach_each_engine_and_the_dataset():
 @pytest.mark.slow
 def test_masks_and_batch_smoke(tmp_path):
     out = tmp_path / "masks.json"
-    bench.main(["masks", "--engine", "psc", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
+    bench.main(["masks", "--engine", "psc", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes", "--keep-masks",
                 "--out", str(out)])
     (rec,) = _records(out)
     assert rec["engine"] == "psc" and rec["outcomes"] == {"ok": 2} and rec["steps"] > 2
     assert rec["mask_p99_us"] > 0 and rec["per_prefix"][0]["prefix_tokens"] == 0
     assert rec["mask_p999_us"] >= rec["mask_p99_us"] and len(rec["per_sample"]) == 2
     assert sum(s["masks"] for s in rec["per_sample"]) == rec["steps"]
+    assert [len(m) for m in rec["mask_us_by_sample"]] == [s["masks"] for s in rec["per_sample"]]   # --keep-masks
     out = tmp_path / "batch.json"
     bench.main(["batch", "--engine", "pre3", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
                 "--batch", "1", "3", "--steps", "5", "--warmup", "1", "chunk=64", "--out", str(out)])
@@ -94,6 +95,14 @@ def test_batch_interleave_steps_option_sets_together(tmp_path, monkeypatch):
     assert one["interleaved"] == two["interleaved"] and len(one["interleaved"]) == 2
     assert one["steps"] == two["steps"] == 120 and one["samples_finished"] >= 2
     assert one["masks_equal"] and one["first_difference_step"] is None and one["violations"] == 0
+    # every timed step kept, and the second set's ratios to the first as gcdbench-compare gives them
+    assert len(one["step_us_series"]) == len(two["commit_us_series"]) == 120 and "ab" not in one
+    assert two["ab"]["against"] == "xgrammar (max_threads=1)"
+    assert {r["verdict"] for r in two["ab"]["step_us"]} <= {"faster", "slower", "~"}
+    from gcdbench.experiments import compare
+
+    assert compare.main(["--results", str(out), "--old", "xgrammar (max_threads=1)", "--new",
+                         "xgrammar (max_threads=2)", "--resamples", "200"]) == 0
     compile_ = bench_batch._compile
 
     def flipping(engine, opts, *rest):          # the second set's first row loses one bit at every step

@@ -15,7 +15,7 @@ from gcdbench.experiments import provenance
 from gcdbench.experiments.report.cells import cell_summary
 from gcdbench.experiments.report.text import measured_at, not_alone_note
 
-STORED = Path(__file__).resolve().parents[1] / "results" / "gpu" / "NVIDIA_H200" / "runs" / "spider" / "qwen3" / "valiant"
+STORED = Path(__file__).resolve().parents[1] / "results/gpu/NVIDIA_H200/runs/spider/qwen3/valiant"
 ALONE = {"wall_s": 20.0, "others_cpu_s": 0.5, "others_cores": 0.025, "alone": True}
 BUSY = {"wall_s": 10.0, "others_cpu_s": 15.0, "others_cores": 1.5, "alone": False, "load_before": [0.5, 0.4, 0.3],
         "load_after": [2.0, 1.0, 0.5]}

@@ -131,6 +131,75 @@ def synthetic(dataset: str, config: str, times: list[list[np.ndarray]], tokenize
 
 
 # --------------------------------------------------------------------------------------------------------------
+# bench files (experiments/bench.py): the A/B benches compared as result folders are
+# --------------------------------------------------------------------------------------------------------------
+#: consecutive batch steps resampled together: the lanes of neighbouring steps hold the same samples (and the
+#: machine the same state), so single steps are not independent; a block of steps plays the part of a sample
+STEP_BLOCK = 20
+
+
+def bench_label(rec: dict) -> str:
+    """A bench record's config label: the engine and its options, e.g. ``valiant (threads=2)`` (a batch record
+    sharded over processes also names them), as ``bench plot`` labels its lines."""
+    opts = {**(rec.get("options") or {}), **({"processes": rec["processes"]} if rec.get("processes", 1) > 1 else {})}
+    return rec["engine"] + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) + ")" if opts else "")
+
+
+def steps_config(dataset: str, tokenizer: str, config: str, series: list, block: int = STEP_BLOCK) -> Config:
+    """A :class:`Config` of batch step times: ``series[r]`` the step times of repeat ``r`` in step order, each block
+    of ``block`` consecutive steps one "sample" (block ``i`` of every repeat and of every config so built is the
+    same sample: the sets of an interleaved run are paired step by step)."""
+    times = [[np.asarray(x[i: i + block], dtype=float) for i in range(0, len(x), block)] for x in series]
+    return synthetic(dataset, config, times, tokenizer=tokenizer)
+
+
+class BenchError(ValueError):
+    """A bench file that cannot be compared (the message names the file and what to run instead)."""
+
+
+def bench_configs(paths, block: int = STEP_BLOCK) -> dict[tuple[str, str, str], Config]:
+    """The configs of bench files, each file one repeat (e.g. ``r1_base.json`` and ``r4_base.json`` of an A/B run
+    alternated over time), keyed as :func:`read_configs` keys cells: (dataset, tokenizer, :func:`bench_label`).
+    ``bench masks --keep-masks`` records give their per-mask times by sample (``mask_us_by_sample``: paired by
+    sample where both ran the same samples); ``bench batch`` records their per-step times (``step_us_series``;
+    dataset ``<name> B=<B>``), resampled in blocks of ``block`` steps. Records without such times (bench files
+    written without them, compile errors) are left out; :class:`BenchError` when no record has any."""
+    from gcdbench.experiments.schema import read_bench
+
+    got: dict[tuple, list] = {}
+    for path in paths:
+        doc = read_bench(path)
+        seen: set = set()
+        for rec in doc.get("records") or []:
+            if rec.get("mask_us_by_sample"):
+                key, kind = (rec["dataset"], rec.get("tokenizer", ""), bench_label(rec)), "masks"
+                value = [np.asarray(x, dtype=float) for x in rec["mask_us_by_sample"]]
+            elif rec.get("step_us_series"):
+                key, kind = (f"{rec['dataset']} B={rec['B']}", rec.get("tokenizer", ""), bench_label(rec)), "steps"
+                value = np.asarray(rec["step_us_series"], dtype=float)
+            else:
+                continue
+            if key in seen:
+                warn(f"{path}: {key[2]} on {key[0]} twice in one file; the first record is used")
+                continue
+            seen.add(key)
+            got.setdefault(key, []).append((kind, value, str(path)))
+    if not got:
+        raise BenchError(f"no record with per-mask or per-step times in {', '.join(map(str, paths))}: write the bench "
+                         "again with `bench masks --keep-masks` (per-mask times), or with `bench batch` at this "
+                         "version (per-step times)")
+    out = {}
+    for key, reps in got.items():
+        if reps[0][0] == "steps":
+            cfg = steps_config(key[0], key[1], key[2], [v for _, v, _ in reps], block)
+        else:
+            cfg = synthetic(key[0], key[2], [v for _, v, _ in reps], tokenizer=key[1])
+        cfg.engine, cfg.paths = key[2].split(" ", 1)[0], [p for _, _, p in reps]
+        out[key] = cfg
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
 # the resampling
 # --------------------------------------------------------------------------------------------------------------
 def point(cfg: Config) -> dict[str, float]:
