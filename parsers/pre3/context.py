@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, CompileTimeout
-from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, sort_jobs, sort_jobs_shared, walk_scratch
+from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, DPDA, sort_jobs, sort_jobs_shared, walk_scratch
 
 
 class SeqWalk:
@@ -83,7 +83,7 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
     walk = SeqWalk(parent, last, job_seq_ids)
     child_term = to_dpda[walk.child_term].astype(np.int64) if walk.child_term.size else walk.child_term
     max_stack = 2 + (walk.max_depth + 2) * (max_push + 1) + 16
-    arrays = packed.arrays()
+    D = DPDA(*packed.arrays())   # the DPDA's tables as one record
     out = np.empty(job_seq_ids.size, dtype=np.int8)
     klass = np.empty(packed.n_lr, dtype=np.int32)
     index: dict[bytes, int] = {}
@@ -100,11 +100,11 @@ def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list
         filt = np.zeros(job_seq_ids.size + 1, dtype=np.int64)
     for s in range(packed.n_lr):
         if shared_bytes > 0:
-            visited += sort_jobs_shared(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
+            visited += sort_jobs_shared(D, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
                                         child_term, walk.rank_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre,
                                         out, memo_off, buf, used, outp, filt, *scratch)
         else:
-            visited += sort_jobs(*arrays, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
+            visited += sort_jobs(D, int(packed.n_sym), int(guard), s, walk.child_ptr, walk.child_node,
                                  child_term, walk.rank_of_node, walk.sub_lo, walk.sub_hi, walk.job_by_pre, out,
                                  outp, *scratch)
         key = out.tobytes()

@@ -22,7 +22,7 @@ from numba import cuda
 
 from gcdbench.parsers.base import EngineError
 from gcdbench.parsers.cuda_launch import Launcher, grown
-from gcdbench.parsers.pre3.kernels import compile_for
+from gcdbench.parsers.pre3.kernels import DPDA, compile_for
 
 _peek, _edge_step, _feed, _run_seq, _tail_ok, _job_ok = compile_for("cuda")
 
@@ -68,10 +68,9 @@ def flags_kernel(tabs, hdr, n_sym, guard, end_sym, base, step, B, L, flags, out,
     if tid >= scratch.shape[0]:
         return
     lens, cls, offs = _step_views(step, B, L)
-    key_ptr, key_edge, cond_ptr = _tab(tabs, hdr, 0), _tab(tabs, hdr, 1), _tab(tabs, hdr, 2)
-    cond_depth, cond_state, pop = _tab(tabs, hdr, 3), _tab(tabs, hdr, 4), _tab(tabs, hdr, 5)
-    push_ptr, push_state, kind = _tab(tabs, hdr, 6), _tab(tabs, hdr, 7), _tab(tabs, hdr, 8)
-    arg, shift_to = _tab(tabs, hdr, 9), _tab(tabs, hdr, 10)
+    D = DPDA(_tab(tabs, hdr, 0), _tab(tabs, hdr, 1), _tab(tabs, hdr, 2), _tab(tabs, hdr, 3), _tab(tabs, hdr, 4),
+             _tab(tabs, hdr, 5), _tab(tabs, hdr, 6), _tab(tabs, hdr, 7), _tab(tabs, hdr, 8), _tab(tabs, hdr, 9),
+             _tab(tabs, hdr, 10))   # the DPDA's record (kernels.DPDA), viewed from the pack
     seq_ptr, seq_term, pend_ptr, pend_term = _tab(tabs, hdr, 11), _tab(tabs, hdr, 12), _tab(tabs, hdr, 13), \
         _tab(tabs, hdr, 14)
     cls_ptr, job_seq, job_pend = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17)
@@ -83,9 +82,8 @@ def flags_kernel(tabs, hdr, n_sym, guard, end_sym, base, step, B, L, flags, out,
     while i < total:
         b = _seq_of(offs, B, i)
         j = cls_ptr[cls[b]] + (i - offs[b])
-        f = _job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
-                    shift_to, n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, lens[b],
-                    job_seq[j], job_pend[j], loc, loc2)
+        f = _job_ok(D, n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, lens[b], job_seq[j],
+                    job_pend[j], loc, loc2)
         flags[i] = f
         if f == -2:
             cuda.atomic.add(out, (B, 0), np.uint32(1))

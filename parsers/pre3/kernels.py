@@ -17,6 +17,8 @@ end, the CUDA kernels in ``cuda_kernels.py``.
 """
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numba
 import numpy as np
 from numba import prange
@@ -24,6 +26,13 @@ from numba import prange
 from gcdbench.parsers.targets import borrowed, keep_alive, rebind, variant
 
 SHIFT, ACCEPT, TO_R = 0, 1, 2   # edge kinds (dpda.py)
+#: The DPDA's 11 tables as one record (``dpda.PackedDPDA.arrays()`` in this order): every run below takes it as one
+#: argument ``D`` and reads ``D.<table>``. The jitted entry points get the tables packed (:func:`pack_tables`, the
+#: fastest dispatch) and view them as the record first thing (:func:`dpda_views`); the CUDA kernels build it from
+#: their device pack; the build-time sort of ``context.py`` passes it as it is (a namedtuple of arrays, which
+#: numba types, caches and passes to CUDA device functions like a tuple).
+DPDA = namedtuple("DPDA", ["key_ptr", "key_edge", "cond_ptr", "cond_depth", "cond_state", "pop", "push_ptr",
+                           "push_state", "kind", "arg", "shift_to"])
 OK, REJECT, ACCEPTED, BROKEN = 0, -1, 1, -2   # results of feed
 
 
@@ -37,13 +46,13 @@ def peek(base, b, bl, loc, ll, d):
     return base[b, i]
 
 
-def edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-              n_sym, base, b, bl, loc, ll, a, st):
+def edge_step(D, n_sym, base, b, bl, loc, ll, a, st):
     """One DPDA step of terminal ``a`` read in state ``st``: (code, st, bl, ll). code 0: ``a`` was shifted (its run
     is over), 1: accepted (``$END``), -1: no edge matches, 2: not over yet (``st`` is the state to read next),
     3: the step needs a state the stack does not know (``_peek`` gave UNKNOWN_STATE, a pop went below the
     stack or the pushes would pass the end of ``loc``): never on a real stack, which has its bottom state and a
     ``loc`` sized for every run; the build-time sort of ``context.py`` runs on a partly known stack."""
+    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = D
     k = st * n_sym + a
     found = -1
     for jj in range(key_ptr[k], key_ptr[k + 1]):
@@ -89,33 +98,28 @@ def edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
     return 2, top, bl, ll
 
 
-def feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-         n_sym, guard, base, b, bl, loc, ll, a):
+def feed(D, n_sym, guard, base, b, bl, loc, ll, a):
     """Run terminal ``a``: (OK | ACCEPTED | REJECT | BROKEN, bl, ll). One matching edge per DPDA step."""
     st = _peek(base, b, bl, loc, ll, 0)  # noqa: F821
     for _ in range(bl + ll + guard):
-        r, st, bl, ll = _edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop,  # noqa: F821
-                                   push_ptr, push_state, kind, arg, shift_to, n_sym, base, b, bl, loc, ll, a, st)
+        r, st, bl, ll = _edge_step(D, n_sym, base, b, bl, loc, ll, a, st)  # noqa: F821
         if r != 2:
             return (-2 if r == 3 else r), bl, ll
     return -2, bl, ll
 
 
-def run_seq(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-            n_sym, guard, seq_ptr, seq_term, base, b, L, sj, loc):
+def run_seq(D, n_sym, guard, seq_ptr, seq_term, base, b, L, sj, loc):
     """Run terminal sequence ``sj`` on stack b's overlay: (OK | REJECT | BROKEN, bl, ll)."""
     bl = L
     ll = 0
     for i in range(seq_ptr[sj], seq_ptr[sj + 1]):
-        r, bl, ll = _feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
-                          push_state, kind, arg, shift_to, n_sym, guard, base, b, bl, loc, ll, seq_term[i])
+        r, bl, ll = _feed(D, n_sym, guard, base, b, bl, loc, ll, seq_term[i])  # noqa: F821
         if r != 0:
             return (-2 if r == -2 else -1), bl, ll
     return 0, bl, ll
 
 
-def tail_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-            n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bl, ll, pj, loc, loc2):
+def tail_ok(D, n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bl, ll, pj, loc, loc2):
     """After the sequence: 1 if pending set ``pj`` (0: anything may follow, -1: EOS, then ``$END`` must be
     accepted) allows the job, else 0; -2 if a run did not terminate. ``loc`` is left as it was."""
     if pj == 0:
@@ -123,16 +127,14 @@ def tail_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, 
     if pj < 0:
         for x in range(ll):
             loc2[x] = loc[x]
-        r, _bl2, _ll2 = _feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
-                              push_state, kind, arg, shift_to, n_sym, guard, base, b, bl, loc2, ll, end_sym)
+        r, _bl2, _ll2 = _feed(D, n_sym, guard, base, b, bl, loc2, ll, end_sym)  # noqa: F821
         if r == -2:
             return -2
         return 1 if r == 1 else 0
     for i in range(pend_ptr[pj], pend_ptr[pj + 1]):
         for x in range(ll):
             loc2[x] = loc[x]
-        r, _bl2, _ll2 = _feed(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
-                              push_state, kind, arg, shift_to, n_sym, guard, base, b, bl, loc2, ll, pend_term[i])
+        r, _bl2, _ll2 = _feed(D, n_sym, guard, base, b, bl, loc2, ll, pend_term[i])  # noqa: F821
         if r == 0:
             return 1
         if r == -2:
@@ -140,21 +142,16 @@ def tail_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, 
     return 0
 
 
-def job_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-           n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, L, sj, pj, loc, loc2):
+def job_ok(D, n_sym, guard, seq_ptr, seq_term, pend_ptr, pend_term, end_sym, base, b, L, sj, pj, loc, loc2):
     """1 if the job (terminal sequence ``sj``, pending set ``pj``: 0 anything, -1 EOS) is allowed on stack b,
     0 if not, -2 if a run did not terminate (a construction bug, reported by the engine)."""
-    r, bl, ll = _run_seq(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
-                         push_state, kind, arg, shift_to, n_sym, guard, seq_ptr, seq_term, base, b, L, sj, loc)
+    r, bl, ll = _run_seq(D, n_sym, guard, seq_ptr, seq_term, base, b, L, sj, loc)  # noqa: F821
     if r != 0:
         return -2 if r == -2 else 0
-    return _tail_ok(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,  # noqa: F821
-                    push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bl, ll,
-                    pj, loc, loc2)
+    return _tail_ok(D, n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bl, ll, pj, loc, loc2)  # noqa: F821
 
 
-def feed_memo(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-              n_sym, guard, base, b, bl, loc, ll, a, mkey, mval, mloc):
+def feed_memo(D, n_sym, guard, base, b, bl, loc, ll, a, mkey, mval, mloc):
     """``feed`` with a memo of runs on the committed stack (CPU). Once a run has popped every state of its own
     overlay (``ll == 0``), the rest of it depends only on (committed height ``bl``, state, ``a``): closing a JSON
     string pops the committed string state by state, and every token that closes it makes that same run. The memo
@@ -173,8 +170,7 @@ def feed_memo(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
                 for x in range(ll):
                     loc[x] = mloc[slot, x]
                 return mval[slot, 0], mval[slot, 1], ll
-        r, st, bl, ll = _edge_step(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop,  # noqa: F821
-                                   push_ptr, push_state, kind, arg, shift_to, n_sym, base, b, bl, loc, ll, a, st)
+        r, st, bl, ll = _edge_step(D, n_sym, base, b, bl, loc, ll, a, st)  # noqa: F821
         if r != 2:
             if r == 3:
                 return -2, bl, ll
@@ -206,9 +202,8 @@ feed_memo_cpu = variant(feed_memo, "cpu", _peek=peek_cpu, _edge_step=edge_step_c
 
 #: the static 1-D tables of the kernels, packed end to end by :func:`pack_tables` in this order: the DPDA's
 #: (``PackedDPDA.arrays``), then the jobs' (the CUDA kernels read the first 21; ``job_lcp`` is the CPU's alone)
-TABLES = ("key_ptr", "key_edge", "cond_ptr", "cond_depth", "cond_state", "pop", "push_ptr", "push_state", "kind",
-          "arg", "shift_to", "seq_ptr", "seq_term", "pend_ptr", "pend_term", "cls_ptr", "job_seq", "job_pend",
-          "jt_ptr", "jt_tok", "dense_id", "job_lcp")
+TABLES = DPDA._fields + ("seq_ptr", "seq_term", "pend_ptr", "pend_term", "cls_ptr", "job_seq", "job_pend",
+                         "jt_ptr", "jt_tok", "dense_id", "job_lcp")
 
 
 def pack_tables(arrays) -> tuple[np.ndarray, np.ndarray]:
@@ -231,8 +226,8 @@ def _tab(tabs, hdr, k):
 
 @numba.njit(inline="always")
 def dpda_views(tabs, hdr):
-    """The DPDA's tables (the first 11 of :data:`TABLES`) viewed from a pack."""
-    return (_tab(tabs, hdr, 0), _tab(tabs, hdr, 1), _tab(tabs, hdr, 2), _tab(tabs, hdr, 3), _tab(tabs, hdr, 4),
+    """The DPDA's tables (the first 11 of :data:`TABLES`) viewed from a pack, as the record :data:`DPDA`."""
+    return DPDA(_tab(tabs, hdr, 0), _tab(tabs, hdr, 1), _tab(tabs, hdr, 2), _tab(tabs, hdr, 3), _tab(tabs, hdr, 4),
             _tab(tabs, hdr, 5), _tab(tabs, hdr, 6), _tab(tabs, hdr, 7), _tab(tabs, hdr, 8), _tab(tabs, hdr, 9),
             _tab(tabs, hdr, 10))
 
@@ -242,14 +237,12 @@ def commit_terms(tabs, hdr, n_sym, guard, stack, L, terms, loc):
     """Feed ``terms`` to the committed stack ``stack[0, :L]`` in place: (status, new length). status is OK,
     ACCEPTED (only for ``$END``), REJECT or BROKEN. ``stack`` must have room for the growth (the caller
     sizes it). The DPDA's tables come packed (:func:`pack_tables`)."""
-    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = \
-        dpda_views(tabs, hdr)
+    D = dpda_views(tabs, hdr)
     bl = L
     ll = 0
     r = 0
     for i in range(terms.size):
-        r, bl, ll = feed_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind,
-                             arg, shift_to, n_sym, guard, stack, 0, bl, loc, ll, terms[i])
+        r, bl, ll = feed_cpu(D, n_sym, guard, stack, 0, bl, loc, ll, terms[i])
         if r != 0:
             break
     if r == 0:
@@ -366,8 +359,7 @@ def masks_batch(tabs, hdr, dense_mask, n_sym, guard, end_sym, n_ch, ch_words, ma
 def run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, lens, cls, offs, flags, p, parts):
     """Phase 1 of :func:`masks_batch`, part ``p`` of ``parts``: the flags of its share of the (sequence, job)
     pairs (``flags[i]``: 1 allowed, 0 not, -2 a run did not terminate)."""
-    key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to = \
-        dpda_views(tabs, hdr)
+    D = dpda_views(tabs, hdr)
     seq_ptr, seq_term, pend_ptr, pend_term = _tab(tabs, hdr, 11), _tab(tabs, hdr, 12), _tab(tabs, hdr, 13), \
         _tab(tabs, hdr, 14)
     cls_ptr, job_seq, job_pend, job_lcp = _tab(tabs, hdr, 15), _tab(tabs, hdr, 16), _tab(tabs, hdr, 17), \
@@ -413,9 +405,8 @@ def run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, 
             ll = lls[d]
             for x in range(ll):
                 locs[d + 1, x] = locs[d, x]
-            r, bl2, ll2 = feed_memo_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
-                                        push_state, kind, arg, shift_to, n_sym, guard, base, b, bls[d],
-                                        locs[d + 1], ll, seq_term[s0 + d], mkey, mval, mloc)
+            r, bl2, ll2 = feed_memo_cpu(D, n_sym, guard, base, b, bls[d], locs[d + 1], ll, seq_term[s0 + d], mkey,
+                                        mval, mloc)
             if r != 0:
                 fail = d
                 fail_r = -2 if r == -2 else 0
@@ -427,9 +418,8 @@ def run_part(tabs, hdr, n_sym, guard, end_sym, max_len, memo_cap, maxloc, base, 
         if fail >= 0:
             flags[i] = fail_r
         else:
-            flags[i] = tail_ok_cpu(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
-                                   push_state, kind, arg, shift_to, n_sym, guard, pend_ptr, pend_term, end_sym,
-                                   base, b, bls[n], lls[n], job_pend[j], locs[n], loc2)
+            flags[i] = tail_ok_cpu(D, n_sym, guard, pend_ptr, pend_term, end_sym, base, b, bls[n], lls[n],
+                                   job_pend[j], locs[n], loc2)
     keep_alive((locs_o, loc2_o, mloc_o, bls_o, lls_o, mkey_o, mval_o))
 
 
@@ -487,8 +477,7 @@ _NO_BASE = np.zeros((1, 1), dtype=np.int32)   # the committed stack _peek_known 
 
 
 @numba.njit(cache=True)
-def _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-                n_sym, guard, stk, sl, a):
+def _feed_known(D, n_sym, guard, stk, sl, a):
     """``kernels.feed`` on a stack of which only ``stk[:sl]`` is known (the same ``edge_step``, with nothing
     below the known part): (OK | REJECT | UNKNOWN, new length). UNKNOWN: the run read or popped below the known
     part, passed the end of ``stk``, reached ``$END``'s accept, or hit the guard."""
@@ -498,8 +487,7 @@ def _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_p
     bl = 0
     ll = sl
     for _ in range(sl + guard):
-        r, st, bl, ll = _edge_step_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr,
-                                         push_state, kind, arg, shift_to, n_sym, _NO_BASE, 0, bl, stk, ll, a, st)
+        r, st, bl, ll = _edge_step_known(D, n_sym, _NO_BASE, 0, bl, stk, ll, a, st)
         if r == 2:
             continue
         if r == 0:
@@ -518,8 +506,7 @@ def walk_scratch(max_depth: int, max_stack: int) -> tuple:
 
 
 @numba.njit(cache=True)
-def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-              n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi, job_by_pre, out,
+def sort_jobs(D, n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi, job_by_pre, out,
               outp, stks, lens, node, cur):
     """Sort every job for LR state ``s`` into ``out`` (REJECTED, ACCEPTED, CONTEXT), walking the trie of class
     sequences depth first from its root (node 0) on the stack ``[s]`` (``_walk``; ``rank_of_node[n]``: the
@@ -530,8 +517,7 @@ def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
     no_filt = np.zeros(1, dtype=np.int64)
     for x in range(outp.size):
         outp[x] = REJECTED
-    visited = _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
-                    shift_to, n_sym, guard, 0, init, 1, child_ptr, child_node, child_term, rank_of_node, sub_lo,
+    visited = _walk(D, n_sym, guard, 0, init, 1, child_ptr, child_node, child_term, rank_of_node, sub_lo,
                     sub_hi, outp, no_filt, False, stks, lens, node, cur)
     for x in range(outp.size):
         out[job_by_pre[x]] = outp[x]
@@ -545,8 +531,7 @@ def sort_jobs(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr
 # shift to t copies it, then walks again, on its fuller stack [s, t], only the subtrees holding CONTEXT jobs
 # (more known stack decides more; a run that never read below t ends alike on both stacks).
 @numba.njit(cache=True)
-def _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg, shift_to,
-          n_sym, guard, start, init, init_len, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi,
+def _walk(D, n_sym, guard, start, init, init_len, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi,
           outp, filt, use_filt, stks, lens, node, cur):
     """Sort the jobs strictly below trie node ``start`` on a stack of which ``init[:init_len]`` is known, into
     ``outp`` by preorder rank (``sub_lo[n]:sub_hi[n]`` are the ranks below node n, n included). With
@@ -577,8 +562,7 @@ def _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, pu
         else:
             for x in range(sl):
                 stks[depth + 1, x] = stks[depth, x]
-            r, sl = _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state,
-                                kind, arg, shift_to, n_sym, guard, stks[depth + 1], sl, child_term[c])
+            r, sl = _feed_known(D, n_sym, guard, stks[depth + 1], sl, child_term[c])
         if r == _OK:
             k = rank_of_node[ch]
             if k >= 0:
@@ -595,8 +579,7 @@ def _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, pu
 
 
 @numba.njit(cache=True)
-def sort_jobs_shared(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind, arg,
-                     shift_to, n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi,
+def sort_jobs_shared(D, n_sym, guard, s, child_ptr, child_node, child_term, rank_of_node, sub_lo, sub_hi,
                      job_by_pre, out, memo_off, buf, used, outp, filt, stks, lens, node, cur):
     """``sort_jobs`` for state ``s`` with the subtrees of the root's children shared through ``memo_off[t, i]``
     (offset in ``buf`` of child i's ranks sorted on ``[t]``, -1: not yet) while ``buf`` has room; ``used[0]``:
@@ -615,8 +598,7 @@ def sort_jobs_shared(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, p
         hi = sub_hi[ch]
         visited += 1
         first[0] = s
-        r, sl = _feed_known(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind,
-                            arg, shift_to, n_sym, guard, first, 1, child_term[c])
+        r, sl = _feed_known(D, n_sym, guard, first, 1, child_term[c])
         if r == _REJECT:
             continue
         if r != _OK:
@@ -627,8 +609,7 @@ def sort_jobs_shared(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, p
         if k >= 0:
             outp[k] = ACCEPTED
         if not (sl == 2 and first[0] == s):      # not a plain shift: walk on the known stack
-            visited += _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind,
-                             arg, shift_to, n_sym, guard, ch, first, sl, child_ptr, child_node, child_term,
+            visited += _walk(D, n_sym, guard, ch, first, sl, child_ptr, child_node, child_term,
                              rank_of_node, sub_lo, sub_hi, outp, filt, False, stks, lens, node, cur)
             continue
         t = first[1]
@@ -636,8 +617,7 @@ def sort_jobs_shared(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, p
         off = memo_off[t, i]
         if off < 0:
             init[0] = t
-            visited += _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind,
-                             arg, shift_to, n_sym, guard, ch, init, 1, child_ptr, child_node, child_term,
+            visited += _walk(D, n_sym, guard, ch, init, 1, child_ptr, child_node, child_term,
                              rank_of_node, sub_lo, sub_hi, outp, filt, False, stks, lens, node, cur)
             if used[0] + hi - lo <= buf.size:
                 memo_off[t, i] = used[0]
@@ -656,8 +636,7 @@ def sort_jobs_shared(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, p
         if n_ctx:
             init[0] = s
             init[1] = t
-            visited += _walk(key_ptr, key_edge, cond_ptr, cond_depth, cond_state, pop, push_ptr, push_state, kind,
-                             arg, shift_to, n_sym, guard, ch, init, 2, child_ptr, child_node, child_term,
+            visited += _walk(D, n_sym, guard, ch, init, 2, child_ptr, child_node, child_term,
                              rank_of_node, sub_lo, sub_hi, outp, filt, True, stks, lens, node, cur)
     for x in range(outp.size):
         out[job_by_pre[x]] = outp[x]
