@@ -80,6 +80,10 @@ def engines(bytes_tokenizer):
     eng = Pre3Engine(cache=False)
     eng.compile(_sql("spider"), bytes_tokenizer)
     out["spider"] = eng
+    for name in ("json", "words"):   # auto takes their exact lexer: the character level, forced
+        eng = Pre3Engine(cache=False, front_end="chars")
+        eng.compile(_spec(name, CASES[name][0]), bytes_tokenizer)
+        out[name + "/chars"] = eng
     return out
 
 
@@ -342,28 +346,37 @@ def _reference_walk(eng, tok, spec, samples, walks=6, steps=30, seed=0):
     return n, diffs
 
 
-@pytest.mark.parametrize("name", ["tiny_sql", "calc", "json", "words"])
+@pytest.mark.parametrize("name", ["tiny_sql", "calc", "json", "words", "json/chars", "words/chars"])
 def test_masks_equal_reference_under_profile(engines, bytes_tokenizer, name):
+    """Samples and random walks equal the reference under the declared profile: auto runs JSON and ``words`` on
+    the lexer front end, whose standard lexing is their scannerless language (exact.py: ``Profile()``), and the
+    SQL-like grammars on it with the standard profile (not exact: keywords next to NAME); forced, the character
+    level reads the scannerless language too."""
     eng = engines[name]
-    expected = "chars" if name in ("json", "words") else "lexer"
+    grammar = name.split("/")[0]
+    expected = "chars" if name.endswith("/chars") else "lexer"
     assert eng.info()["front_end"] == expected
-    assert eng.profile() == (Profile() if expected == "chars" else Profile(lexing="standard"))
-    n, diffs = _reference_walk(eng, bytes_tokenizer, _spec(name, CASES[name][0]), CASES[name][1])
+    exact = expected == "chars" or grammar in ("json", "words")
+    assert eng.profile() == (Profile() if exact else Profile(lexing="standard"))
+    assert eng.info()["lexer_exact"]["exact"] == (grammar in ("json", "words") and expected == "lexer")
+    n, diffs = _reference_walk(eng, bytes_tokenizer, _spec(grammar, CASES[grammar][0]), CASES[grammar][1])
     assert n > 50
     assert not diffs, diffs[:3]
 
 
-@pytest.mark.parametrize("name", ["calc", "json"])
-def test_multi_byte_tokens_equal_reference(name):
+@pytest.mark.parametrize("name,front_end", [("calc", "auto"), ("json", "auto"), ("json", "chars")])
+def test_multi_byte_tokens_equal_reference(name, front_end):
     """Tokens of several terminals, cut inside lexemes and UTF-8 characters: jobs with long terminal sequences
-    and pending sets, against the reference under the declared profile."""
+    and pending sets, against the reference under the declared profile (JSON: the exact lexer under the
+    scannerless one, and the character level)."""
     from test_valiant import multi_tokenizer
 
     text, samples = CASES[name]
     samples = [s for s in samples if s]
     tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", "é\"".encode()[:1]])
-    eng = Pre3Engine(cache=False)
+    eng = Pre3Engine(cache=False, front_end=front_end)
     eng.compile(_spec(name, text), tok)
+    assert eng.profile() == (Profile(lexing="standard") if name == "calc" else Profile())
     n, diffs = _reference_walk(eng, tok, _spec(name, text), samples, walks=3, steps=15)
     assert n > 40 and not diffs, diffs[:3]
 
@@ -387,13 +400,49 @@ def test_char_level_conflicts_on_spider_fall_back_to_lexer(engines, bytes_tokeni
         Pre3Engine(cache=False, front_end="chars").compile(_spec("tiny_sql", TINY), bytes_tokenizer)
 
 
+# "q" then "a" "b" is Y C; "ab" alone is X: the character level takes it (LALR(1) on bytes), while the standard
+# lexer munches "ab" after "q" as X, which the grammar does not want there
+SPLIT = 'start: "q" Y C | X\nX: "ab"\nY: "a"\nC: "b"\n'
+
+
 def test_front_end_lexer_forced_on_char_grammar(bytes_tokenizer):
-    """A grammar the character level takes can still be run through the lexer (standard-lexer profile)."""
+    """A grammar the character level takes and whose terminals the lexer does not read exactly: auto runs it on
+    the character level (scannerless); forced through the lexer it declares the standard-lexer profile, whose
+    masks it equals and which differs from the scannerless language there (after "qa", "b" is refused)."""
+    auto = Pre3Engine(cache=False)
+    auto.compile(_spec("split", SPLIT), bytes_tokenizer)
+    assert auto.info()["front_end"] == "chars" and auto.profile() == Profile()
+    assert not auto.info()["lexer_exact"]["exact"] and "byte b'b'" in auto.info()["lexer_exact"]["why"]
     eng = Pre3Engine(cache=False, front_end="lexer")
-    eng.compile(_spec("json", JSON), bytes_tokenizer)
-    assert eng.info()["front_end"] == "lexer" and eng.profile().lexing == "standard"
-    n, diffs = _reference_walk(eng, bytes_tokenizer, _spec("json", JSON), JSON_SAMPLES, walks=3)
-    assert n > 50 and not diffs, diffs[:3]
+    eng.compile(_spec("split", SPLIT), bytes_tokenizer)
+    assert eng.info()["front_end"] == "lexer" and eng.profile() == Profile(lexing="standard")
+    for e in (auto, eng):
+        n, diffs = _reference_walk(e, bytes_tokenizer, _spec("split", SPLIT), ["qab", "ab"], walks=3)
+        assert n > 5 and not diffs, diffs[:3]
+    for e in (auto, eng):
+        e.reset()
+        assert e.commit(ord("q")) and e.commit(ord("a"))
+    assert ord("b") in _ids(auto, bytes_tokenizer) and ord("b") not in _ids(eng, bytes_tokenizer)
+
+
+def test_lexer_exactness_check():
+    """exact.py proves JSON's and ``words``' terminals read exactly by the standard lexer and refuses, naming the
+    cause, terminals a munch can split differently (SQL keywords next to NAME, a comment that scannerless text
+    may end anywhere) and two terminals matching the same text."""
+    from gcdbench.parsers.pre3.exact import lexer_is_exact
+
+    def check(text):
+        return lexer_is_exact(*lark_grammar(_spec("g", text)))
+
+    assert check(JSON)[0] and check(WORDS)[0]
+    ok, why = check(TINY)
+    assert not ok and "NAME" in why
+    ok, why = check(CALC)
+    assert not ok and "COMMENT" in why
+    ok, why = check('start: A | B\nA: /x+/\nB: /xx/\n')
+    assert not ok and "match the same text" in why
+    ok, why = check('start: A ("," A)*\nA: /[a-z]+/\n%ignore " "\n')
+    assert ok, why
 
 
 def test_leading_ignore_option(bytes_tokenizer):
@@ -632,7 +681,8 @@ def test_context_split_equals_plain_char_level(name):
     text, samples = CASES[name]
     samples = [s for s in samples if s]
     tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"\" ", b"--", b"\"}", b"\"]", "é\"".encode()[:1]])
-    split, plain = Pre3Engine(cache=False), Pre3Engine(cache=False, context_split=False)
+    split, plain = Pre3Engine(cache=False, front_end="chars"), Pre3Engine(cache=False, front_end="chars",
+                                                                           context_split=False)
     split.compile(_spec(name, text), tok)
     plain.compile(_spec(name, text), tok)
     info = split.info()
@@ -692,7 +742,7 @@ def test_shared_subtree_sort_equals_the_plain_sort(name, monkeypatch):
         return k, srt, stats
 
     monkeypatch.setattr(ctx, "sort_states", both)
-    eng = Pre3Engine(cache=False)
+    eng = Pre3Engine(cache=False, front_end="chars")
     eng.compile(_spec(name, text), tok)
     assert eng.info()["front_end"] == "chars" and len(seen) == 2
     assert seen[0]["shared_bytes"] > 1 >= seen[1]["shared_bytes"]
@@ -704,7 +754,7 @@ def test_qwen3_json_context_split_equals_reference(qwen3_tokenizer):
     equals the scannerless reference (the declared profile)."""
     tok = qwen3_tokenizer
     spec = _spec("json", JSON)
-    eng = Pre3Engine(cache=False)
+    eng = Pre3Engine(cache=False, front_end="chars")
     eng.compile(spec, tok)
     assert eng.info()["front_end"] == "chars" and eng._shared.state_class is not None
     ref = ReferenceChecker(spec, eng.profile())

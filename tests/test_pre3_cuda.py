@@ -23,16 +23,17 @@ SCRIPT = textwrap.dedent(r'''
     from test_pre3 import CASES
     from test_valiant import multi_tokenizer
 
-    name, threads, block = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    (name, front_end), threads, block = (sys.argv[2].split("/") + ["auto"])[:2], int(sys.argv[3]), int(sys.argv[4])
     text, samples = CASES[name]
     samples = [s for s in samples if s][:2]
     tok = multi_tokenizer(samples, extra=[b"(((", b", ", b"[1, ", b"\" ", b"--"])
     spec = GrammarSpec(name, text)
     # dense_min=8 and chunk=64: some jobs have mask rows, some token lists, over several chunks
-    cpu = Pre3Engine(cache=False, dense_min=8, chunk=64)
+    cpu = Pre3Engine(cache=False, dense_min=8, chunk=64, front_end=front_end)
     cpu.compile(spec, tok)
     assert cpu.info()["dense_jobs"] > 0 and cpu.info()["listed_tokens"] > 0
-    gpu = Pre3Engine(cache=False, backend="cuda", cuda_threads=threads, cuda_block=block, dense_min=8, chunk=64)
+    gpu = Pre3Engine(cache=False, backend="cuda", cuda_threads=threads, cuda_block=block, dense_min=8, chunk=64,
+                     front_end=front_end)
     gpu.compile(spec, tok)
     W = (tok.vocab_size + 31) // 32
     steps = 0
@@ -75,8 +76,9 @@ def _run(name, threads, block, tmp_path, simulator: bool):
     assert "sequential ok" in r.stdout and "batch ok" in r.stdout
 
 
-# tiny_sql and calc: lexer front end; json: character level. Few threads: each one walks many jobs
-CASES = [("tiny_sql", 64, 32), ("calc", 32, 16), ("json", 64, 32)]
+# tiny_sql, calc and json (its exact lexer): lexer front end; json/chars: the character level. Few threads: each
+# one walks many jobs
+CASES = [("tiny_sql", 64, 32), ("calc", 32, 16), ("json", 64, 32), ("json/chars", 64, 32)]
 
 
 @pytest.mark.parametrize("name,threads,block", CASES)

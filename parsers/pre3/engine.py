@@ -22,7 +22,7 @@ from gcdbench.parsers.pre3.front import build_jobs, build_jobs_by_state, byte_cl
 from gcdbench.parsers.pre3.lalr import build_tables, conflict_message, lark_grammar
 from gcdbench.parsers.lr.lexer import final_terminal, lex_bytes
 
-FORMAT = 4   # bump when the cached artifact changes
+FORMAT = 5   # bump when the cached artifact changes (5: lexer_exact, and auto takes an exact lexer first)
 FRONT_ENDS = ("lexer", "chars", "auto")
 MASK_MEMO_JOBS = 64   # the longest list of allowed jobs the CPU's memo of whole masks keeps
 
@@ -41,13 +41,19 @@ def summarize_char_conflicts(conflicts: list[str]) -> dict[str, int]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inline_max: int = 4,
-                   leading_ignore: bool = False, chunk: int = 8192, max_build_s: float = 600.0,
-                   max_edges: int = 2_000_000, dense_min: int = 512, context_split: bool = True,
-                   conflicts: str = "refuse", sort_share_mb: int = 64) -> dict:
-    """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache). ``conflicts="shift"`` keeps the shift
-    of each shift/reduce conflict of the grammar (reduce/reduce ones are still refused)."""
+def build_artifact(grammar: GrammarSpec, tokenizer, **options) -> dict:
+    """Everything ``Pre3Engine`` needs, as plain data (pickled to the cache). ``options``: :class:`Pre3Options` by
+    name, each one not given at its declared default (the one place defaults are written); the build reads
+    ``front_end``, ``inline_max``, ``leading_ignore``, ``chunk``, ``max_build_s``, ``max_edges``, ``dense_min``,
+    ``context_split``, ``conflicts`` (``"shift"`` keeps the shift of each shift/reduce conflict of the grammar;
+    reduce/reduce ones are still refused) and ``sort_share_mb``."""
     from gcdbench.parsers.grammar import load_ir
+
+    o = Pre3Engine.check_options(options)
+    front_end, inline_max, leading_ignore = o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"])
+    chunk, max_build_s, max_edges = int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"])
+    dense_min, context_split, conflicts = int(o["dense_min"]), bool(o["context_split"]), o["conflicts"]
+    sort_share_mb = int(o["sort_share_mb"])
 
     load_ir(grammar)   # the harness's loader first: a grammar it cannot read is the same refusal for every engine
     t0 = time.monotonic()
@@ -62,9 +68,17 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
                                   "Lark's LALR parser does"))
         shift_resolved = len(tables.conflicts)   # build_tables keeps the shift of a shift/reduce conflict
     t_lalr = time.monotonic()
+    # the lexer front end reads the scannerless language itself where the terminals allow it (exact.py); auto then
+    # takes it (a mask there costs a few jobs of whole terminals, not a DPDA step per byte of every token)
+    from gcdbench.parsers.pre3.exact import lexer_is_exact
+
+    lexer_exact, exact_why = lexer_is_exact(cfg, terms, ignore) if front_end != "chars" else (False, "not checked")
+    if front_end == "chars" and leading_ignore:
+        raise CompileError("pre3: front_end=chars reads no leading ignored text; leading_ignore=true needs "
+                           "front_end=lexer")
     char_level: dict = {}
     used = "lexer"
-    if front_end in ("chars", "auto") and not leading_ignore:
+    if front_end == "chars" or front_end == "auto" and not leading_ignore and not lexer_exact:
         from gcdbench.parsers.pre3.charlevel import char_grammar
 
         ccfg, byte_class, n_dfa = char_grammar(cfg, terms, ignore)
@@ -81,9 +95,6 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
             used = "chars"
             tables = ctables
             lexer = byte_class_transducer(byte_class, ccfg.terminals[:-1])
-    elif front_end == "chars":
-        raise CompileError("pre3: front_end=chars reads no leading ignored text; leading_ignore=true needs "
-                           "front_end=lexer")
     if used == "lexer":
         from gcdbench.parsers.lr.lexer import ByteLexer
 
@@ -114,6 +125,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
     return {
         "format": FORMAT,
         "front_end": used,
+        "lexer_exact": used == "lexer" and lexer_exact,
         "leading_ignore": leading_ignore,
         "dpda": d2,
         "packed": packed,
@@ -127,6 +139,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, front_end: str = "auto", inl
         "max_push": max_push,
         "stats": {
             "front_end": used,
+            "lexer_exact": {"exact": bool(lexer_exact), "why": exact_why},
             "lalr_states": tables.n_states,
             "shift_reduce_resolved_as_shift": shift_resolved,
             "terminals": tables.cfg.n_t - 1,
@@ -235,8 +248,9 @@ class Pre3Options:
     backend: str = option("cpu", "cpu (numba, jobs in parallel) | cuda (numba.cuda; NUMBA_ENABLE_CUDASIM=1 simulates)",
                           choices=("cpu", "cuda"))
     threads: int = option(1, "cpu: numba threads (0 = all NUMBA_NUM_THREADS) sharing the jobs and mask chunks")
-    front_end: str = option("auto", "lexer (PSC's byte lexer = Lark's standard lexer) | chars (bytes) | auto (chars "
-                            "if LALR(1))", choices=("auto", "lexer", "chars"))
+    front_end: str = option("auto", "lexer (PSC's byte lexer = Lark's standard lexer) | chars (bytes) | auto (the "
+                            "lexer where it reads the scannerless language exactly, else chars if LALR(1), else the "
+                            "lexer)", choices=("auto", "lexer", "chars"))
     inline_max: int = option(4, "direct jumps: inline a branch point of at most this many edges, else a reduce state")
     leading_ignore: bool = option(False, "false: no ignored text before the first terminal, like the reference "
                                   "(lexer only)")
@@ -315,11 +329,16 @@ class Pre3Engine(Engine):
     cuda_signatures = "gcdbench.parsers.pre3.cuda_signatures:launch_signatures"
 
     def profile(self) -> Profile:
+        """The character level reads the scannerless language (``Profile()``); the lexer front end Lark's standard
+        lexing, which is that same language where the terminals allow it (``exact.py``: then ``Profile()`` too).
+        Before compile: what the options alone decide (``auto`` and ``lexer`` depend on the grammar)."""
         used = getattr(self, "_shared", None)
         front = used.art["front_end"] if used is not None else self.opts["front_end"]
+        exact = bool(used.art.get("lexer_exact")) if used is not None else False
         if front == "chars":
             return Profile()
-        return Profile(lexing="standard", leading_ignore=bool(self.opts["leading_ignore"]))
+        return Profile(lexing="scannerless" if exact else "standard",
+                       leading_ignore=bool(self.opts["leading_ignore"]))
 
     def _check_options(self):
         """Ranges the declared options cannot state (choices are checked on construction, Pre3Options)."""
@@ -352,10 +371,7 @@ class Pre3Engine(Engine):
             art = load_artifact(path, FORMAT)
         cache_hit = art is not None
         if art is None:
-            art = build_artifact(grammar, tokenizer, o["front_end"], int(o["inline_max"]), bool(o["leading_ignore"]),
-                                 int(o["chunk"]), float(o["max_build_s"]), int(o["max_edges"]),
-                                 int(o["dense_min"]), bool(o["context_split"]), o["conflicts"],
-                                 int(o["sort_share_mb"]))
+            art = build_artifact(grammar, tokenizer, **o)
             if path is not None:
                 save_artifact(path, art)
         self._shared = _Shared(art, tokenizer, o)
