@@ -43,3 +43,12 @@ def qwen3_tokenizer():
     from gcdbench.parsers.tokenizers import qwen3
 
     return qwen3()
+
+
+@pytest.fixture
+def letters(tmp_path) -> list[str]:
+    """Dataset overrides: lowercase words, samples ``abc de``, ``azb``, ``xy`` (sample 1 holds the faulty engines'
+    trigger letter 'z'); tests/runconf.py."""
+    from runconf import LETTERS, words
+
+    return words(tmp_path, *LETTERS)

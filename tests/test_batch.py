@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from engines_here import engine_params, installed
 from expected_refusals import compile_or_refuse
-from gcdbench.experiments.config import ConfigError, register
-from gcdbench.experiments.runner import _identity_diff, run
+from runconf import LETTERS, make_cfg, outcomes, words
+from gcdbench.experiments.config import ConfigError
+from gcdbench.experiments.runner import run
+from gcdbench.experiments.store import identity_diff
 from gcdbench.experiments.worker_batch import make_sequences
 from gcdbench.parsers.base import GrammarSpec, allocate_mask
 from gcdbench.parsers.registry import ENGINES, engine_class
@@ -221,26 +222,10 @@ def test_thread_options_are_declared():
 
 
 # -- the runner's batch path ----------------------------------------------------------------------------------
-def make_cfg(tmp_path, *overrides):
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            f"out_dir={tmp_path}", "progress=false", "tokenizer=bytes", *overrides])
-
-
 @pytest.fixture
 def letters(tmp_path):
-    """Lowercase words; sample 1 holds the faulty engines' trigger letter 'z'."""
-    g = tmp_path / "letters.lark"
-    g.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
-    s = tmp_path / "letters.txt"
-    s.write_text("abc de\nazb\nxy\nhello world\nfoo bar\n")
-    return ["dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}"]
-
-
-def outcomes(out: Path) -> dict:
-    df = pd.read_parquet(out / "samples.parquet")
-    return dict(zip(df["sample_id"], df["outcome"]))
+    """Lowercase words; sample 1 holds the faulty engines' trigger letter 'z' (five samples: two batches and more)."""
+    return words(tmp_path, *LETTERS, "hello world", "foo bar")
 
 
 @pytest.mark.slow
@@ -363,11 +348,14 @@ def test_a_dying_worker_ends_the_sequences_in_flight_and_the_rest_run(tmp_path, 
 def test_sequence_time_limit_and_run_time_limit(tmp_path, letters):
     """A sequence whose time in the batch passes the sample limit ends 'timeout' at a step boundary (the worker
     lives on); once the run's time is up, the sequences in flight end 'timeout' and the rest are 'skipped'."""
-    cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowEngine", *letters,
-                   "batch.size=2", "audit.per_sample=0", "limits.sample_timeout_s=0.6", "warmup=false")
+    # the limit far from both sides of the sleeps, whatever the machine's load: "xy" (letters-0002) sleeps 3 steps
+    # of 2 x 50 ms = 0.3 s (a tenth of the limit), letters-0003 at least 72 steps of 2 x 50 ms = 7.2 s (2.4 times it)
+    long_words = words(tmp_path, "abc de", "azb", "xy", " ".join(["hello world"] * 6), "foo bar")
+    cfg = make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowEngine", *long_words,
+                   "batch.size=2", "audit.per_sample=0", "limits.sample_timeout_s=3", "warmup=false")
     out = run(cfg)
     samples = pd.read_parquet(out / "samples.parquet").set_index("sample_id")
-    long = samples.loc["letters-0003"]   # 12 steps of 2 x 50 ms; "xy" (letters-0002) takes 3
+    long = samples.loc["letters-0003"]
     assert long["outcome"] == "timeout" and "the sequence's time in the batch" in long["message"]
     assert samples.loc["letters-0002", "outcome"] == "ok"
     assert len(json.loads((out / "run.json").read_text())["inits"]) == 1   # no restart
@@ -417,9 +405,9 @@ def test_batch_threads_sets_the_engine_option_and_bad_values_fail(tmp_path, lett
 def test_an_option_added_later_at_its_default_is_the_same_cell():
     old = {"engine": "llguidance", "engine_options": {"step_max_items": None}}
     new = {"engine": "llguidance", "engine_options": {"step_max_items": None, "threads": 1}}
-    assert _identity_diff(old, new, {"step_max_items": None, "threads": 1}) == []
+    assert identity_diff(old, new, {"step_max_items": None, "threads": 1}) == []
     changed = {"engine": "llguidance", "engine_options": {"step_max_items": None, "threads": 2}}
-    assert _identity_diff(old, changed, {"step_max_items": None, "threads": 1}) == ["engine_options: threads=None -> 2"]
+    assert identity_diff(old, changed, {"step_max_items": None, "threads": 1}) == ["engine_options: threads=None -> 2"]
 
 
 @pytest.mark.slow

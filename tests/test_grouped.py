@@ -4,26 +4,19 @@ compile_error of that group's samples only, kept on resume when it is determinis
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from gcdbench.datasets.base import GrammarGroup, Sample, grouped
-from gcdbench.experiments.config import ConfigError, register
+from gcdbench.experiments.config import ConfigError
 from gcdbench.experiments.runner import run
 from gcdbench.parsers.base import GrammarSpec
+from runconf import cfg_maker, outcomes
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def make_cfg(out_dir, *overrides):
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            f"out_dir={out_dir}", "progress=false", "tokenizer=bytes", "audit.per_sample=2", "samples=all",
-            "dataset=custom", "dataset.grammar=unused.lark", "dataset.samples=unused.txt", *overrides])
+#: the datasets come from :func:`groups_dataset` (``load_dataset`` replaced); the custom dataset's files are unread
+make_cfg = cfg_maker("audit.per_sample=2", "samples=all", "dataset=custom", "dataset.grammar=unused.lark",
+                     "dataset.samples=unused.txt")
 
 
 def groups_dataset() -> object:
@@ -45,11 +38,6 @@ def groups(monkeypatch):
     ds = groups_dataset()
     monkeypatch.setattr("gcdbench.datasets.registry.load_dataset", lambda *a, **k: ds)
     return ds
-
-
-def outcomes(cell: Path) -> dict:
-    df = pd.read_parquet(cell / "samples.parquet")
-    return dict(zip(df["sample_id"], df["outcome"]))
 
 
 def test_each_group_runs_under_its_own_grammar_in_one_worker(tmp_path, groups):
@@ -92,22 +80,25 @@ def test_sample_ids_must_be_unique_across_groups():
 
 
 def test_a_group_whose_compile_hangs_is_a_timeout_and_the_next_group_runs(tmp_path, monkeypatch):
+    # the compile limit covers a new worker's start (after the time-out, for group "b"): 8 s holds that on a loaded
+    # machine, and "slow" hangs for 120 s, far past it
+    LIMIT = "limits.compile_timeout_s=8"   # noqa: N806
     g = 'start: WORD\nWORD: /[a-z]+/\n'
     ds = grouped("groups", [GrammarGroup(n, GrammarSpec(n, g), [Sample(f"{n}#0", "ab")]) for n in ("a", "slow", "b")])
     monkeypatch.setattr("gcdbench.datasets.registry.load_dataset", lambda *a, **k: ds)
     cell = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
-                        "limits.compile_timeout_s=3", "audit.per_sample=0"))
+                        LIMIT, "audit.per_sample=0"))
     assert outcomes(cell) == {"a#0": "ok", "slow#0": "compile_error", "b#0": "ok"}
     session = json.loads((cell / "run.json").read_text())["sessions"][0]
     assert session["group_failures"]["slow"]["kind"] == "timeout"
     assert [i.get("group") for i in session["inits"]] == ["a", "b"]
     # a time-out is not deterministic: a resume compiles that group again (and it times out again)
     again = run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
-                         "limits.compile_timeout_s=3", "audit.per_sample=0"))
+                         LIMIT, "audit.per_sample=0"))
     assert len(json.loads((again / "run.json").read_text())["sessions"]) == 2
     # retry_compile_timeouts=false: the stored time-out stands, nothing is left to run (no new session)
     run(make_cfg(tmp_path, "engine=reference", "engine.name=tests.faulty_engines:SlowGrammarEngine",
-                 "limits.compile_timeout_s=3", "audit.per_sample=0", "retry_compile_timeouts=false"))
+                 LIMIT, "audit.per_sample=0", "retry_compile_timeouts=false"))
     assert len(json.loads((again / "run.json").read_text())["sessions"]) == 2
     assert outcomes(again)["slow#0"] == "compile_error"
 

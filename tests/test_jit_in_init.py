@@ -16,7 +16,7 @@ from gcdbench.experiments.report.cells import cell_summary
 from gcdbench.experiments.report.collect import cell_stats
 from gcdbench.experiments.report.text import jit_note
 from gcdbench.experiments.runner import run
-from tests.test_runner import letters, make_cfg  # noqa: F401 - letters: a fixture
+from runconf import make_cfg
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import pytest
 
 from gcdbench.experiments.jitwatch import DAMAGED_CACHE
 from gcdbench.experiments.runner import run
-from tests.test_runner import letters, make_cfg  # noqa: F401 - letters: a fixture
+from runconf import make_cfg
 
 pytestmark = pytest.mark.faults
 
@@ -26,23 +26,26 @@ def _cell(tmp_path, name, letters, *extra):
     return run(make_cfg(tmp_path / name, "engine=reference", *letters, "samples=all", *extra))
 
 
-@pytest.mark.parametrize("damage", ["truncated data", "garbage index"])
-def test_a_damaged_cache_file_is_removed_and_compiled_again_in_init(tmp_path, monkeypatch, letters, damage):
+def test_a_damaged_cache_file_is_removed_and_compiled_again_in_init(tmp_path, monkeypatch, letters):
+    """Each damage in turn (the data file cut short, the index overwritten), in one numba cache: the next cell's
+    init repairs it, and numba writes the files anew (the next damage finds them; after the last repair a cell has
+    nothing to repair)."""
     nb = tmp_path / "numba"
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(nb))
     engine = "engine.name=tests.faulty_engines:CachedJitEngine"
     _cell(tmp_path, "first", letters, engine)           # writes the cache
-    if damage == "truncated data":
-        (f,) = _files(nb, "nbc")
-        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
-    else:
-        (f,) = _files(nb, "nbi")
-        f.write_bytes(b"\x80\x04 not a pickle")
-    out = _cell(tmp_path, "second", letters, engine)
-    assert set(pd.read_parquet(out / "samples.parquet")["outcome"]) == {"ok"}
-    (init,) = json.loads((out / "run.json").read_text())["inits"]
-    (line,) = init["numba_cache_repaired"]
-    assert DAMAGED_CACHE in line and "cached_plus_one" in line and "removed" in line
+    for damage in ("truncated data", "garbage index"):
+        if damage == "truncated data":
+            (f,) = _files(nb, "nbc")
+            f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+        else:
+            (f,) = _files(nb, "nbi")
+            f.write_bytes(b"\x80\x04 not a pickle")
+        out = _cell(tmp_path, "after-" + damage.replace(" ", "-"), letters, engine)
+        assert set(pd.read_parquet(out / "samples.parquet")["outcome"]) == {"ok"}, damage
+        (init,) = json.loads((out / "run.json").read_text())["inits"]
+        (line,) = init["numba_cache_repaired"]
+        assert DAMAGED_CACHE in line and "cached_plus_one" in line and "removed" in line, (damage, line)
     again = _cell(tmp_path, "third", letters, engine)   # numba wrote the files anew: nothing to repair
     assert "numba_cache_repaired" not in json.loads((again / "run.json").read_text())["inits"][0]
 
