@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gcdbench.experiments.figures import draw_all, load_cells
+from gcdbench.experiments.report.collect import load_cells
+from gcdbench.experiments.report.figures import draw_all
 from gcdbench.experiments.report import write_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,10 +93,19 @@ def test_two_sweeps_started_together_keep_their_own_folders(tmp_path):
     ("parallel", {"_target_": "JoblibLauncher", "n_jobs": "2"}),
 ])
 def test_launcher_presets_compose(preset, expected):
-    r = subprocess.run([sys.executable, "-m", "experiments.run", f"hydra/launcher={preset}", "--cfg", "all", "--resolve",
-                        "-p", "hydra.launcher"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    got = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line and not line.startswith("#"))
+    """What ``python -m experiments.run hydra/launcher=<preset> --cfg all --resolve -p hydra.launcher`` prints,
+    composed in this process (the command registers the same launcher and resolvers first)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from gcdbench.experiments.config import register
+    from gcdbench.experiments.launcher import register_launcher
+
+    register()
+    register_launcher()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={preset}"], return_hydra_config=True)
+    got = {k: str(v) for k, v in OmegaConf.to_container(cfg.hydra.launcher, resolve=True).items()}
     for k, v in expected.items():
         assert got[k].endswith(v), (k, got.get(k))
 
