@@ -25,6 +25,8 @@ reference.
 """
 from __future__ import annotations
 
+from collections import deque
+
 from gcdbench.parsers.regex_fsm import byte_dfa
 
 #: product states explored before giving up (no proof: the caller keeps the other front end)
@@ -101,11 +103,11 @@ def lexer_is_exact(cfg, terms, ignore) -> tuple[bool, str]:
     succ = [[[(c, t) for c, t in enumerate(row) if t >= 0] for row in d.rows] for d in dfas]   # (byte, next) a state
     init = tuple((i, d.start) for i, d in enumerate(dfas) if d.start >= 0)
     seen = {init}
-    todo = [init]
+    todo = deque([init])   # breadth first: a tie or a split shows on a short lexeme, found before long ones
     while todo:
         if len(seen) > MAX_STATES:
             return False, f"not proven: over {MAX_STATES} lexer states explored"
-        cur = todo.pop()
+        cur = todo.popleft()
         fin = [i for i, st in cur if dfas[i].accept[st]]
         kept = [i for i in fin if names[i] not in ignored]
         if len(kept) > 1:
