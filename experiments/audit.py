@@ -175,19 +175,20 @@ VARIANTS = {"lexing": ("longest_match", "standard", "dynamic"), "trailing_ignore
 def observe(engine, tokenizer, text: str, steps=None) -> list[tuple[bytes, np.ndarray]]:
     """Teacher-force ``engine`` (compiled) through ``text``: (prefix, allowed ids) at each step in ``steps``
     (all steps, EOS step included, when None). Stops early when the engine refuses the oracle token."""
-    from gcdbench.parsers.base import allocate_mask, mask_get
+    from gcdbench.experiments.steplog import step_along
+    from gcdbench.parsers.base import allocate_mask
 
-    ids = tokenizer.encode(text) + [tokenizer.eos_id]
-    mask = allocate_mask(tokenizer.vocab_size)
-    engine.reset()
-    out, prefix = [], b""
-    for k, t in enumerate(ids):
-        engine.fill_mask(mask)
+    out, prefix = [], [b""]
+
+    def on_mask(k, mask, allowed, mask_ns, jit):
         if steps is None or k in steps:
-            out.append((prefix, mask_to_ids(mask, tokenizer.vocab_size)))
-        if t == tokenizer.eos_id or not mask_get(mask, t) or not engine.commit(t):
-            break
-        prefix += tokenizer.token_bytes[t]
+            out.append((prefix[0], mask_to_ids(mask, tokenizer.vocab_size)))
+
+    def on_commit(k, t, commit_ns):
+        prefix[0] += tokenizer.token_bytes[t]
+
+    step_along(engine, tokenizer.encode(text) + [tokenizer.eos_id], allocate_mask(tokenizer.vocab_size), on_mask,
+               on_commit, raise_errors=True)
     return out
 
 

@@ -103,8 +103,10 @@ def count_child(args) -> None:
     """Inside callgrind: warm up on the first sample, then collect only inside fill_mask (pass "masks"), only
     inside commit (pass "commits") and, with ``--phases``, only inside each part of a mask; one dump per pass.
     The engine's work counters are summed over the masks of the first pass."""
-    from gcdbench.experiments.bench_setup import _compile, _counters, load, parse_overrides, patch_phases, unpatch_phases
-    from gcdbench.parsers.base import allocate_mask, mask_get
+    from gcdbench.experiments.bench_setup import (_compile, _counters, load, parse_overrides, patch_phases,
+                                                  unpatch_phases)
+    from gcdbench.experiments.steplog import step_along
+    from gcdbench.parsers.base import allocate_mask
     from gcdbench.parsers.tokenizers import load_tokenizer
 
     engine = args.engine[0]
@@ -129,33 +131,43 @@ def count_child(args) -> None:
                 cg.gcd_toggle()
         return wrapped
 
-    def run(sample, where):
-        e.reset()
-        ids = sample.ids(tok)
-        if args.max_steps:
-            ids = ids[: args.max_steps]
-        for t in ids + [tok.eos_id]:
+    class Collected:
+        """``e`` with callgrind collecting only inside its masks (pass "masks"), only inside its commits (pass
+        "commits"), or only inside the wrapped functions of a part while it fills a mask (a phase's pass)."""
+
+        def __init__(self, where):
+            self.where = where
+
+        def reset(self):
+            e.reset()
+
+        def fill_mask(self, out):
             before = _counters(e)
-            in_mask[0] = where in phases
-            if where == "masks":
+            in_mask[0] = self.where in phases
+            if self.where == "masks":
                 cg.gcd_toggle()
-            e.fill_mask(mask)
-            if where == "masks":
+            e.fill_mask(out)
+            if self.where == "masks":
                 cg.gcd_toggle()
                 counts["masks"] += 1
                 for key, v in _counters(e).items():
                     counts["work"][key] = counts["work"].get(key, 0) + v - before.get(key, 0)
             in_mask[0] = False
-            if t == tok.eos_id or not mask_get(mask, t):
-                break
-            if where == "commits":
+
+        def commit(self, t):
+            if self.where == "commits":
                 cg.gcd_toggle()
             ok = e.commit(t)
-            if where == "commits":
+            if self.where == "commits":
                 cg.gcd_toggle()
                 counts["commits"] += 1
-            if not ok:
-                break
+            return ok
+
+    def run(sample, where):
+        ids = sample.ids(tok)
+        if args.max_steps:
+            ids = ids[: args.max_steps]
+        step_along(Collected(where), ids + [tok.eos_id], mask, raise_errors=True)
 
     for s in ds.samples[:1]:
         run(s, None)                 # loads every jitted function outside the counts

@@ -180,12 +180,38 @@ def unpatch_phases(saved: list) -> None:
         setattr(mod, attr, fn)
 
 
+class _Where:
+    """An engine whose masks and commits say where they are (``where[0]``: ``mask``, ``commit``, None between), so
+    that the wrapped functions of :func:`phase_times` count their time in the right column."""
+
+    def __init__(self, engine, where: list):
+        self.engine, self.where = engine, where
+
+    def reset(self) -> None:
+        self.engine.reset()
+
+    def fill_mask(self, mask) -> None:
+        self.where[0] = "mask"
+        try:
+            self.engine.fill_mask(mask)
+        finally:
+            self.where[0] = None
+
+    def commit(self, tok: int) -> bool:
+        self.where[0] = "commit"
+        try:
+            return self.engine.commit(tok)
+        finally:
+            self.where[0] = None
+
+
 def phase_times(e, engine: str, streams: list, tok) -> dict:
     """Where a mask's (and a commit's) time goes: one more teacher-forced pass over ``streams`` with each part's
     functions (:func:`engine_phases`) wrapped in a timer, apart from the timed pass (a wrapper adds about 0.1 µs
     a call, counted in its part). Per part: µs and calls per mask (per commit); ``python_rest``: the rest of the
     mask's time (Python between the calls)."""
-    from gcdbench.parsers.base import allocate_mask, mask_get
+    from gcdbench.experiments.steplog import step_along
+    from gcdbench.parsers.base import allocate_mask
 
     parts = engine_phases(engine)
     clock = time.perf_counter_ns
@@ -205,29 +231,21 @@ def phase_times(e, engine: str, streams: list, tok) -> dict:
                 spent[key] = (ns + clock() - t0, calls + 1)
         return timed
 
-    mask = allocate_mask(tok.vocab_size)
     totals = {"mask": [0, 0], "commit": [0, 0]}
+
+    def on_mask(step, mask, allowed, mask_ns, jit):
+        totals["mask"][0] += mask_ns
+        totals["mask"][1] += 1
+
+    def on_commit(step, tok, commit_ns):
+        totals["commit"][0] += commit_ns
+        totals["commit"][1] += 1
+
+    mask = allocate_mask(tok.vocab_size)
     saved = patch_phases(engine, parts, wrap)
     try:
         for ids in streams:
-            e.reset()
-            for t in list(ids) + [tok.eos_id]:
-                where[0] = "mask"
-                t0 = clock()
-                e.fill_mask(mask)
-                totals["mask"][0] += clock() - t0
-                totals["mask"][1] += 1
-                where[0] = None
-                if t == tok.eos_id or not mask_get(mask, t):
-                    break
-                where[0] = "commit"
-                t0 = clock()
-                ok = e.commit(t)
-                totals["commit"][0] += clock() - t0
-                totals["commit"][1] += 1
-                where[0] = None
-                if not ok:
-                    break
+            step_along(_Where(e, where), list(ids) + [tok.eos_id], mask, on_mask, on_commit, raise_errors=True)
     finally:
         where[0] = None
         unpatch_phases(saved)

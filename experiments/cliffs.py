@@ -32,10 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from gcdbench.experiments.fit import (CLIFF_EXPONENT, deciles, fit_bench, loglog_slope,  # noqa: F401
-                                      state_exponent, within_exponent)
+from gcdbench.experiments.fit import deciles, fit_bench
 
 #: sentence lengths (terminals) of the bench: the issue's five lengths from 10 to 200 tokens
 BENCH_LENGTHS = (10, 25, 50, 100, 200)
@@ -115,7 +113,8 @@ def _reference_record(grammar, data: bytes, budget_s: float) -> dict:
 def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: float, rng) -> list[dict]:
     """``engine`` along every sentence of ``ds``: per-mask times, and ``audit`` steps per sentence against the
     reference's whole-vocabulary mask under the engine's declared profile."""
-    from gcdbench.parsers.base import CompileError, allocate_mask, mask_to_ids
+    from gcdbench.experiments.steplog import step_along
+    from gcdbench.parsers.base import CompileError, Outcome, allocate_mask, mask_to_ids
     from gcdbench.parsers.reference import DEAD, ReferenceChecker
     from gcdbench.parsers.registry import create_engine
 
@@ -129,23 +128,20 @@ def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: f
     init_s = time.perf_counter() - t0
     rc = ReferenceChecker(ds.grammar, eng.profile())
     mask = allocate_mask(tok.vocab_size)
-    for s in ds.samples:             # untimed warm-up over every sentence: a jitted function not compiled (or loaded
-        eng.reset()                 # from numba's cache) yet would take seconds inside one timed mask (5.7 s once,
-        for t in s.ids(tok):        # the first merged base of the first grammar in a fresh checkout)
-            eng.fill_mask(mask)
-            if not eng.commit(t):
-                break
+    for s in ds.samples:   # untimed warm-up over every sentence: a jitted function not compiled (or loaded from
+        # numba's cache) yet would take seconds inside one timed mask (5.7 s once, the first merged base of the
+        # first grammar in a fresh checkout)
+        step_along(eng, s.ids(tok) + [tok.eos_id], mask, raise_errors=True)
     out = []
     for s in ds.samples:
         ids = s.ids(tok)
-        eng.reset()
         check = set(rng.sample(range(len(ids) + 1), min(audit, len(ids) + 1))) | {len(ids)} if audit else set()
-        times, agree, audited, outcome, ref_s = [], 0, 0, "ok", 0.0
+        times, agree, audited, ref_s = [], 0, 0, 0.0
         engine_s = audit_s = 0.0      # the budget is the engine's own time; the audit stops at the same budget
-        for i in range(len(ids) + 1):
-            t = time.perf_counter()
-            eng.fill_mask(mask)
-            times.append(time.perf_counter() - t)
+
+        def on_mask(i, mask, allowed, mask_ns, jit):
+            nonlocal engine_s, audit_s, audited, agree, ref_s
+            times.append(mask_ns / 1e9)
             engine_s += times[-1]
             if i in check and audit_s <= budget_s:
                 got = mask_to_ids(mask, tok.vocab_size)
@@ -156,19 +152,13 @@ def _engine_records(engine: str, options: dict, ds, tok, audit: int, budget_s: f
                 audit_s += time.perf_counter() - t_ref
                 audited += 1
                 agree += int(np.array_equal(np.sort(got), np.sort(want)))
-            if i == len(ids):
-                eos = tok.eos_id
-                if not (mask[eos >> 5] >> (eos & 31)) & 1:
-                    outcome = "no_eos"
-                break
-            t = time.perf_counter()
-            if not (mask[ids[i] >> 5] >> (ids[i] & 31)) & 1 or not eng.commit(ids[i]):
-                outcome = "rejected"
-                break
-            engine_s += time.perf_counter() - t
-            if engine_s > budget_s:
-                outcome = "timeout"
-                break
+
+        def on_commit(i, t, commit_ns):
+            nonlocal engine_s
+            engine_s += commit_ns / 1e9
+            return (Outcome.TIMEOUT, "") if engine_s > budget_s else None
+
+        outcome = step_along(eng, ids + [tok.eos_id], mask, on_mask, on_commit, raise_errors=True)[0].value
         us = np.array(times) * 1e6
         out.append({"engine": engine, "sample_id": s.id, "outcome": outcome, "tokens": len(ids),
                     "masks": len(times), "init_s": round(init_s, 3), "mean_us": float(us.mean()),
@@ -216,7 +206,8 @@ def bench(seeds, engines: dict, lengths=BENCH_LENGTHS, tokenizer="qwen3", audit=
 def _mask_times(engine: str, options: dict, lark: str, ids: list[int], tok, budget_s: float) -> list[float] | None:
     """Per-mask seconds along ``ids`` (teacher-forced) for ``engine`` on grammar ``lark``; the list ends with inf
     when the budget ran out first; None when the engine refuses the grammar or a token."""
-    from gcdbench.parsers.base import GrammarSpec, allocate_mask
+    from gcdbench.experiments.steplog import step_along
+    from gcdbench.parsers.base import GrammarSpec, Outcome, allocate_mask
     from gcdbench.parsers.registry import engine_class
 
     try:
@@ -226,26 +217,26 @@ def _mask_times(engine: str, options: dict, lark: str, ids: list[int], tok, budg
         return None
     mask = allocate_mask(tok.vocab_size)
     out = []
+    last = len(ids)
     t_all = time.perf_counter()
-    try:
-        for t in ids:
-            t0 = time.perf_counter()
-            eng.fill_mask(mask)
-            out.append(time.perf_counter() - t0)
-            if time.perf_counter() - t_all > budget_s:
-                return out + [float("inf")]
-            if not (mask[t >> 5] >> (t & 31)) & 1 or not eng.commit(t):
-                return None
-        t0 = time.perf_counter()
-        eng.fill_mask(mask)
-        out.append(time.perf_counter() - t0)
-    except Exception:
+
+    def on_mask(step, mask, allowed, mask_ns, jit):
+        out.append(mask_ns / 1e9)
+        if step < last and time.perf_counter() - t_all > budget_s:
+            return Outcome.TIMEOUT, ""
+        return None
+
+    try:   # the last mask's EOS is not asked for: only the times count
+        outcome, _ = step_along(eng, list(ids) + [tok.eos_id], mask, on_mask)
+    except Exception:   # noqa: BLE001 - its reset failed: not a reproducer either
         return None
     finally:
         close = getattr(eng, "close", None)
         if close is not None:
             close()
-    return out
+    if outcome == Outcome.TIMEOUT:
+        return out + [float("inf")]
+    return out if outcome in (Outcome.OK, Outcome.NO_EOS) else None
 
 
 def _cliff_at(times: list[float], factor: float = 10.0, floor_s: float = 1e-3) -> int | None:

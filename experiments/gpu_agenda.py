@@ -69,7 +69,8 @@ def _matches(opts: dict, want: dict, but: str | None = None) -> bool:
 
 
 def summarize(results: Path, device: str, dry_run: bool = False) -> dict:
-    from gcdbench.experiments.figures import draw_all, load_cells
+    from gcdbench.experiments.report.collect import load_cells
+    from gcdbench.experiments.report.figures import draw_all
     from gcdbench.experiments.report import table1
     from gcdbench.parsers.registry import engine_class
 

@@ -26,27 +26,18 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from gcdbench.experiments import schema
-from gcdbench.experiments.provenance import (RESULT_FOLDERS, git_commit, git_state, machine_info,  # noqa: F401
-                                             machine_snapshot, machine_state, not_alone_text, package_versions,
-                                             repo_folders)
-from gcdbench.experiments.runrecord import build_meta  # noqa: F401 - re-exported
-from gcdbench.experiments.store import (Cell, CellBusy, CellDamaged, CellError, CellLock, CellMismatch,  # noqa: F401
-                                        cell_identity, clear, engine_label, identity_diff, load_json, write_json)
+from gcdbench.experiments.provenance import (RESULT_FOLDERS, git_state, machine_info, machine_snapshot, machine_state,
+                                             not_alone_text, package_versions, repo_folders)
+from gcdbench.experiments.store import Cell, CellLock, cell_identity, clear, engine_label, load_json, write_json
 from gcdbench.experiments.jitwatch import DAMAGED_CACHE
 from gcdbench.experiments.supervisor import Supervised, ended, start_worker, switch_grammar
 from gcdbench.experiments.worker import COMPILE_TIMEOUTS, DETERMINISTIC_COMPILE_FAILURES
 from gcdbench.parsers.base import Outcome
 
-#: the columns of steps.parquet and samples.parquet (declared in experiments/schema.py)
-STEP_COLUMNS = schema.columns("steps")
-SAMPLE_COLUMNS = schema.columns("samples")
-RESULT_FILES = schema.RESULT_FILES
 #: the reference's audited masks, shared by every cell of one out_dir (``experiments/audit.py``, MaskCache)
 REFERENCE_CACHE = ".cache/reference_masks"
 #: ``batch.steps``: what a batch cell keeps of its masks (summary: batch_steps.parquet only; all: steps.parquet too)
 BATCH_STEPS = ("summary", "all")
-_identity_diff = identity_diff   # the name tests and older callers use
 
 
 def audited_samples(sample_ids: list[str], n) -> set[str]:
@@ -143,16 +134,16 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
     """Run the samples the folder does not hold yet; returns this session's id (None: nothing was left to do)."""
     version = probe.version()
     kinds = DETERMINISTIC_COMPILE_FAILURES + (() if cfg.retry_compile_timeouts else COMPILE_TIMEOUTS)
-    reuse = cell.reusable_compile_error(version, kinds)
-    stored = cell.stored_outcomes()
-    messages = cell.stored_messages()
-    again = {sid for sid, m in messages.items() if DAMAGED_CACHE in m}   # crashed on a numba cache file, since removed
-    keep = {sid for sid, (oc, _) in stored.items()
+    stored = cell.stored_outcomes()   # the cell's rows and parts, read once
+    reuse = cell.reusable_compile_error(version, kinds, stored)
+    # a sample that crashed on a damaged numba cache file (removed since) runs again
+    again = {sid for sid, (_, _, message) in stored.items() if DAMAGED_CACHE in message}
+    keep = {sid for sid, (oc, _, _) in stored.items()
             if (Outcome(oc).attempted and sid not in again) or (oc == Outcome.COMPILE_ERROR.value and reuse)}
     if dataset.groups:   # many grammars: a group's deterministic refusal stands, its other failures are retried
         reuse = None
-        keep = {sid for sid, (oc, _) in stored.items() if Outcome(oc).attempted and sid not in again}
-        keep |= cell.reusable_group_errors(version, dataset.group_of(), kinds)
+        keep = {sid for sid, (oc, _, _) in stored.items() if Outcome(oc).attempted and sid not in again}
+        keep |= cell.reusable_group_errors(version, dataset.group_of(), kinds, stored)
     todo = [s for s in dataset.samples if s.id not in keep]
     label = cell.identity["config"]
     if not todo:

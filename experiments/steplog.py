@@ -1,5 +1,7 @@
-"""The rows a worker shares with its parent through memory-mapped files in /dev/shm: :class:`StepLog` (the running
-sample's steps, or batch mode's batch steps) and :class:`SlotJournal` (batch mode: each sequence in flight).
+"""The steps of an engine: :func:`step_along`, the one loop that steps a compiled engine along a token sequence (the
+worker's timed loop and every command that drives an engine by hand), and the rows a worker shares with its parent
+through memory-mapped files in /dev/shm: :class:`StepLog` (the running sample's steps, or batch mode's batch steps)
+and :class:`SlotJournal` (batch mode: each sequence in flight).
 
 Plain memory writes, no message and no wake-up of the parent between two timed masks; both processes map the file
 and the parent unlinks it once the child has attached, so whatever the child wrote before a crash or a kill is
@@ -9,10 +11,99 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import numpy as np
 
+from gcdbench.experiments.jitwatch import WATCH, repair_numba_cache
 from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_STEP, RowLayout
+from gcdbench.parsers.base import EngineError, Outcome, mask_get
+
+
+# --------------------------------------------------------------------------------------------------------------
+# stepping an engine along a token sequence
+# --------------------------------------------------------------------------------------------------------------
+def step_verdict(allowed: bool, last: bool, tok: int, step: int) -> tuple[Outcome | None, str]:
+    """What one mask says of the sample (single and batch mode alike): at the last step EOS must be allowed
+    (``ok``/``no_eos``), before it the oracle token (``rejected``); ``(None, "")``: go on and commit ``tok``."""
+    if last:
+        return (Outcome.OK, "") if allowed else (Outcome.NO_EOS, "EOS not allowed at the end")
+    if not allowed:
+        return Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}"
+    return None, ""
+
+
+def crash_text(err: BaseException) -> str:
+    """A crash's message: the exception, or for a damaged numba cache file the repair (the file is removed, and a
+    resume runs the sample again: :data:`~gcdbench.experiments.jitwatch.DAMAGED_CACHE`)."""
+    return repair_numba_cache(err) or f"{type(err).__name__}: {err}"
+
+
+def step_along(engine, steps, mask, on_mask=None, on_commit=None, allows=mask_get,
+               raise_errors: bool = False) -> tuple[Outcome, str]:
+    """Teacher-force ``engine`` (compiled) along ``steps`` (token ids, the EOS id last) from its empty prefix and
+    return ``(outcome, message)``: the one loop that drives an engine, in the worker's timed loop and everywhere
+    else.
+
+    ``engine.reset()``, then at each step: ``engine.fill_mask(mask)``, the only call inside the timer
+    (``time.perf_counter_ns``; numba's compiler-lock count :data:`~gcdbench.experiments.jitwatch.WATCH` is read just
+    outside it: ``jit``, the loads and compiles inside the mask); ``allows(mask, tok)`` checks the step's token;
+    ``on_mask(step, mask, allowed, mask_ns, jit)``; the verdict (:func:`step_verdict`: the last step must allow
+    EOS, the others their oracle token); then ``engine.commit(tok)``, timed on the same clock, and
+    ``on_commit(step, tok, commit_ns)`` (also when the engine refused the token). A callback that returns anything
+    but None ends the walk: what it returned, an ``(outcome, message)`` pair, is the result (a time budget, for
+    example). The walk ends at the first of: ``on_mask``'s stop, the verdict, a refused commit (``rejected``),
+    ``on_commit``'s stop.
+
+    An exception raised by the engine's ``fill_mask`` or ``commit`` is the outcome ``engine_error``
+    (:class:`~gcdbench.parsers.base.EngineError`) or ``crash`` (any other; :func:`crash_text`), its message naming
+    the step; ``raise_errors=True`` lets it propagate instead. Exceptions of the callbacks always propagate.
+    ``allows`` and a ``mask`` of another shape serve an engine-like object over several sequences (batch mode's
+    warm-up: every row must allow the token)."""
+    perf = time.perf_counter_ns
+    engine.reset()
+    last = len(steps) - 1
+    for step, tok in enumerate(steps):
+        try:
+            j0 = WATCH.locks
+            t0 = perf()
+            engine.fill_mask(mask)
+            t1 = perf()
+            jit = WATCH.locks - j0
+        except EngineError as err:
+            if raise_errors:
+                raise
+            return Outcome.ENGINE_ERROR, f"step {step}: {err}"
+        except Exception as err:
+            if raise_errors:
+                raise
+            return Outcome.CRASH, f"step {step}: {crash_text(err)}"
+        allowed = allows(mask, tok)
+        if on_mask is not None:
+            stop = on_mask(step, mask, allowed, t1 - t0, jit)
+            if stop is not None:
+                return stop
+        outcome, message = step_verdict(allowed, step == last, tok, step)
+        if outcome is not None:
+            return outcome, message
+        try:
+            t2 = perf()
+            ok = engine.commit(tok)
+            t3 = perf()
+        except EngineError as err:
+            if raise_errors:
+                raise
+            return Outcome.ENGINE_ERROR, f"commit at step {step}: {err}"
+        except Exception as err:
+            if raise_errors:
+                raise
+            return Outcome.CRASH, f"commit at step {step}: {crash_text(err)}"
+        stop = None if on_commit is None else on_commit(step, tok, t3 - t2)
+        if not ok:
+            return Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
+        if stop is not None:
+            return stop
+    raise ValueError("step_along: no steps (the sequence must end with the EOS id)")
 
 
 def _remove_stale(folder: str, prefix: str) -> None:

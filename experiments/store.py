@@ -348,30 +348,27 @@ class Cell:
             out[rec["sample_id"]] = rec
         return out
 
-    def stored_messages(self) -> dict[str, str]:
-        """sample_id -> the message of its stored row (parts override merged rows)."""
-        df = self.frames.get("samples")
-        got = {} if df is None else {sid: m for sid, m in zip(df["sample_id"], df["message"])}
-        got.update({sid: rec.get("message") for sid, rec in self.sample_parts().items()})
-        return {sid: m if isinstance(m, str) else "" for sid, m in got.items()}
-
-    def stored_outcomes(self) -> dict[str, tuple[str, int | None]]:
-        """sample_id -> (outcome, session) for every sample with a stored row (parts override merged rows)."""
+    def stored_outcomes(self) -> dict[str, tuple[str, int | None, str]]:
+        """sample_id -> (outcome, session, message) for every sample with a stored row (parts override merged rows;
+        a missing message is "")."""
         got = {}
         df = self.frames.get("samples")
         if df is not None:
             ses = df["session"] if "session" in df else pd.Series([None] * len(df))
-            got = {sid: (oc, None if pd.isna(s) else int(s)) for sid, oc, s in zip(df["sample_id"], df["outcome"], ses)}
+            got = {sid: (oc, None if pd.isna(s) else int(s), m)
+                   for sid, oc, s, m in zip(df["sample_id"], df["outcome"], ses, df["message"])}
         for sid, rec in self.sample_parts().items():
-            got[sid] = (rec["outcome"], rec.get("session"))
-        return got
+            got[sid] = (rec["outcome"], rec.get("session"), rec.get("message"))
+        return {sid: (oc, s, m if isinstance(m, str) else "") for sid, (oc, s, m) in got.items()}
 
-    def reusable_compile_error(self, engine_version: str,
-                               kinds: tuple = DETERMINISTIC_COMPILE_FAILURES) -> tuple[str, str] | None:
+    def reusable_compile_error(self, engine_version: str, kinds: tuple = DETERMINISTIC_COMPILE_FAILURES,
+                               stored: dict | None = None) -> tuple[str, str] | None:
         """(message, kind) of the stored compile error when it can stand for this run: every compile_error row
         comes from one failure of a kind in ``kinds`` (default: the deterministic ones, see
-        ``DETERMINISTIC_COMPILE_FAILURES``) under the same engine version."""
-        rows = {s for oc, s in self.stored_outcomes().values() if oc == Outcome.COMPILE_ERROR.value}
+        ``DETERMINISTIC_COMPILE_FAILURES``) under the same engine version. ``stored``: :meth:`stored_outcomes`,
+        if the caller has read it already."""
+        stored = self.stored_outcomes() if stored is None else stored
+        rows = {s for oc, s, _ in stored.values() if oc == Outcome.COMPILE_ERROR.value}
         if not rows:
             return None
         sessions = {s["id"]: s for s in self.sessions()}
@@ -383,14 +380,16 @@ class Cell:
             found.add((fail["message"], fail["kind"]))
         return found.pop() if len(found) == 1 else None
 
-    def reusable_group_errors(self, engine_version: str, group_of: dict,
-                              kinds: tuple = DETERMINISTIC_COMPILE_FAILURES) -> set[str]:
+    def reusable_group_errors(self, engine_version: str, group_of: dict, kinds: tuple = DETERMINISTIC_COMPILE_FAILURES,
+                              stored: dict | None = None) -> set[str]:
         """A dataset of many grammars: the samples whose stored compile_error is their group's failure of a kind in
         ``kinds`` (default: the deterministic ones, the engine refused that grammar) under the same engine version;
-        a resume does not compile those grammars again (their other failures are retried)."""
+        a resume does not compile those grammars again (their other failures are retried). ``stored``:
+        :meth:`stored_outcomes`, if the caller has read it already."""
         sessions = {s["id"]: s for s in self.sessions()}
+        stored = self.stored_outcomes() if stored is None else stored
         keep = set()
-        for sample_id, (oc, sid) in self.stored_outcomes().items():
+        for sample_id, (oc, sid, _) in stored.items():
             group = group_of.get(sample_id)
             if oc != Outcome.COMPILE_ERROR.value or group is None:
                 continue

@@ -12,8 +12,9 @@ dict)``. Batch mode runs in ``experiments/worker_batch.py`` (its own entry point
 and memory helpers).
 
 Each finished step goes to the shared :class:`~gcdbench.experiments.steplog.StepLog` at once, so that a sample
-cut short by a limit or a crash keeps it.
-Only the fill call is inside the mask timer; the runner, not the engine, checks the oracle token.
+cut short by a limit or a crash keeps it. The steps are :func:`~gcdbench.experiments.steplog.step_along`'s (the
+loop every command that drives an engine shares): only the fill call is inside the mask timer; the runner, not
+the engine, checks the oracle token.
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ import traceback
 
 from gcdbench.experiments.jitwatch import WATCH, repair_numba_cache
 from gcdbench.experiments.rowlayout import WORKER_STEP
-from gcdbench.experiments.steplog import StepLog
-from gcdbench.parsers.base import CompileError, EngineError, Outcome, allocate_mask, mask_count, mask_get
+from gcdbench.experiments.steplog import StepLog, step_along
+from gcdbench.parsers.base import CompileError, allocate_mask, mask_count
 
 #: ``kind`` of a compile failure whose cause is the grammar itself (the same inputs give the same refusal): a
 #: ``CompileError`` the engine raised. Time-outs (the runner's limit or the engine's own time budget, raised as
@@ -75,71 +76,33 @@ def peak_rss_mb() -> float:
 # --------------------------------------------------------------------------------------------------------------
 # one sample
 # --------------------------------------------------------------------------------------------------------------
-def step_verdict(allowed: bool, last: bool, tok: int, step: int) -> tuple[Outcome | None, str]:
-    """What one mask says of the sample (single and batch mode alike): at the last step EOS must be allowed
-    (``ok``/``no_eos``), before it the oracle token (``rejected``); ``(None, "")``: go on and commit ``tok``."""
-    if last:
-        return (Outcome.OK, "") if allowed else (Outcome.NO_EOS, "EOS not allowed at the end")
-    if not allowed:
-        return Outcome.REJECTED, f"oracle token {tok} not in the mask at step {step}"
-    return None, ""
-
-
-def crash_text(err: BaseException) -> str:
-    """A crash's message: the exception, or for a damaged numba cache file the repair (the file is removed, and a
-    resume runs the sample again: :data:`~gcdbench.experiments.jitwatch.DAMAGED_CACHE`)."""
-    return repair_numba_cache(err) or f"{type(err).__name__}: {err}"
-
-
 def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), token_bytes=None):
-    """Run one sample, calling ``emit(row)`` after each mask (a :data:`WORKER_STEP` row, commit_us 0) and
-    ``emit.commit_time(us)`` after each commit.
+    """Run one sample (:func:`~gcdbench.experiments.steplog.step_along` over ``token_ids`` and EOS), calling
+    ``emit(row)`` after each mask (a :data:`WORKER_STEP` row, commit_us 0) and ``emit.commit_time(us)`` after each
+    commit.
 
-    Returns (outcome, message, audited masks). Engine exceptions become typed outcomes here.
+    Returns (outcome, message, audited masks). Engine exceptions become typed outcomes (in ``step_along``).
     """
     mask = allocate_mask(vocab_size)
-    perf = time.perf_counter_ns
     audited = {}
     audit_steps = set(audit_steps)
-    engine.reset()
     nbytes = 0
-    steps = list(token_ids) + [eos_id]
-    last = len(steps) - 1
-    for step, tok in enumerate(steps):
-        try:
-            j0 = WATCH.locks
-            t0 = perf()
-            engine.fill_mask(mask)
-            t1 = perf()
-            jit = WATCH.locks - j0
-        except EngineError as err:
-            return Outcome.ENGINE_ERROR, f"step {step}: {err}", audited
-        except Exception as err:
-            return Outcome.CRASH, f"step {step}: {crash_text(err)}", audited
-        allowed = mask_get(mask, tok)
+
+    def on_mask(step, mask, allowed, mask_ns, jit):
         if step in audit_steps or not allowed:   # a refused step is always audited (is the refusal documented?)
             audited[step] = mask.copy()
         # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
-        emit(WORKER_STEP.pack(step=step, prefix_bytes=nbytes, mask_us=(t1 - t0) / 1000.0, commit_us=0.0,
+        emit(WORKER_STEP.pack(step=step, prefix_bytes=nbytes, mask_us=mask_ns / 1000.0, commit_us=0.0,
                               n_allowed=mask_count(mask, vocab_size), oracle_allowed=allowed, jit=jit))
-        outcome, message = step_verdict(allowed, step == last, tok, step)
-        if outcome is None:
-            try:
-                t2 = perf()
-                ok = engine.commit(tok)
-                emit.commit_time((perf() - t2) / 1000.0)
-            except EngineError as err:
-                ok, outcome, message = False, Outcome.ENGINE_ERROR, f"commit at step {step}: {err}"
-            except Exception as err:
-                ok, outcome, message = False, Outcome.CRASH, f"commit at step {step}: {crash_text(err)}"
-            if not ok and outcome is None:
-                outcome, message = Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
-        if outcome is not None:
-            return outcome, message, audited
+
+    def on_commit(step, tok, commit_ns):
+        nonlocal nbytes
+        emit.commit_time(commit_ns / 1000.0)
         if token_bytes is not None:
             nbytes += len(token_bytes[tok])
-    raise AssertionError("unreachable")
 
+    outcome, message = step_along(engine, list(token_ids) + [eos_id], mask, on_mask, on_commit)
+    return outcome, message, audited
 
 
 class _Sender:

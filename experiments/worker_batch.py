@@ -17,8 +17,8 @@ import numpy as np
 
 from gcdbench.experiments.jitwatch import WATCH
 from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
-from gcdbench.experiments.steplog import SlotJournal, StepLog
-from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss, step_verdict
+from gcdbench.experiments.steplog import SlotJournal, StepLog, step_along, step_verdict
+from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss
 from gcdbench.parsers.base import EngineError, Outcome, allocate_mask, mask_count, mask_get
 
 
@@ -36,6 +36,28 @@ def make_sequences(engine, size: int, copy) -> tuple[list, str]:
     return seqs, how
 
 
+class _LockStep:
+    """The sequences of a batch as one engine for :func:`~gcdbench.experiments.steplog.step_along`: each mask is
+    one ``fill_masks`` call over them all (a row each of the mask buffer), each token is committed to every one."""
+
+    def __init__(self, engine, seqs):
+        self.engine, self.seqs = engine, seqs
+
+    def reset(self) -> None:
+        for q in self.seqs:
+            q.reset()
+
+    def fill_mask(self, rows) -> None:
+        self.engine.fill_masks(self.seqs, rows)
+
+    def commit(self, tok: int) -> bool:
+        return all(q.commit(tok) for q in self.seqs)
+
+    @staticmethod
+    def allows(rows, tok: int) -> bool:
+        return all(mask_get(row, tok) for row in rows)
+
+
 def _batch_warm_up(engine, seqs, tokenizer, ids, budget_s: float) -> dict:
     """The batch-mode warm-up: every sequence teacher-forces the warm-up sample in lock-step through
     ``fill_masks`` (so that the batch path, every fork and the batch's buffers are warmed up, not only the single
@@ -45,51 +67,40 @@ def _batch_warm_up(engine, seqs, tokenizer, ids, budget_s: float) -> dict:
     reset = reset_peak_rss()
     B = len(seqs)
     out = np.zeros((B, (tokenizer.vocab_size + 31) // 32), dtype=np.int32)
-    for q in seqs:
-        q.reset()
     steps = list(ids) + [tokenizer.eos_id]
-    perf = time.perf_counter_ns
     t_start = time.perf_counter()
     times: list[float] = []
-    first = None
-    outcome, message, truncated = Outcome.OK, "", None
-    for step, tok in enumerate(steps):
-        try:
-            if first is None:
-                t0 = perf()
-                engine.fill_masks(seqs[:1], out[:1])
-                first = (perf() - t0) / 1000.0
-            estimate_s = (times[-1] if times else first * B) / 1e6
-            if time.perf_counter() - t_start + estimate_s > budget_s:
-                truncated = step
-                break
-            t0 = perf()
-            engine.fill_masks(seqs, out)
-            times.append((perf() - t0) / 1000.0)
-        except EngineError as err:
-            outcome, message = Outcome.ENGINE_ERROR, f"step {step}: {err}"
-            break
-        except Exception as err:   # noqa: BLE001 - recorded; the timed run attributes failures per sequence
-            outcome, message = Outcome.CRASH, f"step {step}: {type(err).__name__}: {err}"
-            break
-        if not all(mask_get(out[i], tok) for i in range(B)):
-            outcome = Outcome.NO_EOS if step == len(steps) - 1 else Outcome.REJECTED
-            message = f"oracle token {tok} not in every row at step {step}"
-            break
-        if step == len(steps) - 1:
-            break
-        try:
-            ok = all(q.commit(tok) for q in seqs)
-        except Exception as err:   # noqa: BLE001
-            outcome, message = Outcome.CRASH, f"commit at step {step}: {type(err).__name__}: {err}"
-            break
-        if not ok:
-            outcome, message = Outcome.REJECTED, f"a sequence refused token {tok} at step {step}"
-            break
+    first: list[float] = []
+    truncated = None
+
+    def fits() -> bool:   # the next batch step, estimated from the last one (first: B times the first mask)
+        estimate_s = (times[-1] if times else first[0] * B) / 1e6
+        return time.perf_counter() - t_start + estimate_s <= budget_s
+
+    def first_mask(step, rows, allowed, mask_ns, jit):
+        first.append(mask_ns / 1000.0)
+        return Outcome.OK, ""
+
+    def on_mask(step, rows, allowed, mask_ns, jit):
+        times.append(mask_ns / 1000.0)
+
+    def on_commit(step, tok, commit_ns):
+        nonlocal truncated
+        if not fits():
+            truncated = step + 1
+            return Outcome.OK, ""
+        return None
+
+    outcome, message = step_along(_LockStep(engine, seqs[:1]), steps, out[:1], first_mask, allows=_LockStep.allows)
+    if first and not fits():
+        truncated = 0
+    elif first:
+        outcome, message = step_along(_LockStep(engine, seqs), steps, out, on_mask, on_commit,
+                                      allows=_LockStep.allows)
     for q in seqs:
         q.reset()
-    return {"warmup_s": time.perf_counter() - t_start, "first_mask_us": first,
-            "warmup_masks": len(times) * B + (first is not None), "warmup_steps": len(times),
+    return {"warmup_s": time.perf_counter() - t_start, "first_mask_us": first[0] if first else None,
+            "warmup_masks": len(times) * B + len(first), "warmup_steps": len(times),
             "warmup_max_mask_us": max(times, default=None), "warmup_outcome": outcome.value,
             "warmup_message": message, "warmup_truncated_at_step": truncated,
             "peak_rss_warmup_mb": peak_rss_mb(), "peak_rss_method": "vmhwm_reset" if reset else "lifetime"}

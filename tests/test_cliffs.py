@@ -142,7 +142,8 @@ def test_bench_fit_and_section(tmp_path):
     """The in-process bench on two small fuzzed grammars (bytes vocabulary), its fit and the report section."""
     import json
 
-    from gcdbench.experiments.cliffs import bench, fit_bench
+    from gcdbench.experiments.cliffs import bench
+    from gcdbench.experiments.fit import fit_bench
     from gcdbench.experiments.report.cliffs import cliffs_section
 
     recs = bench([-1, 3], {"valiant": {"cache": False}}, lengths=(5, 10, 20), tokenizer="bytes", audit=2,
@@ -222,7 +223,7 @@ def test_shrink_finds_a_short_prefix_and_drops_unneeded_lines(monkeypatch):
 
 
 def test_within_exponent_reads_the_growth_of_the_cost_per_unit():
-    from gcdbench.experiments.cliffs import deciles, within_exponent
+    from gcdbench.experiments.fit import deciles, within_exponent
 
     n = 400
     pos = np.arange(1, n + 1, dtype=float)
@@ -233,7 +234,7 @@ def test_within_exponent_reads_the_growth_of_the_cost_per_unit():
 
 
 def test_state_exponent_reads_time_against_the_column_size():
-    from gcdbench.experiments.cliffs import state_exponent
+    from gcdbench.experiments.fit import state_exponent
 
     def bins(f):
         return {k: [10, f(2.0 ** (k + 0.5))] for k in range(2, 12)}

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 
 from gcdbench.experiments.config import ConfigError, engine_options, register, validate
-from gcdbench.experiments.runner import engine_label
+from gcdbench.experiments.store import engine_label
 from gcdbench.parsers.base import option_specs
 from gcdbench.parsers.registry import current_options, engine_class, engines, options_markdown, own_engines
 
@@ -188,13 +188,13 @@ def test_docs_engine_options_section_is_generated(tmp_path):
 def test_a_stored_cell_with_former_option_names_resumes():
     """A cell stored before ``use_cache`` became ``cache`` is the same cell (its identity is read under today's
     names), and a real difference is still one."""
-    from gcdbench.experiments.runner import _identity_diff
+    from gcdbench.experiments.store import identity_diff
 
     defaults = engine_class("psc").options()
     old = {"engine": "psc", "engine_options": {**{k: v for k, v in defaults.items() if k != "cache"}, "use_cache": True}}
-    assert _identity_diff(old, {"engine": "psc", "engine_options": defaults}, defaults) == []
+    assert identity_diff(old, {"engine": "psc", "engine_options": defaults}, defaults) == []
     changed = {"engine": "psc", "engine_options": {**defaults, "cache": False}}
-    assert _identity_diff(old, changed, defaults) == ["engine_options: cache=True -> False"]
+    assert identity_diff(old, changed, defaults) == ["engine_options: cache=True -> False"]
 
 
 def _sweep_choices(overrides: list[str]) -> list[list[str]]:

@@ -431,7 +431,7 @@ def test_audits_run_after_the_timed_loop_and_survive_an_interrupted_run(tmp_path
 
 
 def test_engine_label_is_one_folder_name():
-    from gcdbench.experiments.runner import engine_label
+    from gcdbench.experiments.store import engine_label
 
     label = engine_label("psc", {"cache_dir": "/tmp/x y/psc", "lexer": "standard"}, {"cache_dir": None,
                                                                                     "lexer": "standard"})
@@ -467,7 +467,7 @@ def test_git_state_ignores_the_named_folders_only(tmp_path):
     tree for its later outputs; a change anywhere else still makes the tree dirty."""
     import subprocess
 
-    from gcdbench.experiments.runner import git_state
+    from gcdbench.experiments.provenance import git_state
 
     def git(*a):
         subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
@@ -507,7 +507,7 @@ def test_a_run_does_not_count_its_own_result_folder_as_a_dirty_tree(tmp_path):
     """fresh=true deletes a cell's committed result files before the session records its commit; those are
     results, not code, so the session's git_dirty must not turn true because of them."""
     from gcdbench.datasets.sampled import SAMPLED_DIR
-    from gcdbench.experiments.runner import repo_folders
+    from gcdbench.experiments.provenance import repo_folders
 
     assert repo_folders(REPO / "results" / "suite", tmp_path / "out", SAMPLED_DIR) == ("results/suite", "datasets/sampled")
 

@@ -192,7 +192,8 @@ def test_a_bad_batch_steps_value_is_one_clear_error(tmp_path):
 
 def test_a_cell_of_an_unknown_version_is_refused_on_resume(tmp_path):
     """The runner reads a stored cell through the schema: another version stops the run with the one line."""
-    from gcdbench.experiments.runner import CellDamaged, run
+    from gcdbench.experiments.runner import run
+    from gcdbench.experiments.store import CellDamaged
 
     words = tmp_path / "w.lark"
     words.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')

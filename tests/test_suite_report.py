@@ -1,4 +1,4 @@
-"""The "Beyond Table 1" section (experiments/beyond.py), built from result folders these tests make with small
+"""The "Beyond Table 1" section (experiments/report/beyond.py), built from result folders these tests make with small
 runs (byte vocabulary): the cells table with a typed "not run" reason, gold against sampled, the growth figure and
 slopes, and the disagreements list; and the report's README picks the section up from ``<results>/../suite``."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from gcdbench.datasets import sampled
 from gcdbench.datasets.registry import load_dataset
-from gcdbench.experiments import beyond
+from gcdbench.experiments.fit import loglog_slope
+from gcdbench.experiments.report import beyond
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,9 +86,9 @@ def test_report_readme_has_the_section_from_the_sibling_suite_folder(results, tm
 
 def test_slope_of_synthetic_growth():
     n = [10, 20, 40, 80, 160]
-    assert beyond.loglog_slope(n, [x ** 2 for x in n]) == pytest.approx(2.0)
-    assert beyond.loglog_slope(n, [3 * x for x in n]) == pytest.approx(1.0)
-    assert pd.isna(beyond.loglog_slope([1, 2], [1, 2]))
+    assert loglog_slope(n, [x ** 2 for x in n]) == pytest.approx(2.0)
+    assert loglog_slope(n, [3 * x for x in n]) == pytest.approx(1.0)
+    assert pd.isna(loglog_slope([1, 2], [1, 2]))
 
 
 def audit_row(sample_id, step, prefix, profile="lexing=longest_match", lang=((), ()), prof=((), ())):

@@ -31,7 +31,7 @@ def test_workers_multirun_on_the_simulator(tmp_path):
     for p in runs:
         meta = json.loads((p / "run.json").read_text())
         assert meta["outcomes"] == {"ok": 2} and meta["audit"]["agree"] == meta["audit"]["steps"] > 0
-    from gcdbench.experiments.figures import draw_all
+    from gcdbench.experiments.report.figures import draw_all
 
     paths = draw_all(tmp_path, tmp_path / "fig")
     assert any("workers" in p.name for p in paths)
