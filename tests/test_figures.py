@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from gcdbench.experiments import schema
-from gcdbench.experiments.report import collect, growth
+from gcdbench.experiments.report import growth
 from gcdbench.experiments.report import figures as report_figures
 from gcdbench.experiments.report import write_report
+from gcdbench.experiments.report.collect import load_cells, load_steps
 from gcdbench.experiments.report.plot import series_label
 
 STEP_COLUMNS = schema.columns("steps")
@@ -82,12 +83,12 @@ def results(tmp_path):
 
 
 def test_tidy_frames(results):
-    steps = collect.load_steps(results)
+    steps = load_steps(results)
     assert {"engine", "config", "dataset", "tokenizer", "prefix_tokens", "mask_us", "vocab_size", "workers"} <= set(
         steps.columns)
     assert set(steps["tokenizer"]) == {"qwen3", "llama3", "qwen3_6"}
     assert steps.loc[steps["config"] == "valiant__workers-4", "workers"].eq(4).all()
-    cells = collect.load_cells(results)
+    cells = load_cells(results)
     st = dict(zip(zip(cells["config"], cells["dataset"], cells["tokenizer"]), cells["status"]))
     assert st[("psc", "treebank", "qwen3")] == "compile error"
     assert st[("valiant__workers-64", "spider", "qwen3")] == "compile OOM"
@@ -97,7 +98,7 @@ def test_tidy_frames(results):
 
 
 def test_prefix_buckets_mean_and_p99(results):
-    steps = collect.load_steps(results)
+    steps = load_steps(results)
     s = steps[(steps["config"] == "xgrammar") & (steps["tokenizer"] == "qwen3")]
     b = report_figures.prefix_buckets(s, width=5)
     first = s[s["prefix_tokens"] < 5]["mask_us"]
@@ -126,7 +127,7 @@ def _panel(fig, title):
 def test_every_series_is_drawn(results):
     """Each figure draws one series per cell that has masks (mean solid, p99 dashed), named in the legend, and
     its points where the data put them."""
-    steps, cells = collect.load_steps(results), collect.load_cells(results)
+    steps, cells = load_steps(results), load_cells(results)
     figs = report_figures.figures(steps, cells)
     spider = _panel(figs["mask_vs_prefix_qwen3"], "spider (qwen3)")
     configs = ["llguidance", "valiant__workers-1", "valiant__workers-16", "valiant__workers-4", "xgrammar"]
@@ -177,7 +178,7 @@ def _texts(fig):
 
 
 def test_failed_cells_are_visible_and_axes_have_units(results):
-    steps, cells = collect.load_steps(results), collect.load_cells(results)
+    steps, cells = load_steps(results), load_cells(results)
     figs = report_figures.figures(steps, cells)
     prefix = _texts(figs["mask_vs_prefix_qwen3"])
     assert "× psc: compile error" in prefix
@@ -197,7 +198,7 @@ def test_failed_cells_are_visible_and_axes_have_units(results):
 
 
 def test_no_sweep_no_sweep_figure(results):
-    cells = collect.load_cells(results)
+    cells = load_cells(results)
     assert report_figures.swept_options(cells) == ["workers"]
     assert report_figures.swept_options(cells[cells["engine"] != "valiant"]) == []
     assert report_figures.fig_mask_vs_option(cells[cells["engine"] != "valiant"], "workers") is None
@@ -208,7 +209,7 @@ def test_one_worker_count_is_no_workers_figure(tmp_path):
     """CPU cells carry the unused ``workers`` option: one value per line must not draw seed 000's figure 5."""
     write_cell(tmp_path, "valiant", "valiant", "spider", opts={"workers": 32, "backend": "cpu"}, base_us=200, seed=1)
     write_cell(tmp_path, "valiant", "valiant", "treebank", opts={"workers": 32, "backend": "cpu"}, base_us=300, seed=2)
-    cells = collect.load_cells(tmp_path)
+    cells = load_cells(tmp_path)
     assert report_figures.swept_options(cells) == [] and report_figures.fig_mask_vs_option(cells, "workers") is None
 
 
@@ -220,9 +221,9 @@ def test_any_engine_option_sweep_is_drawn(tmp_path):
         for opt in (True, False):
             write_cell(tmp_path, "llguidance", f"llguidance__threads-{t}_forcing-{opt}", "spider",
                        opts={"threads": t, "forcing": opt}, base_us=us, seed=t + 3 * opt)
-    cells = collect.load_cells(tmp_path)
+    cells = load_cells(tmp_path)
     assert report_figures.swept_options(cells) == ["threads"]
-    figs = report_figures.figures(collect.load_steps(tmp_path), cells)
+    figs = report_figures.figures(load_steps(tmp_path), cells)
     assert "mask_vs_threads" in figs and "mask_vs_workers" not in figs
     ax = figs["mask_vs_threads"].axes[0]
     assert _legend_labels(ax) == ["llguidance on spider (qwen3) [forcing=False]",
@@ -307,8 +308,8 @@ def _legend_entries(ax) -> list[str]:
 
 
 def assert_no_incomplete_cell_drawn_as_complete(figs: dict, cells: pd.DataFrame):
-    """Every line of a cell that is not complete (any sample not ``ok``, by ``collect.cell_status``) carries its
-    status in the legend; a bare engine-config label is allowed only for a complete cell."""
+    """Every line of a cell that is not complete (any sample not ``ok``, by ``report.collect.cell_status``) carries
+    its status in the legend; a bare engine-config label is allowed only for a complete cell."""
     status = {(c["config"], c["dataset"], c["tokenizer"]): c["status"] for _, c in cells.iterrows()}
     checked = 0
     for stem, fig in figs.items():
@@ -339,7 +340,7 @@ def test_failed_cells_are_never_drawn_as_complete(results):
     write_cell(results, "cfgzip", "cfgzip", "spider", outcomes=["ok", "rejected", "ok"], seed=8)
     write_cell(results, "cfgzip", "cfgzip", "spider", tokenizer="llama3", vocab_size=128256,
                outcomes=["no_eos", "ok", "ok"], seed=9)
-    steps, cells = collect.load_steps(results), collect.load_cells(results)
+    steps, cells = load_steps(results), load_cells(results)
     st = dict(zip(zip(cells["config"], cells["dataset"], cells["tokenizer"]), cells["status"]))
     assert st[("llguidance_raised", "treebank", "qwen3")] == "failed: engine_error 3/3"
     assert st[("cfgzip", "spider", "qwen3")] == "partial: rejected 1/3"
@@ -356,7 +357,7 @@ def test_failed_cells_are_never_drawn_as_complete(results):
 def test_checker_catches_a_failed_cell_drawn_as_complete(results, monkeypatch):
     """The check above can fail: with the status left out of the legend it does."""
     write_cell(results, "llguidance", "llguidance_raised", "treebank", outcomes=["engine_error"] * 3, seed=7)
-    steps, cells = collect.load_steps(results), collect.load_cells(results)
+    steps, cells = load_steps(results), load_cells(results)
     monkeypatch.setattr(report_figures, "series_label", lambda config, status: config)
     with pytest.raises(AssertionError):
         assert_no_incomplete_cell_drawn_as_complete(report_figures.figures(steps, cells), cells)
@@ -367,15 +368,15 @@ def test_growth_figure_per_prefix_length(tmp_path):
     before, after = tmp_path / "before", tmp_path / "after"
     write_cell(before, "valiant", "valiant", "treebank", base_us=400, seed=1)
     write_cell(after, "valiant", "valiant", "treebank", base_us=100, seed=2)
-    t = growth.prefix_percentiles(collect.load_steps(before))
-    s = collect.load_steps(before)
+    t = growth.prefix_percentiles(load_steps(before))
+    s = load_steps(before)
     row = t[t["prefix_tokens"] == 3].iloc[0]
     x = s[s["prefix_tokens"] == 3]["mask_us"]
     assert row["masks"] == len(x) and row["p50_us"] == pytest.approx(np.median(x))
     assert row["p99_us"] == pytest.approx(np.percentile(x, 99))
     paths = growth.draw_growth(before, after, tmp_path / "figs", limit_us=1000)
     assert {p.name for p in paths} == {"growth.png", "growth.pdf"}
-    fig = growth.fig_growth({"before": t, "after": growth.prefix_percentiles(collect.load_steps(after))}, 1000)
+    fig = growth.fig_growth({"before": t, "after": growth.prefix_percentiles(load_steps(after))}, 1000)
     ax = _panel(fig, "treebank")
     assert _legend_labels(ax) == ["before p50", "before p99", "after p50", "after p99", "target 1 ms"]
     lines = {ln.get_label(): ln for ln in ax.get_lines()}
