@@ -10,7 +10,7 @@ import pytest
 
 from gcdbench.parsers.base import CompileError, GrammarSpec, Profile, allocate_mask, mask_to_ids
 from gcdbench.parsers.pre3.dpda import aggregate, direct_jumps, one_step, pack
-from gcdbench.parsers.pre3.engine import Pre3Engine
+from gcdbench.parsers.pre3.engine import Pre3Engine, Pre3Options
 from gcdbench.parsers.pre3.lalr import build_tables, lark_grammar
 from gcdbench.parsers.reference import DEAD, ReferenceChecker
 
@@ -100,11 +100,12 @@ def _lark_isomorphic(spec):
     from lark.parsers.lalr_analysis import Shift
 
     from gcdbench.parsers.psc.build import lalr_tables
+    from gcdbench.parsers.psc.engine import PSCOptions
 
     cfg, _terms, _ign = lark_grammar(spec)
     ours = build_tables(cfg)
     assert not ours.conflicts
-    theirs = lalr_tables(spec)[0]
+    theirs = lalr_tables(spec, timeout_s=PSCOptions().lalr_timeout_s, conflicts=PSCOptions().conflicts)[0]
     pair = {ours.start_state: theirs.start_states[spec.start]}
     todo = [ours.start_state]
     while todo:
@@ -259,7 +260,7 @@ def test_dpda_forms_agree_with_lr_driver(name, inline_max):
     cfg, _t, _i = lark_grammar(spec)
     t = build_tables(cfg)
     d0 = one_step(t)
-    d1 = direct_jumps(t, inline_max)
+    d1 = direct_jumps(t, inline_max=inline_max, max_edges=Pre3Options().max_edges)
     d2 = aggregate(d1)
     p = pack(d2)
     forms = [lambda s, a: lr_feed(t, s, a), d0.feed, d1.feed, d2.feed, p.feed, lambda s, a: _numba_feed(p, s, a)]
@@ -274,7 +275,7 @@ def test_direct_jumps_fuse_reductions_and_cut_loops():
     "not" cond loop, and even with unlimited inlining the edge set stays finite through reduce states."""
     cfg, _t, _i = lark_grammar(_spec("calc", CALC))
     t = build_tables(cfg)
-    d1 = direct_jumps(t, inline_max=10**6)
+    d1 = direct_jumps(t, inline_max=10**6, max_edges=Pre3Options().max_edges)
     assert d1.stats["reduce_states"] > 0 and d1.stats["cuts"] > 0
     looping = {cfg.nonterminals[A] for A in d1.reduce_nt}
     assert looping & {"cond", "atom", "term", "expr"}, looping
@@ -292,7 +293,7 @@ def test_readable_and_packed_agree_on_random_stacks():
     outcome as the readable edge list."""
     cfg, _t, _i = lark_grammar(_spec("calc", CALC))
     t = build_tables(cfg)
-    d2 = aggregate(direct_jumps(t, 4))
+    d2 = aggregate(direct_jumps(t, inline_max=4, max_edges=Pre3Options().max_edges))
     p = pack(d2)
     rng = random.Random(5)
     for _ in range(3000):

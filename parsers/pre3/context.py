@@ -73,7 +73,7 @@ class SeqWalk:
 
 
 def sort_states(packed, guard: int, max_push: int, parent: list[int], last: list[int], job_seq_ids: np.ndarray,
-                to_dpda: np.ndarray, deadline: float | None = None, shared_bytes: int = 64 << 20
+                to_dpda: np.ndarray, deadline: float | None = None, *, shared_bytes: int
                 ) -> tuple[np.ndarray, list[np.ndarray], dict]:
     """Sort the jobs (class sequences ``job_seq_ids``, trie ``parent``/``last`` over lexer terminal indices
     mapped by ``to_dpda``) for every LR state. Returns (class of each LR state, per class its sort array,

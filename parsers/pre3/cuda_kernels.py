@@ -139,7 +139,7 @@ class CudaMasks:
     of running (the PTX report reads the argument types of real launches from it). ``stats`` counts launches,
     copies and per-step allocations."""
 
-    def __init__(self, shared, threads: int = 16384, block: int = 128, dry: bool = False):
+    def __init__(self, shared, *, threads: int, block: int, dry: bool = False):
         if block <= 0 or threads <= 0:
             raise ValueError("pre3: cuda_threads and cuda_block must be positive")
         self.dry = dry

@@ -259,8 +259,9 @@ class _Merger:
                                "inline_max")
 
 
-def direct_jumps(t: Tables, inline_max: int = 16, max_edges: int = 2_000_000) -> DPDA:
-    """Merge chains of reduce/goto edges and the shift that ends them into single edges (loop-aware)."""
+def direct_jumps(t: Tables, *, inline_max: int, max_edges: int) -> DPDA:
+    """Merge chains of reduce/goto edges and the shift that ends them into single edges (loop-aware).
+    ``inline_max``, ``max_edges``: the engine's options of those names (Pre3Options)."""
     m = _Merger(t, inline_max, max_edges)
     n_lr = t.n_states
     n_sym = t.cfg.n_t
@@ -340,7 +341,7 @@ class PackedDPDA:
     shift_to: np.ndarray
 
     def arrays(self) -> tuple:
-        """The arrays in the order the kernels take them."""
+        """The arrays in the order of the kernels' record (``kernels.DPDA(*packed.arrays())``)."""
         return (self.key_ptr, self.key_edge, self.cond_ptr, self.cond_depth, self.cond_state, self.pop,
                 self.push_ptr, self.push_state, self.kind, self.arg, self.shift_to)
 

@@ -102,7 +102,7 @@ def build_artifact(grammar: GrammarSpec, tokenizer, **options) -> dict:
     t_front = time.monotonic()
     d0 = one_step(tables)
     d0a = aggregate(d0)
-    d1 = direct_jumps(tables, inline_max, max_edges)
+    d1 = direct_jumps(tables, inline_max=inline_max, max_edges=max_edges)
     d2 = aggregate(d1)
     packed = pack(d2)
     t_dpda = time.monotonic()
@@ -113,12 +113,12 @@ def build_artifact(grammar: GrammarSpec, tokenizer, **options) -> dict:
     jobs = None
     split_note = "off"
     if used == "chars" and context_split:   # per top LR state: tokens decided without context (context.py)
-        jobs = build_jobs_by_state(lexer, term_id, tokenizer, packed, 2 * packed.n_states + 8, max_push, chunk,
-                                   dense_min, deadline, sort_share_mb=sort_share_mb)
+        jobs = build_jobs_by_state(lexer, term_id, tokenizer, packed, 2 * packed.n_states + 8, max_push,
+                                   chunk=chunk, dense_min=dense_min, sort_share_mb=sort_share_mb, deadline=deadline)
         if jobs is None:
             split_note = "skipped: over its size budget"
     if jobs is None:
-        jobs = build_jobs(lexer, term_id, tokenizer, chunk, dense_min, deadline)
+        jobs = build_jobs(lexer, term_id, tokenizer, chunk=chunk, dense_min=dense_min, deadline=deadline)
         jobs["stats"]["context_split"] = split_note
     t_jobs = time.monotonic()
     lex_to_dpda = np.array([term_id.get(n, -1) for n in lexer.names], dtype=np.int32)

@@ -63,11 +63,11 @@ def _setup(lexer, term_id: dict[str, int], tokenizer, chunk: int) -> tuple:
             (vocab + chunk - 1) // chunk, TokenJobs(tokenizer.token_bytes))
 
 
-def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, dense_min: int = 512,
+def build_jobs(lexer, term_id: dict[str, int], tokenizer, *, chunk: int, dense_min: int,
                deadline: float | None = None) -> dict:
     """Jobs of every lexer class over the vocabulary (see module doc). ``term_id`` maps terminal names to
     DPDA terminal ids; a job with more than ``dense_min`` tokens gets a precomputed mask row instead of a
-    token list."""
+    token list (``chunk``, ``dense_min``: the engine's options of those names, Pre3Options)."""
     to_dpda, vocab, n_ch, tj = _setup(lexer, term_id, tokenizer, chunk)
     tok_ids, seqs = tj.tok_ids, tj.seqs
     eos = tokenizer.eos_id
@@ -113,8 +113,8 @@ def build_jobs(lexer, term_id: dict[str, int], tokenizer, chunk: int = 8192, den
 
 
 def build_jobs_by_state(lexer, term_id: dict[str, int], tokenizer, packed, guard: int, max_push: int,
-                        chunk: int = 8192, dense_min: int = 512, deadline: float | None = None,
-                        max_pairs: int = 60_000_000, sort_share_mb: int = 64) -> dict:
+                        *, chunk: int, dense_min: int, sort_share_mb: int, deadline: float | None = None,
+                        max_pairs: int = 60_000_000) -> dict:
     """The character-level jobs split by the LR state on top of the stack (``context.py``): per class of states,
     one always-allowed job holding the tokens accepted without context, then the context jobs and EOS. The
     result has ``state_class`` (LR state -> class) besides the arrays of ``build_jobs``; None when the split

@@ -58,12 +58,12 @@ class Progress:
 # --------------------------------------------------------------------------------------------------
 # 1. Lark's LALR(1) tables
 # --------------------------------------------------------------------------------------------------
-def lalr_tables(grammar: GrammarSpec, max_rules: int = 20_000, timeout_s: float = 60.0,
-                conflicts: str = "refuse"):
+def lalr_tables(grammar: GrammarSpec, *, timeout_s: float, conflicts: str, max_rules: int = 20_000):
     """(IntParseTable, terminals, ignored names, number of shift/reduce conflicts resolved as shift: 0 unless
     ``conflicts="shift"``). Lark's analysis runs in a child process (a fresh interpreter
     under :class:`~gcdbench.parsers.limited.LimitedProcess`: the harness's worker may hold threads, so no fork),
-    so a grammar whose LALR construction does not finish in ``timeout_s`` is refused instead of hanging."""
+    so a grammar whose LALR construction does not finish in ``timeout_s`` is refused instead of hanging.
+    ``timeout_s`` and ``conflicts``: PSC's options ``lalr_timeout_s`` and ``conflicts`` (PSCOptions)."""
     import subprocess
     import sys
 
