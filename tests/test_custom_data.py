@@ -130,14 +130,9 @@ def test_files_one_sample_per_file_sorted_by_path(tmp_path, fmt):
 
 # -- end to end through the runner ------------------------------------------------------------------------------
 def _cfg(tmp_path, *overrides):
-    from hydra import compose, initialize_config_dir
+    from runconf import make_cfg
 
-    from gcdbench.experiments.config import register
-
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            f"out_dir={tmp_path / 'runs'}", "progress=false", "tokenizer=bytes", "samples=all", *overrides])
+    return make_cfg(tmp_path / "runs", "samples=all", *overrides)
 
 
 def _outcomes(out: Path) -> dict:

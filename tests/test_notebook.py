@@ -5,10 +5,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from hydra import compose, initialize_config_dir
 
-from gcdbench.experiments.config import register
 from gcdbench.experiments.runner import run
+from runconf import make_cfg
 
 REPO = Path(__file__).resolve().parents[1]
 GRAMMARS = REPO / "tests" / "grammars"
@@ -16,12 +15,8 @@ NOTEBOOK = REPO / "notebooks" / "explore.ipynb"
 
 
 def _cfg(out_dir: Path, engine: str):
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            f"out_dir={out_dir}", "progress=false", "tokenizer=bytes", f"engine={engine}", "dataset=custom",
-            f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}", f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}",
-            "samples=2", "audit.per_sample=1"])
+    return make_cfg(out_dir, f"engine={engine}", "dataset=custom", f"dataset.grammar={GRAMMARS / 'tiny_sql.lark'}",
+                    f"dataset.samples={GRAMMARS / 'tiny_sql.txt'}", "samples=2", "audit.per_sample=1")
 
 
 def test_notebook_is_stored_without_outputs():
