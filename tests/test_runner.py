@@ -12,31 +12,10 @@ from hydra import compose, initialize_config_dir
 
 from gcdbench.experiments.config import register
 from gcdbench.experiments.runner import run
+from runconf import make_cfg, outcomes   # the letters fixture: tests/conftest.py
 
 REPO = Path(__file__).resolve().parents[1]
 GRAMMARS = REPO / "tests" / "grammars"
-
-
-def make_cfg(tmp_path, *overrides):
-    register()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=[
-            f"out_dir={tmp_path}", "progress=false", "tokenizer=bytes", *overrides])
-
-
-@pytest.fixture
-def letters(tmp_path):
-    """A grammar of lowercase words and samples with and without the trigger letter 'z'."""
-    g = tmp_path / "letters.lark"
-    g.write_text('start: WORD (" " WORD)*\nWORD: /[a-z]+/\n')
-    s = tmp_path / "letters.txt"
-    s.write_text("abc de\nazb\nxy\n")
-    return ["dataset=custom", f"dataset.grammar={g}", f"dataset.samples={s}"]
-
-
-def outcomes(out: Path) -> dict:
-    df = pd.read_parquet(out / "samples.parquet")
-    return dict(zip(df["sample_id"], df["outcome"]))
 
 
 def test_ok_run_writes_long_format_results(tmp_path):
