@@ -38,6 +38,10 @@ class ValiantOptions:
                                "merged boundaries")
     mask_cache: int = option(512, "cpu: slots of the cache of assembled token sets (a base's tokens, keyed by its "
                              "viable trie nodes and lexer states), per thread; 0: none")
+    mask_memo: int = option(64, "cpu, one thread: whole masks kept per sequence, keyed by the prefix's exact "
+                            "lexer configurations (chart node, lexer state): a prefix that ends inside a long "
+                            "terminal (a string, a number, a regular part) meets the same configurations again and "
+                            "copies its mask; a key is kept at its second sighting; 0: none")
     regularize: bool = option(False, "rewrite the grammar first: each maximal regular part (a string body, a number, "
                               "white space written with one-character terminals) becomes one terminal "
                               "(parsers/regularize.py; the same language)")
@@ -150,6 +154,10 @@ class ValiantEngine(Engine):
         self._ac_width = min(1024, 4 + int(c_.trans.shape[0]) + N)
         self._ws1 = np.zeros(c_.grammar.WN + c_.grammar.WT + 1, dtype=np.uint64)   # mask_virtual's scratch
         self._memo_hits = self._steps_done = self._adopted_done = 0
+        if int(self.opts["mask_memo"]) < 0:
+            raise ValueError(f"engine valiant: mask_memo must be 0 (none) or a number of masks, "
+                             f"not {self.opts['mask_memo']}")
+        self._mm_size, self._mm_hits = int(self.opts["mask_memo"]), 0
         self.backend = None
         if self.opts["backend"] == "cuda":
             from .cuda_kernels import CudaSearch
@@ -193,6 +201,10 @@ class ValiantEngine(Engine):
         else:
             self.store = ChartStore(self.comp.grammar, self._statics, self._depth, self._k_root,
                                     self.comp.align.n_nodes)
+        self._hkey = self._hargs = None     # fill_host's arguments (_host_args), built at the next mask
+        # configurations -> whole mask (mask_memo; _remember), and the keys seen once; they name this store's nodes
+        self._mm: dict[bytes, np.ndarray] = {}
+        self._mm_seen: set[bytes] = set()
         # (base chart node, lists in use) -> viable trie nodes, for the masks computed from Python (threads > 1, CUDA);
         # a chart node never changes, so neither does its search: steps inside one piece (long names) reuse it
         self._memo: dict[tuple, np.ndarray] = {}
@@ -254,6 +266,33 @@ class ValiantEngine(Engine):
         needed_nodes(out, ch["need_b0"], ch["need_b1"], b0, b1, np.asarray(xs, dtype=np.int32), al.cont_xstart,
                      al.cont_nodes, al.node_parent, ch["chain"])
         return out
+
+    def _remember(self, key: bytes, out: np.ndarray) -> None:
+        """Keep ``out`` as the mask of configurations ``key`` if the key was seen before (a prefix's configurations
+        name chart nodes, which never change while the store lives, so the same key means the same mask: the
+        memo is dropped with the store's nodes at :meth:`reset`). A key seen once costs a set entry, not a copy,
+        so grammars whose prefixes never repeat a configuration pay almost nothing."""
+        if key not in self._mm_seen:
+            if len(self._mm_seen) > 64 * self._mm_size:
+                self._mm_seen.clear()
+            self._mm_seen.add(key)
+            return
+        if len(self._mm) >= self._mm_size:
+            self._mm.clear()
+        self._mm[key] = out.copy()
+
+    def _host_args(self, out: np.ndarray, s: ChartStore) -> tuple:
+        """``fill_host``'s 19 arguments for ``out`` and store ``s``, built once and kept while they hold: the same
+        output array and store, none of the store's arrays replaced since (``ChartStore.gen``) and the same thread
+        (its assembled-token cache). Building them anew was about a microsecond a mask, a fifth of a cached one."""
+        key = (out, s, s.gen, threading.get_ident())
+        k = self._hkey
+        if k is not None and k[0] is out and k[1] is s and k[2] == key[2] and k[3] == key[3]:
+            return self._hargs
+        self._hkey = key
+        self._hargs = (out.view(np.uint32), s.mem, s.nodes, s.hdr, s.kept, s.medge, s.memo, s.work, s.scr, s.cfg,
+                       self._flags, self._tot, self.tokenizer.eos_id, *self._acache(), *self._statics)
+        return self._hargs
 
     def _acache(self) -> tuple:
         """This thread's assembled-token cache (rows of a packed mask's uint32 words, keys), made at its first use."""
@@ -353,14 +392,15 @@ class ValiantEngine(Engine):
         without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
         from an earlier search's kept charts, base charts a mask did without (mask_virtual), searches of merged
         boundaries' chains (a mask's second phase: kernels_common.mask_base), bases' token sets taken from the
-        assembled-token cache and assembled (kernels_common.fill_cached)."""
+        assembled-token cache and assembled (kernels_common.fill_cached), whole masks copied from the mask memo
+        (mask_memo)."""
         t = self._tot.tolist()
         return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits + self.store.memo_hits,
                 "chart_steps": t[ST_STEPS], "base_steps": self._steps_done + self.store.steps,
                 "nodes_checked": t[ST_CHECKED], "viable_nodes": t[ST_VIABLE], "chain_aliases": t[ST_ALIASED],
                 "leaves_certified": t[ST_CERTIFIED], "adopted_charts": self._adopted_done + self.store.adopted,
                 "base_charts_skipped": t[N_STATS + 1], "chain_searches": t[N_STATS + 2],
-                "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS]}
+                "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS], "masks_reused": self._mm_hits}
 
     def fill_mask(self, out: np.ndarray) -> None:
         self._fill(out, self.threads)
@@ -368,13 +408,20 @@ class ValiantEngine(Engine):
     def _fill(self, out: np.ndarray, T: int) -> None:
         """The mask into ``out``, each search on ``T`` threads: one jitted call on the CPU with one thread
         (``kernels_common.fill_host``), else the bases' loop here."""
-        u = out.view(np.uint32)
         if self.backend is None and T == 1:
             s = self.store
-            while fill_host(u, s.mem, s.nodes, s.hdr, s.kept, s.medge, s.memo, s.work, s.scr, s.cfg, self._flags,
-                            self._tot, self.tokenizer.eos_id, *self._acache(), *self._statics):
+            key = s.cfg[:s.hdr[H_NCFG]].tobytes() if self._mm_size else None
+            m = self._mm.get(key)
+            if m is not None:
+                np.copyto(out, m)
+                self._mm_hits += 1
+                return
+            while fill_host(*self._host_args(out, s)):
                 s.grow()
+            if key is not None:
+                self._remember(key, out)
             return
+        u = out.view(np.uint32)
         bases, acc = self._bases_acc(lazy=self.backend is None)
         eos = self.tokenizer.eos_id
         if not bases:
@@ -446,7 +493,7 @@ class ValiantEngine(Engine):
         other._ws, other._sizes = {}, {}
         if self.threads > 1:
             other._vb2 = tuple(np.zeros_like(a) for a in self._vb2)
-        other._memo_hits = other._steps_done = other._adopted_done = 0
+        other._memo_hits = other._steps_done = other._adopted_done = other._mm_hits = 0
         other._lanes = None
         other.store = None
         if self.backend is not None:

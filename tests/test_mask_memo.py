@@ -1,0 +1,75 @@
+"""Valiant's whole-mask memo (option ``mask_memo``): a prefix whose lexer configurations were met before copies the
+mask computed then. The masks stay the reference's at every prefix, the memo is used where configurations repeat
+(inside long regular terminals), it starts empty after ``reset`` and in a fork, and ``mask_memo=0`` turns it off."""
+from __future__ import annotations
+
+import pytest
+
+from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.reference import ReferenceChecker
+from gcdbench.parsers.tokenizers import byte_level
+
+# long runs inside one terminal (names, quoted fields): the configuration (chart node, lexer state) recurs
+CSVISH = GrammarSpec(name="csvish", lark=r'''
+start: row ("\n" row)* "\n"?
+row: field ("," field)*
+field: NAME | QUOTED |
+NAME: /[a-z]+/
+QUOTED: /"([^"]|"")*"/
+''')
+TEXTS = [b'abcabc,"x""y""z",dd\nee,,"q\n"\n', b"aaaa,bbbb\ncccc", b'"' + b"ab" * 12 + b'"']
+
+
+def _walk(engine, ref, tok, data: bytes) -> None:
+    m = allocate_mask(tok.vocab_size)
+    engine.reset()
+    sid = ref.initial()
+    for i in range(len(data) + 1):
+        engine.fill_mask(m)
+        assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
+        if i == len(data):
+            return
+        assert engine.commit(data[i]), data[:i + 1]
+        sid = ref.step(sid, data[i])
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    tok = byte_level()
+    e = ValiantEngine(cache=False)
+    e.compile(CSVISH, tok)
+    return e, ReferenceChecker(CSVISH), tok
+
+
+def test_memo_masks_equal_the_reference_and_are_used(setup):
+    e, ref, tok = setup
+    for data in TEXTS:
+        _walk(e, ref, tok, data)
+    assert e.counters["masks_reused"] > 10, e.counters
+
+
+def test_memo_is_per_sequence(setup):
+    """``reset`` and ``fork`` start with an empty memo: chart node numbers restart with the store."""
+    e, ref, tok = setup
+    _walk(e, ref, tok, TEXTS[1])
+    e.reset()
+    assert not e._mm and not e._mm_seen
+    f = e.fork()
+    assert f.counters["masks_reused"] == 0 and not f._mm
+    _walk(f, ref, tok, TEXTS[2])
+    assert f.counters["masks_reused"] > 0
+
+
+def test_memo_off_and_bad_values():
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    tok = byte_level()
+    e = ValiantEngine(cache=False, mask_memo=0)
+    e.compile(CSVISH, tok)
+    ref = ReferenceChecker(CSVISH)
+    _walk(e, ref, tok, TEXTS[0])
+    assert e.counters["masks_reused"] == 0
+    with pytest.raises(ValueError, match="mask_memo"):
+        ValiantEngine(cache=False, mask_memo=-1).compile(CSVISH, tok)
