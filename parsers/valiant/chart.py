@@ -179,6 +179,23 @@ class PackedGrammar:
         if R:
             azx[inv.ravel(), right] = True
         self.azx = pack_rows(azx) if ukey.size else np.zeros((0, WN), U64)
+        # per left child A, its parents Z grouped by their right children (azx): (Z set, X set) per group, so the
+        # seeds of ANC cost a test per group, not an OR per (A, Z) pair (after unit rules are folded in, a level
+        # of a precedence ladder has every level above it as a parent, all with the same right child)
+        ag_start, ag_z, ag_x = [0], [], []
+        for a in range(nl):
+            groups: dict[bytes, int] = {}
+            for z in np.flatnonzero(self.az_id[a] >= 0):
+                x = self.azx[self.az_id[a, z]]
+                g = groups.setdefault(x.tobytes(), len(ag_z))
+                if g == len(ag_z):
+                    ag_z.append(np.zeros(WN, dtype=U64))
+                    ag_x.append(x.copy())
+                ag_z[g][z >> 6] |= U64(1) << U64(z & 63)
+            ag_start.append(len(ag_z))
+        self.ag_start = np.array(ag_start, dtype=np.int32)
+        self.ag_z = np.array(ag_z, dtype=U64).reshape(-1, WN)
+        self.ag_x = np.array(ag_x, dtype=U64).reshape(-1, WN)
         if self.close_start is None:
             self.close_start, self.close_z, self.close_x, self.close_pairs = closing_items(
                 self.term_nts, self.az_id, self.azx, nl, WN)
@@ -188,6 +205,26 @@ class PackedGrammar:
             zs = self.close_z[self.close_start[t]:self.close_start[t + 1]].astype(np.int64)
             np.bitwise_or.at(tz[t], zs >> 6, U64(1) << (zs & 63).astype(U64))
         self.term_z = tz
+        # per terminal t, the parents Z of its items grouped by the first terminals of their right children X
+        # (first_term over close_x): (Z set, terminal set) per group, what _row0_certifies reads
+        cg_start, cg_z, cg_t = [0], [], []
+        for t in range(self.n_term):
+            groups: dict[bytes, int] = {}
+            for k in range(self.close_start[t], self.close_start[t + 1]):
+                xs = np.flatnonzero(np.unpackbits(self.close_x[k].view(np.uint8), bitorder="little")[:nn])
+                terms = np.zeros(self.WT, dtype=U64)
+                for x in xs:
+                    terms |= self.first_term[x]
+                g = groups.setdefault(terms.tobytes(), len(cg_z))
+                if g == len(cg_z):
+                    cg_z.append(np.zeros(WN, dtype=U64))
+                    cg_t.append(terms)
+                z = int(self.close_z[k])
+                cg_z[g][z >> 6] |= U64(1) << U64(z & 63)
+            cg_start.append(len(cg_z))
+        self.cg_start = np.array(cg_start, dtype=np.int32)
+        self.cg_z = np.array(cg_z, dtype=U64).reshape(-1, WN)
+        self.cg_t = np.array(cg_t, dtype=U64).reshape(-1, self.WT)
 
     def record(self) -> Grammar:
         """The arrays the chart step reads, as one record (``kernels_common.Grammar``: its fields are attributes

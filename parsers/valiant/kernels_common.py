@@ -77,6 +77,9 @@ GRAMMAR_FIELDS = (
     ("za", "u64[2]", "[n_left, WN] parents Z of rules Z -> A X, per left child A"),
     ("az_id", "i32[2]", "[n_left, NT] (A, Z) -> pair id, or -1"),
     ("azx", "u64[2]", "[pairs, WN] right children X per (A, Z) pair"),
+    ("ag_start", "i32[1]", "[n_left+1] CSR of the groups of A's parents Z that have the same right children"),
+    ("ag_z", "u64[2]", "[groups, WN] the parents Z of a group"),
+    ("ag_x", "u64[2]", "[groups, WN] their right children X"),
     ("term_z", "u64[2]", "[T, WN] parents Z of the items terminal t closes (close_z as a bitset)"),
     ("cover", "u64[2]", "[NT, WN] X != V having every rule V has (so X derives whatever V derives)"),
     ("has_cover", "u64[2]", "[1, WN] the V with a non-empty cover"),
@@ -85,6 +88,9 @@ GRAMMAR_FIELDS = (
     ("close_z", "i32[1]", "[K] Z"),
     ("close_x", "u64[2]", "[K, WN] the X of (t, Z), over every A -> t"),
     ("close_pairs", "i32[1]", "[K] how many A -> t give (t, Z) (certify counts (A, Z) pairs)"),
+    ("cg_start", "i32[1]", "[T+1] CSR over t of the groups of its items' Z with the same first terminals of the X"),
+    ("cg_z", "u64[2]", "[groups, WN] the Z of a group"),
+    ("cg_t", "u64[2]", "[groups, WT] first_term over the right children X of their items"),
 )
 Grammar = namedtuple("Grammar", [f for f, _, _ in GRAMMAR_FIELDS])
 Trie = namedtuple("Trie", [
@@ -399,8 +405,23 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
     WL = (n_left + 63) // 64
     one = np.uint64(1)
     flag = n_nt * W + (n + 1) * WN + W     # the old-items flag word, after the row summary
+    rows = cur[n_nt * W:]
+    rowsum = cur[n_nt * W + (n + 1) * WN:]
     # row n is never a right child: close it here
-    _close_row(cur, cur[n_nt * W:], n * WN, n, p_offs[0], mem, W, cur[flag + 1:], tid, nth, G)
+    _close_row(cur, rows, n * WN, n, p_offs[0], mem, W, cur[flag + 1:], tid, nth, G)
+    # few non-empty rows (at most 64): the tier is written row by row from the row-major copy, each row filtered by
+    # one AND with the ANC where it starts (a column loop reads every word of every column: n_left * W, most of
+    # them empty on a long prefix); else column by column
+    nrows = 0
+    for i in range(W):
+        x = rowsum[i]
+        while x != 0 and nrows <= 64:
+            x &= x - one
+            nrows += 1
+    byrow = nrows <= 64
+    if byrow:
+        for i in range(tid, n_left * W, nth):
+            mem[out_tier + i] = 0
     for i in range(tid, WL, nth):
         mem[out_tier + n_left * W + i] = 0
     for i in range(tid, WN, nth):
@@ -410,7 +431,7 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
     # on long prefixes (a column of more than two words) the nonterminals in ANC at every position 0..n, whose
     # rows need no filter (in the words after the old-items flag, free once row n is closed)
     every = cur[flag + 1:]
-    wide = W > 2
+    wide = W > 2 and not byrow
     if wide:
         for j in range(tid, WN, nth):
             x = mem[p_offs[0] + j]
@@ -420,33 +441,63 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
                 p += 1
             every[j] = x
     _sync()
-    # left nonterminals handed out round-robin: store the filtered rows, presence bit, and the seeds of
-    # ANC[n+1]: parents Z of A in the union of ANC over the starts of A's cells give right children X
+    if byrow:
+        # rows handed out round-robin: each left cell of row r in ANC[n-r] sets its bit and its presence bit
+        lastw = (one << np.uint64(n_left & 63)) - one if (n_left & 63) != 0 else ~np.uint64(0)
+        skip = tid
+        for i in range(W):
+            rbits = rowsum[i]
+            while rbits:
+                rl = rbits & (~rbits + one)
+                rbits ^= rl
+                if skip > 0:
+                    skip -= 1
+                    continue
+                skip = nth - 1
+                r = i * 64 + _ctz(rl)
+                pr = p_offs[n - r]
+                for j in range(WL):
+                    bits = rows[r * WN + j] & mem[pr + j]
+                    if j == WL - 1:
+                        bits &= lastw
+                    if bits:
+                        _or_word(mem, out_tier + n_left * W + j, bits)
+                    while bits:
+                        low = bits & (~bits + one)
+                        bits ^= low
+                        _or_word(mem, out_tier + (j * 64 + _ctz(low)) * W + i, rl)
+        _sync()
+    # left nonterminals handed out round-robin: store the filtered rows (column by column), presence bit, and the
+    # seeds of ANC[n+1]: parents Z of A in the union of ANC over the starts of A's cells give right children X
     for a in range(tid, n_left, nth):
         aoff = a * W
         to = out_tier + aoff
         ab = one << np.uint64(a & 63)
         aw = a >> 6
-        anyw = np.uint64(0)
-        if wide and (every[aw] & ab) != 0:
-            for w in range(W):
-                keep = cur[aoff + w]
-                mem[to + w] = keep
-                anyw |= keep
+        if byrow:
+            if (mem[out_tier + n_left * W + aw] & ab) == 0:
+                continue
         else:
-            for w in range(W):
-                bits = cur[aoff + w]
-                keep = np.uint64(0)
-                while bits:
-                    low = bits & (~bits + one)
-                    bits ^= low
-                    if mem[p_offs[n - (w * 64 + _ctz(low))] + aw] & ab:
-                        keep |= low
-                mem[to + w] = keep
-                anyw |= keep
-        if anyw == 0:
-            continue
-        _or_word(mem, out_tier + n_left * W + aw, ab)
+            anyw = np.uint64(0)
+            if wide and (every[aw] & ab) != 0:
+                for w in range(W):
+                    keep = cur[aoff + w]
+                    mem[to + w] = keep
+                    anyw |= keep
+            else:
+                for w in range(W):
+                    bits = cur[aoff + w]
+                    keep = np.uint64(0)
+                    while bits:
+                        low = bits & (~bits + one)
+                        bits ^= low
+                        if mem[p_offs[n - (w * 64 + _ctz(low))] + aw] & ab:
+                            keep |= low
+                    mem[to + w] = keep
+                    anyw |= keep
+            if anyw == 0:
+                continue
+            _or_word(mem, out_tier + n_left * W + aw, ab)
         for j in range(WN):
             zj = G.za[a, j]
             if zj == 0:
@@ -467,13 +518,12 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
                     break
             if zj & m1:
                 _or_word(cur, flag, one)
-            cand = zj & (m0 | m1)
-            while cand:
-                zl = cand & (~cand + one)
-                cand ^= zl
-                pid = G.az_id[a, j * 64 + _ctz(zl)]
-                for jj in range(WN):
-                    _or_word(seeds, jj, G.azx[pid, jj])
+            # the groups of parents (same right children) with a parent in ANC where A starts
+            mz = m0 | m1
+            for g in range(G.ag_start[a], G.ag_start[a + 1]):
+                if G.ag_z[g, j] & mz:
+                    for jj in range(WN):
+                        _or_word(seeds, jj, G.ag_x[g, jj])
     _sync()
     # ANC[n+1] = FIRST closure of the seeds, EXPECT[n+1] = their first terminals (seeds handed out round-robin)
     skip = tid
@@ -597,8 +647,8 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
     """True when every needed child of trie node ``v`` (terminal ``a``, parent chart C with ANC at ``pm`` at its end)
     has no needed child itself and has a terminal surely in EXPECT(C + a): in the lower bound given by the items
     ``a`` closes on its own, ``first_term(X)`` for ``Z`` in ANC, ``Z -> A X``, ``A -> a`` (row 0 of the tier C + a would compute; the
-    full step adds only more). Then the step for ``v`` decides nothing. ``seeds`` (WN words) and ``cur`` (WT words)
-    are scratch; the threads share the words and end past a ``_sync`` with the same answer."""
+    full step adds only more). Then the step for ``v`` decides nothing. ``cur`` (WT words) is scratch (``seeds`` is
+    not used); the threads share the words and end past a ``_sync`` with the same answer."""
     one = np.uint64(1)
     tid, nth = _tid(), _nth()
     for ci in range(T.child_start[v], T.child_start[v + 1]):
@@ -610,23 +660,19 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
                 if needed[T.child_ids[cj]]:
                     return False
     WN, WT = G.WN, G.WT
-    for j in range(tid, WN, nth):       # each thread owns its words of seeds and of the bound
-        seeds[j] = 0
-    for k in range(G.close_start[a], G.close_start[a + 1]):    # (Z in ANC puts A -> a in ANC too: FIRST)
-        z = G.close_z[k]
-        if (mem[pm + (z >> 6)] >> np.uint64(z & 63)) & one:
-            for jj in range(tid, WN, nth):
-                seeds[jj] |= G.close_x[k, jj]
-    _sync()
-    for tw in range(tid, WT, nth):
-        lb = np.uint64(0)
+    for tw in range(tid, WT, nth):      # each thread owns its words of the bound
+        cur[tw] = 0
+    # the items' Z grouped by the first terminals of their X (cg_*): a group with a Z in ANC adds its terminals
+    # (Z in ANC puts A -> a in ANC too: FIRST)
+    for g in range(G.cg_start[a], G.cg_start[a + 1]):
+        hit = False
         for j in range(WN):
-            xs = seeds[j]
-            while xs:
-                xl = xs & (~xs + one)
-                xs ^= xl
-                lb |= G.first_term[j * 64 + _ctz(xl), tw]
-        cur[tw] = lb
+            if G.cg_z[g, j] & mem[pm + j]:
+                hit = True
+                break
+        if hit:
+            for tw in range(tid, WT, nth):
+                cur[tw] |= G.cg_t[g, tw]
     _sync()
     ok = True
     for ci in range(T.child_start[v], T.child_start[v + 1]):
