@@ -73,3 +73,21 @@ def test_memo_off_and_bad_values():
     assert e.counters["masks_reused"] == 0
     with pytest.raises(ValueError, match="mask_memo"):
         ValiantEngine(cache=False, mask_memo=-1).compile(CSVISH, tok)
+
+
+def test_memo_turns_itself_off_where_keys_cycle_past_it():
+    """Keys that repeat in a cycle longer than the memo would cost a copy a mask and never be read: after as many
+    copies as it holds, with fewer than a quarter of them read, the memo is off for the rest of the sequence (masks
+    still the reference's) and on again after ``reset``."""
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    cycle = GrammarSpec(name="cycle", lark='start: WORD ("," WORD)*\nWORD: /(abc)+/\n')
+    tok = byte_level()
+    e = ValiantEngine(cache=False, mask_memo=1)
+    e.compile(cycle, tok)
+    ref = ReferenceChecker(cycle)
+    data = b"abc" * 6 + b",abcabc"    # the lexer states cycle a -> b -> c: three keys, one slot
+    _walk(e, ref, tok, data)
+    assert not e._mm_on and not e._mm and e.counters["masks_reused"] == 0
+    e.reset()
+    assert e._mm_on

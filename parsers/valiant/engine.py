@@ -38,10 +38,11 @@ class ValiantOptions:
                                "merged boundaries")
     mask_cache: int = option(512, "cpu: slots of the cache of assembled token sets (a base's tokens, keyed by its "
                              "viable trie nodes and lexer states), per thread; 0: none")
-    mask_memo: int = option(64, "cpu, one thread: whole masks kept per sequence, keyed by the prefix's exact "
+    mask_memo: int = option(128, "cpu, one thread: whole masks kept per sequence, keyed by the prefix's exact "
                             "lexer configurations (chart node, lexer state): a prefix that ends inside a long "
                             "terminal (a string, a number, a regular part) meets the same configurations again and "
-                            "copies its mask; a key is kept at its second sighting; 0: none")
+                            "copies its mask; a key is kept at its second sighting, the oldest leaving a full memo; off for the rest of "
+                            "a sequence where its keys cycle through more masks than it holds; 0: none")
     regularize: bool = option(False, "rewrite the grammar first: each maximal regular part (a string body, a number, "
                               "white space written with one-character terminals) becomes one terminal "
                               "(parsers/regularize.py; the same language)")
@@ -204,6 +205,7 @@ class ValiantEngine(Engine):
         self._hkey = self._hargs = None     # fill_host's arguments (_host_args), built at the next mask
         # configurations -> whole mask (mask_memo; _remember), and the keys seen once; they name this store's nodes
         self._mm: dict[bytes, np.ndarray] = {}
+        self._mm_on, self._mm_puts, self._mm_seq_hits = self._mm_size > 0, 0, 0
         self._mm_seen: set[bytes] = set()
         # (base chart node, lists in use) -> viable trie nodes, for the masks computed from Python (threads > 1, CUDA);
         # a chart node never changes, so neither does its search: steps inside one piece (long names) reuse it
@@ -268,18 +270,30 @@ class ValiantEngine(Engine):
         return out
 
     def _remember(self, key: bytes, out: np.ndarray) -> None:
-        """Keep ``out`` as the mask of configurations ``key`` if the key was seen before (a prefix's configurations
-        name chart nodes, which never change while the store lives, so the same key means the same mask: the
-        memo is dropped with the store's nodes at :meth:`reset`). A key seen once costs a set entry, not a copy,
-        so grammars whose prefixes never repeat a configuration pay almost nothing."""
+        """Keep ``out`` as the mask of configurations ``key`` if the key was seen before; a full memo gives up its
+        oldest mask and its array. A prefix's configurations name chart nodes, which never change while the store
+        lives, so the same key means the same mask; the memo is dropped with the store's nodes at :meth:`reset`. A
+        key seen once costs a set entry, not a copy, so grammars whose prefixes never repeat a configuration pay
+        almost nothing."""
         if key not in self._mm_seen:
             if len(self._mm_seen) > 64 * self._mm_size:
                 self._mm_seen.clear()
             self._mm_seen.add(key)
             return
-        if len(self._mm) >= self._mm_size:
+        self._mm_puts += 1
+        if self._mm_puts > self._mm_size and 4 * self._mm_seq_hits < self._mm_puts:
+            # the repeating keys cycle through more than the memo holds (a {256} count): copies that no mask
+            # reads again; off until reset, so such a sequence pays only what it paid before the memo filled
+            self._mm_on = False
             self._mm.clear()
-        self._mm[key] = out.copy()
+            self._mm_seen.clear()
+            return
+        if len(self._mm) < self._mm_size:
+            self._mm[key] = out.copy()
+            return
+        arr = self._mm.pop(next(iter(self._mm)))
+        np.copyto(arr, out)
+        self._mm[key] = arr
 
     def _host_args(self, out: np.ndarray, s: ChartStore) -> tuple:
         """``fill_host``'s 19 arguments for ``out`` and store ``s``, built once and kept while they hold: the same
@@ -410,15 +424,17 @@ class ValiantEngine(Engine):
         (``kernels_common.fill_host``), else the bases' loop here."""
         if self.backend is None and T == 1:
             s = self.store
-            key = s.cfg[:s.hdr[H_NCFG]].tobytes() if self._mm_size else None
-            m = self._mm.get(key)
-            if m is not None:
-                np.copyto(out, m)
-                self._mm_hits += 1
-                return
+            if self._mm_on:
+                key = s.cfg[:s.hdr.item(H_NCFG)].tobytes()
+                kept = self._mm.get(key)
+                if kept is not None:
+                    np.copyto(out, kept)
+                    self._mm_hits += 1
+                    self._mm_seq_hits += 1
+                    return
             while fill_host(*self._host_args(out, s)):
                 s.grow()
-            if key is not None:
+            if self._mm_on:
                 self._remember(key, out)
             return
         u = out.view(np.uint32)
