@@ -204,9 +204,9 @@ class ValiantEngine(Engine):
                                     self.comp.align.n_nodes)
         self._hkey = self._hargs = None     # fill_host's arguments (_host_args), built at the next mask
         # configurations -> whole mask (mask_memo; _remember), and the keys seen once; they name this store's nodes
-        self._mm: dict[bytes, np.ndarray] = {}
+        self._mm: dict = {}
         self._mm_on, self._mm_puts, self._mm_seq_hits = self._mm_size > 0, 0, 0
-        self._mm_seen: set[bytes] = set()
+        self._mm_seen: set = set()
         # (base chart node, lists in use) -> viable trie nodes, for the masks computed from Python (threads > 1, CUDA);
         # a chart node never changes, so neither does its search: steps inside one piece (long names) reuse it
         self._memo: dict[tuple, np.ndarray] = {}
@@ -269,17 +269,11 @@ class ValiantEngine(Engine):
                      al.cont_nodes, al.node_parent, ch["chain"])
         return out
 
-    def _remember(self, key: bytes, out: np.ndarray) -> None:
-        """Keep ``out`` as the mask of configurations ``key`` if the key was seen before; a full memo gives up its
+    def _remember(self, key, out: np.ndarray) -> None:
+        """Keep ``out`` as the mask of configurations ``key``, a key seen before (a key seen once costs a set entry,
+        not a copy, so grammars whose prefixes never repeat a configuration pay little); a full memo gives up its
         oldest mask and its array. A prefix's configurations name chart nodes, which never change while the store
-        lives, so the same key means the same mask; the memo is dropped with the store's nodes at :meth:`reset`. A
-        key seen once costs a set entry, not a copy, so grammars whose prefixes never repeat a configuration pay
-        almost nothing."""
-        if key not in self._mm_seen:
-            if len(self._mm_seen) > 64 * self._mm_size:
-                self._mm_seen.clear()
-            self._mm_seen.add(key)
-            return
+        lives, so the same key means the same mask; the memo is dropped with the store's nodes at :meth:`reset`."""
         self._mm_puts += 1
         if self._mm_puts > self._mm_size and 4 * self._mm_seq_hits < self._mm_puts:
             # the repeating keys cycle through more than the memo holds (a {256} count): copies that no mask
@@ -425,7 +419,9 @@ class ValiantEngine(Engine):
         if self.backend is None and T == 1:
             s = self.store
             if self._mm_on:
-                key = s.cfg[:s.hdr.item(H_NCFG)].tobytes()
+                n, cfg = s.hdr.item(H_NCFG), s.cfg
+                # one configuration (most prefixes): its two numbers; else the rows' bytes
+                key = (cfg.item(0, 0), cfg.item(0, 1)) if n == 1 else cfg[:n].tobytes()
                 kept = self._mm.get(key)
                 if kept is not None:
                     np.copyto(out, kept)
@@ -435,7 +431,12 @@ class ValiantEngine(Engine):
             while fill_host(*self._host_args(out, s)):
                 s.grow()
             if self._mm_on:
-                self._remember(key, out)
+                if key in self._mm_seen:
+                    self._remember(key, out)
+                elif len(self._mm_seen) < 64 * self._mm_size:
+                    self._mm_seen.add(key)
+                else:
+                    self._mm_seen = {key}
             return
         u = out.view(np.uint32)
         bases, acc = self._bases_acc(lazy=self.backend is None)
