@@ -42,7 +42,7 @@ def parse_overrides(items: list[str], engines: list[str]) -> tuple[dict, dict]:
 def option_sets(engine: str, overrides: dict, threads: int | None, sweep: list[str]) -> list[dict]:
     """The option sets of one engine: overrides, ``--threads`` on its threads option, one set per sweep value.
     Unknown options fail here, naming the valid ones (the engine's own check)."""
-    from gcdbench.parsers.registry import engine_class
+    from gcdbench.parsers.registry import ENGINES, engine_class
 
     cls = engine_class(engine)
     base = dict(overrides)
@@ -54,6 +54,10 @@ def option_sets(engine: str, overrides: dict, threads: int | None, sweep: list[s
     for item in sweep:
         key, _, values = item.partition("=")
         scope, dot, name = key.rpartition(".")
+        if dot and scope not in ENGINES:
+            raise SystemExit(f"bench: --sweep {item!r}: {scope!r} is not an engine; a sweep is KEY=V1,V2 or "
+                             "ENGINE.KEY=V1,V2 (dataset.KEY=VALUE and other overrides go before --sweep: every "
+                             "word after --sweep is taken as a sweep)")
         if dot and scope != engine:
             continue   # NAME.KEY=V1,V2 sweeps engine NAME only
         axes.append([(name, _value(v)) for v in values.split(",") if v])

@@ -158,3 +158,13 @@ def test_masks_phases_split_a_mask_by_part_and_restore_the_functions(tmp_path):
     assert (ve.fill_host, ve.mask_base, cs.store_child) == before
     with pytest.raises(SystemExit, match="names instruction_phases"):
         bench.main(["masks", "--engine", "psc", "--dataset", "sample", "--n", "1", "--tokenizer", "bytes", "--phases"])
+
+
+def test_sweep_that_swallowed_an_override_is_refused():
+    """argparse gives ``--sweep`` every word after it: ``dataset.family=x`` there is an override in the wrong place,
+    refused with the fix rather than silently ignored (the bench would run the default dataset)."""
+    from gcdbench.experiments.bench_setup import option_sets
+
+    with pytest.raises(SystemExit, match="go before --sweep"):
+        option_sets("valiant", {}, None, ["valiant.mask_memo=0,128", "dataset.family=counted"])
+    assert option_sets("valiant", {}, None, ["valiant.mask_memo=0,128"]) == [{"mask_memo": 0}, {"mask_memo": 128}]
