@@ -107,7 +107,7 @@ def test_times_digest_percentiles():
     exact nearest rank; digests of two cells merge."""
     import numpy as np
 
-    from gcdbench.experiments.report.collect import Times, mask_digest
+    from gcdbench.experiments.report.masktimes import Times, mask_digest
 
     rng = np.random.default_rng(0)
     a, b = rng.lognormal(3, 1.5, 20_000), rng.lognormal(2, 1, 5_000)

@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from gcdbench.datasets.maskbench import PUBLISHED, category
-from gcdbench.experiments.report.collect import (Times, Unreadable, machine_text, read_cell_file, read_run,
-                                                 run_dirs, sample_step_summary, summarize_sample_steps, warn)
+from gcdbench.experiments.report.collect import (Unreadable, machine_text, read_cell_file, read_run, run_dirs,
+                                                 sample_step_summary, warn)
+from gcdbench.experiments.report.masktimes import Times, summarize_sample_steps
 from gcdbench.experiments.report.plot import emphasis, legend_right, save_figure, styles
 from gcdbench.experiments.report.section import Context, Section
 from gcdbench.experiments.report.text import figure_link, markdown, md_code

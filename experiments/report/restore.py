@@ -10,7 +10,7 @@ Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`)
 - per-mask rows (``steps.parquet``) are replaced by what the report computes from them: the cell's mask-time
   summary (``restored.mask_summary`` in its run record: count, mean, p50/p99/p99.9/max, computed exactly as
   :func:`.collect.mask_summary` does), a digest for any other percentile and the CDFs (``restored.mask_digest``,
-  :func:`.collect.mask_digest`: the slowest 1% exactly, the rest in 1%-wide log bins; what the MaskBench section
+  :func:`.masktimes.mask_digest`: the slowest 1% exactly, the rest in 1%-wide log bins; what the MaskBench section
   reads) and, for single-mode cells, the per-sample counts, means, maxima and first masks (``sample_steps``: what
   the suite's growth, the cliffs and the MaskBench sections read);
 - batch cells keep their per-step summaries (``batch_steps``: one row per ``fill_masks`` call), not every mask;
@@ -41,8 +41,8 @@ import pandas as pd
 from gcdbench.experiments import schema
 from gcdbench.experiments.provenance import git_commit
 from gcdbench.experiments.report import packed
-from gcdbench.experiments.report.collect import (Unreadable, batch_step_stats, mask_digest, mask_summary,
-                                                 read_cell_file, read_run, summarize_sample_steps)
+from gcdbench.experiments.report.collect import Unreadable, mask_summary, read_cell_file, read_run
+from gcdbench.experiments.report.masktimes import batch_step_stats, mask_digest, summarize_sample_steps
 
 ROW_NAMES = {"samples.parquet": "samples.parquet", "audit.parquet": "audit.parquet",
              "batch_steps.parquet": "batch_steps.parquet"}
