@@ -46,6 +46,78 @@ def callee_jit(**options):
     return wrap
 
 
+# -- numba's on-disk cache, keyed by every source a kernel is built from ---------------------------------------------
+#: folder -> the sources whose text keys the cache of every cached function defined in a file of that folder
+_STAMPED: dict[str, tuple[str, ...]] = {}
+
+
+def _digest(paths: tuple[str, ...]) -> str:
+    import hashlib
+    import os
+
+    h = hashlib.sha256()
+    for path in paths:
+        st = os.stat(path)
+        h.update(path.encode() + b"\0" + _file_hash(path, st.st_mtime_ns, st.st_size))
+    return h.hexdigest()
+
+
+def _file_hash(path: str, mtime_ns: int, size: int, _memo: dict = {}) -> bytes:   # noqa: B006 - the memo
+    """The file's sha256, computed again when its mtime or size changes (as numba's own stamp does)."""
+    import hashlib
+
+    key = (path, mtime_ns, size)
+    if key not in _memo:
+        with open(path, "rb") as f:
+            _memo[key] = hashlib.sha256(f.read()).digest()
+    return _memo[key]
+
+
+def _stamped_locator(base):
+    """``base`` (one of numba's cache locators), used only for functions defined in a folder registered with
+    :func:`stamp_cache_with`, whose source stamp also carries the digest of that folder's sources."""
+    import os
+
+    class Stamped(base):
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.dirname(os.path.abspath(py_file)) not in _STAMPED:
+                return None
+            return super().from_function(py_func, py_file)
+
+        def get_source_stamp(self):
+            return (super().get_source_stamp(), _digest(_STAMPED[os.path.dirname(os.path.abspath(self._py_file))]))
+
+    Stamped.__name__ = Stamped.__qualname__ = "Stamped" + base.__name__
+    return Stamped
+
+
+def stamp_cache_with(folder: str, *extra: str) -> None:
+    """Key numba's on-disk cache of every ``cache=True`` function defined in ``folder`` by the text of every
+    ``.py`` file there and of ``extra`` files, not by its own file alone. numba checks only the file a function is
+    defined in, so a caller in one file keeps the machine code it inlined from a callee in another file after the
+    callee changes (stale code, even a crash on a changed record). Call it in the package's ``__init__``, before
+    any of its kernels is defined. Any of those files changing recompiles them all, once."""
+    import glob
+    import os
+
+    from numba.core import caching
+
+    folder = os.path.abspath(folder)
+    _STAMPED[folder] = tuple(sorted(glob.glob(os.path.join(folder, "*.py")))) + tuple(
+        sorted(os.path.abspath(e) for e in extra))
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl   # numba >= 0.61 names it without "_"
+    classes = impl._locator_classes
+    if any(getattr(c, "_gcdbench_stamped", False) for c in classes):
+        return
+    bases = [getattr(caching, n, None) or getattr(caching, "_" + n)
+             for n in ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")]
+    stamped = [_stamped_locator(b) for b in bases]
+    for c in stamped:
+        c._gcdbench_stamped = True
+    classes[:0] = stamped
+
+
 def compile_for(dispatcher, *args):
     """Load (from numba's on-disk cache) or compile ``dispatcher`` now for the argument types a call with ``args``
     would have, without calling it: an engine pays its compiles in init, not in its first mask."""

@@ -974,8 +974,8 @@ def extend_edges(mem, nodes, node, t, e_rows, e_terms, out_tier, out_p, out_e, c
 
 
 # -- CPU entry points of a mask: needed nodes, tree search, token assembly, in one call per base chart ----------
-# (in this file with the device logic they call: numba's on-disk cache is per source file, so a caller in another
-# file would keep stale machine code of a changed callee)
+# (numba keys its on-disk cache by a function's own file; this package's __init__ keys it by every source of the
+# package and targets.py instead (targets.stamp_cache_with), so these could move to a file of their own)
 Tables = namedtuple("Tables", [
     "child_start", "child_ids", "node_term", "node_parent",      # the trie (int32)
     "bnd_tok0", "bnd_tok1", "call_tok", "cont_nodes", "cont_tok",  # token lists (int32)

@@ -1,0 +1,63 @@
+"""numba keys its on-disk cache by the file a function is defined in only, so a caller keeps the machine code it
+inlined from a callee in another file after the callee changed. ``targets.stamp_cache_with(folder)`` keys the
+cache of a folder's functions by every source there (Valiant's and Pre3's packages call it): a changed callee
+recompiles its caller, an unchanged tree loads from the cache."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RUN = ("import json, stamppkg.caller as c; v = c.call(); "
+       "print(json.dumps([v, c.call.stats.cache_hits.most_common(), c.call.stats.cache_misses.most_common()]))")
+
+
+def _run(tmp: Path) -> list:
+    import json
+
+    env = {**os.environ, "PYTHONPATH": f"{tmp}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("NUMBA_CACHE_DIR", None)      # the in-tree cache, beside the sources in tmp
+    r = subprocess.run([sys.executable, "-c", RUN], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_changed_callee_rebuilds_its_caller(tmp_path):
+    pkg = tmp_path / "stamppkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\nfrom gcdbench.parsers.targets import stamp_cache_with\n"
+                                     "stamp_cache_with(os.path.dirname(__file__))\n")
+    (pkg / "callee.py").write_text("import numba\n\n@numba.njit(cache=True)\ndef value():\n    return 1\n")
+    (pkg / "caller.py").write_text(textwrap.dedent("""\
+        import numba
+        from .callee import value
+
+        @numba.njit(cache=True)
+        def call():
+            return value() + 0
+        """))
+    value, hits, misses = _run(tmp_path)
+    assert value == 1 and not hits and misses            # first run: compiled and saved
+    value, hits, misses = _run(tmp_path)
+    assert value == 1 and hits and not misses            # unchanged: loaded from the cache
+    (pkg / "callee.py").write_text("import numba\n\n@numba.njit(cache=True)\ndef value():\n    return 20 + 2\n")
+    value, hits, misses = _run(tmp_path)
+    assert value == 22 and not hits and misses           # the caller's file is unchanged, yet it is rebuilt
+
+
+def test_valiant_and_pre3_kernels_are_stamped():
+    from numba.core import caching
+
+    import gcdbench.parsers.pre3.kernels as pk
+    import gcdbench.parsers.valiant.kernels_common as vk
+    from gcdbench.parsers import targets
+
+    for mod in (vk, pk):
+        assert os.path.dirname(os.path.abspath(mod.__file__)) in targets._STAMPED
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+    assert getattr(impl._locator_classes[0], "_gcdbench_stamped", False)
+    assert str(ROOT / "parsers" / "targets.py") in targets._STAMPED[str(ROOT / "parsers" / "valiant")]
