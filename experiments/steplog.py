@@ -39,6 +39,13 @@ def crash_text(err: BaseException) -> str:
     return repair_numba_cache(err) or f"{type(err).__name__}: {err}"
 
 
+def _failure(err: Exception, where: str) -> tuple:
+    """The outcome of an engine's exception at ``where``: its own typed error, or a crash with its text."""
+    if isinstance(err, EngineError):
+        return Outcome.ENGINE_ERROR, f"{where}: {err}"
+    return Outcome.CRASH, f"{where}: {crash_text(err)}"
+
+
 def step_along(engine, steps, mask, on_mask=None, on_commit=None, allows=mask_get,
                raise_errors: bool = False) -> tuple[Outcome, str]:
     """Teacher-force ``engine`` (compiled) along ``steps`` (token ids, the EOS id last) from its empty prefix and
@@ -70,14 +77,10 @@ def step_along(engine, steps, mask, on_mask=None, on_commit=None, allows=mask_ge
             engine.fill_mask(mask)
             t1 = perf()
             jit = WATCH.locks - j0
-        except EngineError as err:
-            if raise_errors:
-                raise
-            return Outcome.ENGINE_ERROR, f"step {step}: {err}"
         except Exception as err:
             if raise_errors:
                 raise
-            return Outcome.CRASH, f"step {step}: {crash_text(err)}"
+            return _failure(err, f"step {step}")
         allowed = allows(mask, tok)
         if on_mask is not None:
             stop = on_mask(step, mask, allowed, t1 - t0, jit)
@@ -90,14 +93,10 @@ def step_along(engine, steps, mask, on_mask=None, on_commit=None, allows=mask_ge
             t2 = perf()
             ok = engine.commit(tok)
             t3 = perf()
-        except EngineError as err:
-            if raise_errors:
-                raise
-            return Outcome.ENGINE_ERROR, f"commit at step {step}: {err}"
         except Exception as err:
             if raise_errors:
                 raise
-            return Outcome.CRASH, f"commit at step {step}: {crash_text(err)}"
+            return _failure(err, f"commit at step {step}")
         stop = None if on_commit is None else on_commit(step, tok, t3 - t2)
         if not ok:
             return Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
