@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gcdbench.parsers.base import GrammarSpec, allocate_mask, mask_to_ids
+from gcdbench.parsers.base import GrammarSpec
 from gcdbench.parsers.reference import ReferenceChecker
 from gcdbench.parsers.tokenizers import byte_level
+from refwalk import engine_agrees
 
 # long runs inside one terminal (names, quoted fields): the configuration (chart node, lexer state) recurs
 CSVISH = GrammarSpec(name="csvish", lark=r'''
@@ -18,19 +19,6 @@ NAME: /[a-z]+/
 QUOTED: /"([^"]|"")*"/
 ''')
 TEXTS = [b'abcabc,"x""y""z",dd\nee,,"q\n"\n', b"aaaa,bbbb\ncccc", b'"' + b"ab" * 12 + b'"']
-
-
-def _walk(engine, ref, tok, data: bytes) -> None:
-    m = allocate_mask(tok.vocab_size)
-    engine.reset()
-    sid = ref.initial()
-    for i in range(len(data) + 1):
-        engine.fill_mask(m)
-        assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
-        if i == len(data):
-            return
-        assert engine.commit(data[i]), data[:i + 1]
-        sid = ref.step(sid, data[i])
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +34,19 @@ def setup():
 def test_memo_masks_equal_the_reference_and_are_used(setup):
     e, ref, tok = setup
     for data in TEXTS:
-        _walk(e, ref, tok, data)
+        engine_agrees(e, ref, tok, [data])
     assert e.counters["masks_reused"] > 10, e.counters
 
 
 def test_memo_is_per_sequence(setup):
     """``reset`` and ``fork`` start with an empty memo: chart node numbers restart with the store."""
     e, ref, tok = setup
-    _walk(e, ref, tok, TEXTS[1])
+    engine_agrees(e, ref, tok, [TEXTS[1]])
     e.reset()
     assert not e._mm and not e._mm_seen
     f = e.fork()
     assert f.counters["masks_reused"] == 0 and not f._mm
-    _walk(f, ref, tok, TEXTS[2])
+    engine_agrees(f, ref, tok, [TEXTS[2]])
     assert f.counters["masks_reused"] > 0
 
 
@@ -69,7 +57,7 @@ def test_memo_off_and_bad_values():
     e = ValiantEngine(cache=False, mask_memo=0)
     e.compile(CSVISH, tok)
     ref = ReferenceChecker(CSVISH)
-    _walk(e, ref, tok, TEXTS[0])
+    engine_agrees(e, ref, tok, [TEXTS[0]])
     assert e.counters["masks_reused"] == 0
     with pytest.raises(ValueError, match="mask_memo"):
         ValiantEngine(cache=False, mask_memo=-1).compile(CSVISH, tok)
@@ -87,7 +75,7 @@ def test_memo_turns_itself_off_where_keys_cycle_past_it():
     e.compile(cycle, tok)
     ref = ReferenceChecker(cycle)
     data = b"abc" * 6 + b",abcabc"    # the lexer states cycle a -> b -> c: three keys, one slot
-    _walk(e, ref, tok, data)
+    engine_agrees(e, ref, tok, [data])
     assert not e._mm_on and not e._mm and e.counters["masks_reused"] == 0
     e.reset()
     assert e._mm_on

@@ -13,6 +13,7 @@ from gcdbench.parsers.grammar import load_ir
 from gcdbench.parsers.reference import DEAD, ReferenceChecker
 from gcdbench.parsers.regularize import lark_regex, regularize, regularize_report
 from gcdbench.parsers.tokenizers import byte_level
+from refwalk import engine_agrees
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,24 +157,6 @@ def _walks(ref: ReferenceChecker, tok, seed: int, n: int, length: int):
             data += bytes([b])
             sid = ref.step(sid, b)
         yield data
-
-
-def _engine_agrees(engine, ref: ReferenceChecker, tok, datas) -> None:
-    """``engine``'s mask equals the reference's full mask at every prefix of every byte string in ``datas``, and it
-    commits every byte."""
-    from gcdbench.parsers.base import allocate_mask, mask_to_ids
-
-    m = allocate_mask(tok.vocab_size)
-    for data in datas:
-        engine.reset()
-        sid = ref.initial()
-        for i in range(len(data) + 1):
-            engine.fill_mask(m)
-            assert mask_to_ids(m, tok.vocab_size).tolist() == ref.full_mask_ids(sid, tok).tolist(), data[:i]
-            if i == len(data):
-                break
-            assert engine.commit(data[i]), data[:i + 1]
-            sid = ref.step(sid, data[i])
 
 
 def _same_masks(a: GrammarSpec, b: GrammarSpec, texts, seed: int = 0, walks: int = 6, length: int = 24) -> int:
@@ -337,7 +320,7 @@ def test_valiant_regularized_equals_reference(name):
         assert e.comp.meta["cnf"]["terminals"] < plain.comp.meta["cnf"]["terminals"]
     ref = ReferenceChecker(sp)
     datas = [s.encode() for s in _samples(name)] + list(_walks(ref, tok, 7, 4, 20))
-    _engine_agrees(e, ref, tok, datas)
+    engine_agrees(e, ref, tok, datas)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -356,7 +339,7 @@ def test_fuzzed_grammars_keep_their_language(seed):
     tok, ref = byte_level(), ReferenceChecker(sp)
     e = ValiantEngine(cache=False, regularize=True)
     e.compile(sp, tok)
-    _engine_agrees(e, ref, tok, [s.encode() for s in samples] + list(_walks(ref, tok, seed, 2, 16)))
+    engine_agrees(e, ref, tok, [s.encode() for s in samples] + list(_walks(ref, tok, seed, 2, 16)))
 
 
 @pytest.mark.parametrize("family", ["one_char_json", "one_char_csv", "one_char_ident_number", "nested_regular",
