@@ -222,6 +222,28 @@ def test_table1_prints_intervals_and_the_harness_floor(tmp_path, runs):
     assert "](figures/intervals_bytes.png)" in text
 
 
+def test_table1_gives_ratios_to_a_base_config_with_intervals(tmp_path, runs):
+    """Under Table 1, every config run with repeats divided by the base config (``--ratio-base``): the known 1.3x
+    slowdown is found as slower, with its interval, in the report and in ``ratios_<base>.csv``; a base without
+    repeated cells (GLRMask, the default, is not in this folder) gives no ratio table."""
+    import pandas as pd
+
+    from gcdbench.experiments.report import write_report
+
+    write_report(runs / "a", tmp_path / "report", tokenizer="bytes", ratio_base=LABEL[40])
+    text = (tmp_path / "report" / "README.md").read_text()
+    assert f"### Ratios to {LABEL[40]} (bytes vocabulary)" in text
+    frame = pd.read_csv(tmp_path / "report" / f"ratios_{LABEL[40]}.csv")
+    assert set(frame["config"]) == {LABEL[52]} and set(frame["statistic"]) == {"mean", "p50", "p99", "p99.9"}
+    p50 = frame.set_index("statistic").loc["p50"]
+    assert p50["verdict"] == "slower" and 1.15 < p50["ratio"] < 1.35 and p50["ratio_lo"] < p50["ratio"] < p50["ratio_hi"]
+    row = next(line for line in text.splitlines() if line.startswith(f"| {LABEL[52]} | custom_tiny_sql | 5 vs 5 |"))
+    assert "slower" in row
+    write_report(runs / "a", tmp_path / "default", tokenizer="bytes")
+    assert "### Ratios to" not in (tmp_path / "default" / "README.md").read_text()
+    assert not list((tmp_path / "default").glob("ratios_*.csv"))
+
+
 # -- the machine's state -----------------------------------------------------------------------------------------
 def test_machine_state_says_when_the_machine_was_not_alone():
     before = {"t": 0.0, "busy_s": 100.0, "own_s": 10.0, "load": [0.5, 0.4, 0.3]}

@@ -20,21 +20,20 @@ SECTIONS: tuple[Section, ...] = (
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = (),
                  before: tuple = (), cliffs: Path | None = None, maskbench: Path | None = None,
-                 seeds: Path | None = None, shapes: Path | None = None) -> str:
+                 seeds: Path | None = None, shapes: Path | None = None, ratio_base: str = "glrmask") -> str:
     """Tables, README.md and figures under ``out`` from the run folders under ``results`` (Table 1), ``also``
     (further runs, each with its per-prefix-length tails), ``batch`` (batch mode), ``before`` (per-prefix tail
     CSVs of earlier commits, drawn beside the further runs' tails in the growth figure), ``cliffs`` (a folder
     with ``bench.json``, ``runs/`` and ``reproducers.json`` of the fuzzed grammars) and ``maskbench`` (the JSON
     Schema cells) and ``seeds`` (the Java, Go and SQL cells of the other seeds' tables) and ``shapes`` (the
-    grammar-shape cells); returns Table 1
-    (Markdown)."""
+    grammar-shape cells); ``ratio_base``: the config Table 1's ratios divide by; returns Table 1 (Markdown)."""
     results, out = Path(results), Path(out)
     all_cells = collect(results)
     ctx = Context(results=results, out=out, tokenizer=tokenizer, also=tuple(also), batch=tuple(batch),
                   before=tuple(before), cliffs=Path(cliffs) if cliffs is not None else None,
                   maskbench=Path(maskbench) if maskbench is not None else None,
                   seeds=Path(seeds) if seeds is not None else None,
-                  shapes=Path(shapes) if shapes is not None else None,
+                  shapes=Path(shapes) if shapes is not None else None, ratio_base=ratio_base,
                   cells=single_mode(all_cells), cold_cells=all_cells[is_cold(all_cells) & ~is_batch(all_cells)],
                   batch_roots=([results] if is_batch(all_cells).any() else []) + [Path(b) for b in batch])
     if ctx.cells.empty:   # exit 0 when every cell is still running (nothing is wrong), else 1

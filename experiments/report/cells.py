@@ -71,9 +71,9 @@ def audit_text(c: dict) -> str:
     """"audit: ..." (:func:`audit_agreement`) or why the cell was not audited."""
     if get(c, "audit_steps"):
         return "audit: " + audit_agreement(c)
-    if c.get("audit_error"):
+    if get(c, "audit_error"):   # NaN where other cells of the frame have an error and this one none
         return f"not audited: {c['audit_error'].splitlines()[0][:200]}"
-    if c.get("audit_per_sample") == 0:
+    if get(c, "audit_per_sample") == 0:
         return "not audited (audit.per_sample=0)"
     return "not audited"
 

@@ -28,6 +28,8 @@ def main(argv=None):
                          "a Seeds' tables section (its JSON column from --maskbench)")
     ap.add_argument("--shapes", default=None,
                     help="folder of the grammar-shape cells (experiment=shapes): a Grammar shapes section")
+    ap.add_argument("--ratio-base", default="glrmask",
+                    help="the config that Table 1's ratios (configs run with repeats) divide by")
     args = ap.parse_args(argv)
     from gcdbench.experiments.config import folder_problem
 
@@ -42,4 +44,4 @@ def main(argv=None):
     print(write_report(results, out, args.tokenizer, tuple(args.also), tuple(args.batch), tuple(args.before),
                        Path(args.cliffs) if args.cliffs else None, Path(args.maskbench) if args.maskbench else None,
                        Path(args.seeds) if args.seeds else None,
-                       shapes=Path(args.shapes) if args.shapes else None))
+                       shapes=Path(args.shapes) if args.shapes else None, ratio_base=args.ratio_base))

@@ -23,6 +23,7 @@ class Context:
     maskbench: Path | None = None      # --maskbench: the MaskBench (JSON Schema) cells
     seeds: Path | None = None          # --seeds: the cells of the other seeds' tables (Java, Go, SQL)
     shapes: Path | None = None         # --shapes: the grammar-shape cells (experiment=shapes)
+    ratio_base: str = "glrmask"        # --ratio-base: the config Table 1's ratios divide by
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # single-mode cells under ``results``
     cold_cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # cells under ``results`` run with cold=true
     batch_roots: list = field(default_factory=list)              # folders holding batch-mode cells
@@ -37,7 +38,8 @@ class Context:
                 + (" --before " + " ".join(map(str, self.before)) if self.before else "")
                 + (f" --maskbench {self.maskbench}" if self.maskbench else "")
                 + (f" --seeds {self.seeds}" if self.seeds else "")
-                + (f" --shapes {self.shapes}" if self.shapes else ""))
+                + (f" --shapes {self.shapes}" if self.shapes else "")
+                + (f" --ratio-base {self.ratio_base}" if self.ratio_base != "glrmask" else ""))
 
 
 @dataclass(frozen=True)

@@ -402,10 +402,13 @@ def stability(cfg: Config, resamples: int = 500, seed: int = SEED) -> dict:
 # tables
 # --------------------------------------------------------------------------------------------------------------
 def fmt_interval(p: float, lo: float, hi: float) -> str:
-    """``2.61 [2.55, 2.70]`` (three significant digits)."""
+    """``2.61 [2.55, 2.70]`` (three significant digits; ``43,347 [41,221, 46,016]`` from 1,000 up)."""
     if not np.isfinite(p):
         return "–"
-    return f"{p:.3g} [{lo:.3g}, {hi:.3g}]"
+
+    def num(x: float) -> str:
+        return f"{x:,.0f}" if np.isfinite(x) and abs(x) >= 1000 else f"{x:.3g}"
+    return f"{num(p)} [{num(lo)}, {num(hi)}]"
 
 
 def interval_frame(configs: dict, resamples: int = RESAMPLES, seed: int = SEED) -> pd.DataFrame:

@@ -111,7 +111,57 @@ def _interval_lines(ctx: Context, intervals: pd.DataFrame) -> list[str]:
             "independent) and, for a config run with repeats, over its repeats (`repeats=R`); a config run once "
             "has no interval for the machine's drift between runs. `gcdbench-compare` gives ratios between configs "
             "with their intervals.", "", *stats.interval_lines(intervals), "",
-            f"![per-mask p50 and p99 with 95% intervals](figures/intervals_{ctx.tokenizer}.png)", ""]
+            f"![per-mask p50 and p99 with 95% intervals](figures/intervals_{ctx.tokenizer}.png)", "",
+            *ratio_lines(ctx)]
+
+
+#: the statistics whose ratios the Table 1 section gives (``stats.STATS`` names)
+RATIO_STATS = ("mean", "p50", "p99", "p99.9")
+
+
+def ratio_frame(cells: pd.DataFrame, tokenizer: str, base: str) -> pd.DataFrame:
+    """Every config run with repeats against the config ``base`` run with repeats on the same dataset: one row
+    per (dataset, config, statistic) with ``stats.ratios``' columns (config / base, its 95% interval from one
+    resampling of both, paired by sample and repeat where they can be, and the verdict). Empty when ``base`` has
+    no repeated cells."""
+    if cells.empty or "path" not in cells:
+        return pd.DataFrame()
+    configs = stats.read_configs(list(cells.loc[cells["tokenizer"] == tokenizer, "path"]))
+    rows = []
+    for (ds, tok, config), cfg in sorted(configs.items()):
+        ref = configs.get((ds, tok, base))
+        if config == base or ref is None or cfg.n_repeats < 2 or ref.n_repeats < 2:
+            continue
+        for r in stats.ratios(ref, cfg):
+            if r["statistic"] in RATIO_STATS:
+                rows.append({"dataset": ds, "tokenizer": tok, "config": config, "base": base,
+                             "repeats": cfg.n_repeats, "base_repeats": ref.n_repeats, **r})
+    return pd.DataFrame(rows)
+
+
+def ratio_lines(ctx: Context) -> list[str]:
+    """Under Table 1: each config's per-mask statistics as a ratio to ``ctx.ratio_base``'s (``--ratio-base``,
+    GLRMask by default) with 95% intervals and verdicts, for the configs run with repeats
+    (``ratios_<base>.csv``)."""
+    base = ctx.ratio_base
+    frame = ratio_frame(ctx.cells, ctx.tokenizer, base)
+    if frame.empty:
+        return []
+    frame.to_csv(ctx.out / f"ratios_{base}.csv", index=False)
+    lines = [f"### Ratios to {base} ({ctx.tokenizer} vocabulary)", "",
+             f"Each config's per-mask statistic divided by {base}'s on the same dataset, both run with repeats "
+             "(`repeats=R`, interleaved), with a 95% interval from one bootstrap of both over samples and repeats "
+             "(paired where the samples and repeats are the same). Verdict: `slower` / `faster` where the interval "
+             f"lies above / below 1, `~` where it holds 1. Below 1: faster than {base}.", "",
+             "| Method | dataset | repeats | " + " | ".join(f"{k} ratio [95%]" for k in RATIO_STATS) + " |",
+             "|---|---|---|" + "---|" * len(RATIO_STATS)]
+    for (ds, config), grp in frame.groupby(["dataset", "config"], sort=False):
+        by = {r.statistic: r for r in grp.itertuples()}
+        cols = [f"{stats.fmt_interval(by[k].ratio, by[k].ratio_lo, by[k].ratio_hi)} {by[k].verdict}"
+                if k in by else "–" for k in RATIO_STATS]
+        lines.append(f"| {config} | {ds} | {grp['repeats'].iloc[0]} vs {grp['base_repeats'].iloc[0]} | "
+                     + " | ".join(cols) + " |")
+    return lines + [""]
 
 
 SECTION = Section("table1", lines, "Table 1 (seed 000's layout) of the --results cells")
