@@ -343,11 +343,15 @@ class _Planner:
                 eq[z] = (zc, alg.union(zk, mul(c, const)))
         return {a: eq[a][1] for a in comp}
 
-    def plan(self, max_rounds: int = 64):
-        """Regular nonterminals, demoting the ones whose runs give a refused regex until every run is accepted
-        (a refused run of terminals only is left as it is)."""
+    def plan(self):
+        """Regular nonterminals, demoting one per refused run (its largest regular nonterminal) until every run is
+        accepted (a refused run of terminals only is left as it is). Demoting every regular nonterminal of a
+        refused run gave up pieces that fit: ``kw word* ";"`` with 300 keywords is too large as one terminal, and
+        demoting ``kw`` alone leaves ``word* ";"`` one terminal, where demoting both left a chart step per word.
+        Each round demotes at least one nonterminal or keeps one run, so the rounds are bounded."""
         blocked: set[str] = set()
         self.keep_runs = set()
+        max_rounds = len(self.ir.nonterminals) + len(self.ir.rules) + 2
         for _ in range(max_rounds):
             langs = self._solve(blocked)
             bad, keep = self._bad_runs(langs)
@@ -432,9 +436,10 @@ class _Planner:
                 except _TooBig:
                     ok = False
                 if not ok:
-                    nts = {s for s in run if s in langs}
-                    bad |= nts
-                    if not nts:
+                    nts = [s for s in run if s in langs]
+                    if nts:   # demote the largest only: the rest of the run may still be one terminal
+                        bad.add(max(nts, key=lambda s: (sum(len(a) for a in langs[s].alts), s)))
+                    else:
                         keep.add(run)
         return bad, keep
 

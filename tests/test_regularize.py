@@ -259,6 +259,23 @@ def test_too_long_a_regex_demotes_the_part_and_keeps_the_language():
     assert _same_masks(sp, small.spec, SAMPLES["json1"][:3], walks=3) > 20
 
 
+def test_a_refused_run_demotes_its_largest_piece_only():
+    """``kw word* ";"`` with 300 keywords is refused as one terminal: demoting ``kw`` (the largest piece) alone
+    leaves ``word* ";"`` one terminal, a chart step per statement rather than per word (demoting every piece of
+    the run gave up ``word*`` too); the language stays the same."""
+    from gcdbench.datasets import shapes
+
+    kw = shapes.FAMILIES["keywords"]
+    text = kw.grammar(300, "terminal")
+    sp = GrammarSpec(name="keywords300", lark=text)
+    rw = regularize_report(sp)
+    assert "__stmt_star_1" in rw.regular and "kw" not in rw.regular and "stmt" not in rw.regular, rw.regular
+    assert any(rx.endswith("(?:;)") for rx in rw.new_terminals.values()), rw.new_terminals
+    sample = kw.sample(300, random.Random(3))[:120]
+    sample = sample[:sample.rfind(";") + 1]
+    assert _same_masks(sp, rw.spec, [sample], walks=3, length=16) > 20
+
+
 @pytest.mark.parametrize("regex", [r"a/b", r"\\", r"\x5c", r"[\/\"'x]+", "\n", r"\n", r"\.", r"\x2e", "é€😀",
                                    r"(?i:héllo)", r"[^\x00-\x1f\\]", r"\u00e9\U0001F600", "'\"", r"\t\r\f"])
 def test_lark_regex_text_decodes_to_the_same_regex(regex):
