@@ -1,7 +1,7 @@
 """The steps of an engine: :func:`step_along`, the one loop that steps a compiled engine along a token sequence (the
-worker's timed loop and every command that drives an engine by hand), and the rows a worker shares with its parent
-through memory-mapped files in /dev/shm: :class:`StepLog` (the running sample's steps, or batch mode's batch steps)
-and :class:`SlotJournal` (batch mode: each sequence in flight).
+worker's timed loop, batch mode's batch steps and every command that drives an engine by hand), and the rows a
+worker shares with its parent through memory-mapped files in /dev/shm: :class:`StepLog` (the running sample's
+steps, or batch mode's batch steps) and :class:`SlotJournal` (batch mode: each sequence in flight).
 
 Plain memory writes, no message and no wake-up of the parent between two timed masks; both processes map the file
 and the parent unlinks it once the child has attached, so whatever the child wrote before a crash or a kill is
@@ -66,10 +66,15 @@ def step_along(engine, steps, mask, on_mask=None, on_commit=None, allows=mask_ge
     (:class:`~gcdbench.parsers.base.EngineError`) or ``crash`` (any other; :func:`crash_text`), its message naming
     the step; ``raise_errors=True`` lets it propagate instead. Exceptions of the callbacks always propagate.
     ``allows`` and a ``mask`` of another shape serve an engine-like object over several sequences (batch mode's
-    warm-up: every row must allow the token)."""
+    warm-up: every row must allow the token).
+
+    ``steps`` may also be an iterator without a length: a walk with no last step (no EOS verdict), which a
+    callback's stop ends. Batch mode's :func:`~gcdbench.experiments.worker_batch.run_batch` walks so, one step per
+    batch step, over the live sequences as one engine whose verdicts and commits are each sequence's own (its
+    callbacks judge them, ``allows`` passes)."""
     perf = time.perf_counter_ns
     engine.reset()
-    last = len(steps) - 1
+    last = len(steps) - 1 if hasattr(steps, "__len__") else -1   # -1: an endless walk (batch mode)
     for step, tok in enumerate(steps):
         try:
             j0 = WATCH.locks
@@ -102,7 +107,8 @@ def step_along(engine, steps, mask, on_mask=None, on_commit=None, allows=mask_ge
             return Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
         if stop is not None:
             return stop
-    raise ValueError("step_along: no steps (the sequence must end with the EOS id)")
+    raise ValueError("step_along: the steps ended without a verdict (a sequence ends with the EOS id; an endless walk "
+                     "ends by a callback's stop)")
 
 
 def _remove_stale(folder: str, prefix: str) -> None:

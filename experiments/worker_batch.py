@@ -11,11 +11,11 @@ goes to the StepLog.
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
 
-from gcdbench.experiments.jitwatch import WATCH
 from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
 from gcdbench.experiments.steplog import SlotJournal, StepLog, step_along, step_verdict
 from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss
@@ -121,6 +121,77 @@ class _Seq:
         self.single: dict = {}
 
 
+class _Batch:
+    """A batch step's live sequences as one engine for :func:`~gcdbench.experiments.steplog.step_along` (driven by
+    :func:`run_batch`): its mask is one ``fill_masks`` call over them into rows ``0..L-1`` of the mask buffer, its
+    commit one ``commit_many`` call with each sequence's own oracle token.
+
+    :func:`run_batch` hands each step its sequences and rows (:meth:`begin`) and its commits (:meth:`to_commit`)
+    before the step's timers, so that the timed calls only pass them on. Neither call raises: a batch call that
+    fails falls back to each sequence's own ``fill_mask`` (that loop timed on its own, ``fallback_ns``, as the
+    step's time; the failures kept by row in ``failed``), and a ``commit_many`` that raises fails every sequence
+    it held (its error as each one's entry of ``results``)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.live: list = []              # the step's sequences (engines) and their rows of the mask buffer
+        self.rows = None
+        self.going: list = []             # the sequences that commit this step, and their oracle tokens
+        self.tokens: list = []
+        self.results: list = []           # commit_many's entries, one per sequence of ``going``
+        self.error: Exception | None = None    # the batch call's error: a fallback step
+        self.failed: dict[int, Exception] = {}  # row -> the error of that sequence's own fill_mask
+        self.fallback_ns = 0
+
+    def begin(self, live: list, rows) -> None:
+        self.live, self.rows = live, rows
+        self.going, self.tokens, self.results = [], [], []
+        self.error, self.failed = None, {}
+
+    def to_commit(self, going: list, tokens: list) -> None:
+        self.going, self.tokens = going, tokens
+
+    def reset(self) -> None:
+        """Nothing: each sequence is reset when its slot takes a sample (:func:`run_batch`)."""
+
+    def fill_mask(self, _buffer) -> None:
+        try:
+            self.engine.fill_masks(self.live, self.rows)
+        except Exception as err:   # noqa: BLE001 - which sequence failed: each one's own fill_mask says
+            self._fall_back(err)
+
+    def _fall_back(self, err: Exception) -> None:
+        perf = time.perf_counter_ns
+        self.error = err
+        t0 = perf()
+        for j, q in enumerate(self.live):
+            try:
+                q.fill_mask(self.rows[j])
+            except Exception as e:   # noqa: BLE001 - that sequence's failure; the others go on
+                self.failed[j] = e
+        self.fallback_ns = perf() - t0
+
+    def commit(self, _tok) -> bool:
+        if self.going:
+            try:
+                self.results = self.engine.commit_many(self.going, self.tokens)
+            except Exception as err:   # noqa: BLE001 - its contract is one entry per sequence; a raise fails them all
+                self.results = [err] * len(self.going)
+        return True
+
+    @staticmethod
+    def allows(rows, tok) -> bool:
+        """Go on: each sequence's own token is checked in its row (:func:`run_batch`'s ``on_mask``)."""
+        return True
+
+
+def _ended(err: BaseException, where: str) -> tuple[Outcome, str]:
+    """A sequence's outcome for an engine error at ``where``: its own typed error, or a crash with its text."""
+    if isinstance(err, EngineError):
+        return Outcome.ENGINE_ERROR, f"{where}: {err}"
+    return Outcome.CRASH, f"{where}: {type(err).__name__}: {err}"
+
+
 def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s: float, log: StepLog,
               journal: SlotJournal, chan, on_step=None) -> dict:
     """Teacher-force ``work`` (``[(sample_id, token_ids, audit_steps)]``) over the slots ``seqs`` in lock-step.
@@ -140,9 +211,11 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
     At audited steps the row is kept for the reference audit, and the sequence's own ``fill_mask`` is compared
     with it (untimed, after the timed call): batch and single path must give the same mask.
 
-    ``on_step(batch_step)``, if given, is called before each step's timer starts (the bench's processes wait there
-    for each other, so that their steps run together)."""
-    perf = time.perf_counter_ns
+    The steps are those of :func:`~gcdbench.experiments.steplog.step_along` (its timers, its ``jit`` count), over
+    the live sequences as one engine (:class:`_Batch`): a walk with no last step, each batch step one step of it,
+    the sequences' own verdicts in its ``on_mask``, their commits' results in its ``on_commit``, which ends the
+    walk once no sequence is left. ``on_step(batch_step)``, if given, is called before each step's timer starts
+    (the bench's processes wait there for each other, so that their steps run together)."""
     B = len(seqs)
     vocab, eos, token_bytes = tokenizer.vocab_size, tokenizer.eos_id, tokenizer.token_bytes
     out = np.zeros((B, (vocab + 31) // 32), dtype=np.int32)
@@ -151,8 +224,11 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
     deadline = time.perf_counter() + run_left_s
     nxt = 0
     reset = reset_peak_rss()
-    batch_step = 0
-    fallbacks, first_error = 0, None
+    batch = _Batch(engine)
+    live: list[int] = []    # the slots in the step under way
+    going: list[int] = []   # those that commit their oracle token this step
+    steps_done, fallbacks, first_error = 0, 0, None
+    step_us, fallback = 0.0, 0
 
     def finish(i: int, outcome: Outcome, message: str) -> None:
         q = slots[i]
@@ -177,47 +253,35 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 except Exception as err:   # noqa: BLE001 - that sequence's crash; the slot takes the next sample
                     finish(i, Outcome.CRASH, f"reset: {type(err).__name__}: {err}")
 
-    refill()
-    while True:
-        live = [i for i in range(B) if slots[i] is not None]
+    def begin(batch_step: int) -> bool:
+        """The live slots of the next step, handed to the batch before its timer; False when none is left."""
+        live[:] = [i for i in range(B) if slots[i] is not None]
         if not live:
-            break
-        L = len(live)
-        rows = out[:L]
-        failed: dict[int, tuple[Outcome, str]] = {}
-        fallback = 0
+            return False
+        batch.begin([seqs[i] for i in live], out[:len(live)])
         if on_step is not None:
             on_step(batch_step)
-        j0 = WATCH.locks
-        try:
-            t0 = perf()
-            engine.fill_masks([seqs[i] for i in live], rows)
-            t1 = perf()
-        except Exception as err:   # noqa: BLE001 - which sequence failed: each one's own fill_mask says
-            fallback = 1
+        return True
+
+    def on_mask(batch_step, _buffer, _allowed, mask_ns, jit):
+        # jit: numba loaded or compiled inside the step's timer (fallback included): every mask of the step says so
+        nonlocal fallbacks, first_error, step_us, fallback
+        fallback = 0
+        if batch.error is not None:   # the batch call raised: the step's time is that of the single-path loop
+            err = batch.error
             fallbacks += 1
             first_error = first_error or f"batch step {batch_step}: {type(err).__name__}: {err}"[:2000]
-            t0 = perf()
-            for j, i in enumerate(live):
-                try:
-                    seqs[i].fill_mask(rows[j])
-                except EngineError as err:
-                    failed[i] = (Outcome.ENGINE_ERROR, f"step {slots[i].pos}: {err}")
-                except Exception as err:   # noqa: BLE001
-                    failed[i] = (Outcome.CRASH, f"step {slots[i].pos}: {type(err).__name__}: {err}")
-            t1 = perf()
-            fallback = 1 if failed else 2
-        jit = WATCH.locks - j0   # numba loaded or compiled inside the step's timer: every mask of the step says so
-        step_us = (t1 - t0) / 1000.0
-        share = step_us / L
-        commits = 0.0
-        going = []      # the live sequences that commit their oracle token this step
+            mask_ns = batch.fallback_ns
+            fallback = 1 if batch.failed else 2
+        step_us = mask_ns / 1000.0
+        share = step_us / len(live)
+        going.clear()
         for j, i in enumerate(live):
             q = slots[i]
-            if i in failed:
-                finish(i, *failed[i])
+            if j in batch.failed:
+                finish(i, *_ended(batch.failed[j], f"step {q.pos}"))
                 continue
-            mask = rows[j]
+            mask = batch.rows[j]
             step, tok = q.pos, q.steps[q.pos]
             allowed = mask_get(mask, tok)
             if step in q.audit:
@@ -235,25 +299,21 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 going.append(i)
             else:
                 finish(i, outcome, message)
-        results: list = []
-        if going:
-            t2 = perf()
-            try:
-                results = engine.commit_many([seqs[i] for i in going], [slots[i].steps[slots[i].pos] for i in going])
-            except Exception as err:   # noqa: BLE001 - its contract is one entry per sequence; a raise fails them all
-                results = [err] * len(going)
-            if len(results) != len(going):   # a short list would leave sequences neither advanced nor ended
-                results = [RuntimeError(f"commit_many returned {len(results)} results for {len(going)} sequences")] \
-                    * len(going)
-            commits = (perf() - t2) / 1000.0
+        batch.to_commit([seqs[i] for i in going], [slots[i].steps[slots[i].pos] for i in going])
+
+    def on_commit(batch_step, _tok, commit_ns):
+        nonlocal steps_done
+        results = batch.results
+        if len(results) != len(going):   # a short list would leave sequences neither advanced nor ended
+            results = [RuntimeError(f"commit_many returned {len(results)} results for {len(going)} sequences")] \
+                * len(going)
+        commits = commit_ns / 1000.0 if going else 0.0
         for i, ok in zip(going, results):
             q = slots[i]
             step, tok = q.pos, q.steps[q.pos]
             journal.set_commit_us(i, commits / len(going))
-            if isinstance(ok, EngineError):
-                finish(i, Outcome.ENGINE_ERROR, f"commit at step {step}: {ok}")
-            elif isinstance(ok, BaseException):
-                finish(i, Outcome.CRASH, f"commit at step {step}: {type(ok).__name__}: {ok}")
+            if isinstance(ok, BaseException):
+                finish(i, *_ended(ok, f"commit at step {step}"))
             elif ok:
                 q.pos += 1
                 q.nbytes += len(token_bytes[tok])
@@ -262,9 +322,9 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
         if log.count == log.capacity:
             chan.send(("bsteps", log.raw_rows()))
             log.reset()
-        log.append(WORKER_BATCH_SUMMARY.pack(batch_step=batch_step, size=B, live=L, step_us=step_us, commit_us=commits,
-                                             fallback=fallback, masks=L - len(failed)))
-        batch_step += 1
+        log.append(WORKER_BATCH_SUMMARY.pack(batch_step=batch_step, size=B, live=len(live), step_us=step_us,
+                                             commit_us=commits, fallback=fallback, masks=len(live) - len(batch.failed)))
+        steps_done = batch_step + 1
         now = time.perf_counter()
         for i in range(B):
             q = slots[i]
@@ -277,7 +337,12 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 finish(i, Outcome.TIMEOUT, f"no result within {sample_timeout_s:g} s (limits.sample_timeout_s; "
                                            f"batch mode: the sequence's time in the batch), at step {q.pos}")
         refill()
-    return {"started": nxt, "batch_steps": batch_step, "fallback_steps": fallbacks, "first_batch_error": first_error}
+        return None if begin(steps_done) else (Outcome.OK, "")
+
+    refill()
+    if begin(0):
+        step_along(batch, itertools.repeat(None), out, on_mask, on_commit, allows=_Batch.allows, raise_errors=True)
+    return {"started": nxt, "batch_steps": steps_done, "fallback_steps": fallbacks, "first_batch_error": first_error}
 
 
 def serve_batch(chan, msg) -> None:
