@@ -62,9 +62,10 @@ def main(cfg: DictConfig) -> None:
     job_dir = hc.runtime.output_dir
     cfg.data_root = to_absolute_path(cfg.data_root)
     cfg.out_dir = to_absolute_path(cfg.out_dir)
+    show = (lambda done: print(cell_summary(done))) if cfg.report else None   # each cell's line as it ends
     try:
         with scheduler_signals():   # a SLURM job: scancel / time limit stop the run as Ctrl-C does
-            out = run(cfg)
+            out = run(cfg, on_cell=show)
     except SchedulerStop as err:
         print(f"error: {err}", file=sys.stderr)
         if not multirun:
@@ -95,8 +96,6 @@ def main(cfg: DictConfig) -> None:
         _record(job_dir, "failed", error=f"{type(err).__name__}: {err}")
         return
     _record(job_dir, "ok", cell=str(out))
-    if cfg.report:
-        print(cell_summary(out))
 
 
 #: an out_dir on a file system with less free space than this is refused before Hydra writes its own files there

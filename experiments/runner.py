@@ -18,10 +18,12 @@ and :func:`_fail` records the samples a failure ends. A batch cell keeps its per
 """
 from __future__ import annotations
 
+import functools
 import random
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -60,21 +62,36 @@ def audit_steps_for(sample_id: str, n_steps: int, per_sample: int, seed: int) ->
 # --------------------------------------------------------------------------------------------------------------
 # one run
 # --------------------------------------------------------------------------------------------------------------
-def run(cfg) -> Path:
+def run(cfg, on_cell: Callable[[Path], None] | None = None) -> Path:
     """Run (or resume) one cell and return its folder (``<out_dir>/<dataset>/<tokenizer>/<engine label>``).
+
+    ``on_cell(folder)`` is called as each cell ends: the cell, or with ``repeats=R`` run back to back
+    (``interleave=false``, or one run) each repeat's cell in turn (the command prints each one's line there,
+    ``report.cell_summary``). That line carries the warning of a machine that was not alone; without ``on_cell``
+    the runner prints that warning itself (stderr), so it is said once either way.
 
     Raises ConfigError / DataError / CellError / ValueError with a one-line reason before any work when the
     configuration, the data or the cell folder cannot be used."""
-    from gcdbench.datasets.registry import load_dataset
-    from gcdbench.experiments.config import ConfigError, validate
-    from gcdbench.parsers.registry import engine_class
-    from gcdbench.parsers.tokenizers import load_tokenizer
+    from gcdbench.experiments.config import validate
 
     n = validate(cfg)
     if int(cfg.get("repeats", 1)) > 1:   # issue 66: repeats 0..R-1, each its own cell (a sweep interleaves them)
         from gcdbench.experiments.repeats import run_repeats
 
-        return run_repeats(cfg, run)
+        return run_repeats(cfg, functools.partial(run, on_cell=on_cell))
+    out = _run(cfg, n, warn_not_alone=on_cell is None)
+    if on_cell is not None:
+        on_cell(out)
+    return out
+
+
+def _run(cfg, n: int | None, warn_not_alone: bool) -> Path:
+    """:func:`run` of one cell (``repeats`` 1; ``n``: the sample count, validated)."""
+    from gcdbench.datasets.registry import load_dataset
+    from gcdbench.experiments.config import ConfigError
+    from gcdbench.parsers.registry import engine_class
+    from gcdbench.parsers.tokenizers import load_tokenizer
+
     if str(cfg.batch.get("steps", "summary")) not in BATCH_STEPS:
         raise ConfigError(f"batch.steps={cfg.batch.steps!r}: must be one of {', '.join(BATCH_STEPS)} (summary: batch "
                           "cells keep one row per batch step; all: also every mask's row in steps.parquet)")
@@ -125,13 +142,16 @@ def run(cfg) -> Path:
         if not (out / "run.json").exists():
             cell.merge(dataset, tokenizer)   # the identity is on disk before any row is
             cell.parts.mkdir(exist_ok=True)
-        current = _run_cell(cfg, cell, dataset, tokenizer, engine_name, opts, probe)
+        current = _run_cell(cfg, cell, dataset, tokenizer, engine_name, opts, probe, warn_not_alone)
         cell.merge(dataset, tokenizer, current)
     return out
 
 
-def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict, probe) -> int | None:
-    """Run the samples the folder does not hold yet; returns this session's id (None: nothing was left to do)."""
+def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict, probe,
+              warn_not_alone: bool = True) -> int | None:
+    """Run the samples the folder does not hold yet; returns this session's id (None: nothing was left to do).
+    ``warn_not_alone``: print the warning of a machine that was not alone during the session (stderr); the
+    caller that shows the cell's line says it there instead (:func:`run`)."""
     version = probe.version()
     kinds = DETERMINISTIC_COMPILE_FAILURES + (() if cfg.retry_compile_timeouts else COMPILE_TIMEOUTS)
     stored = cell.stored_outcomes()   # the cell's rows and parts, read once
@@ -183,7 +203,7 @@ def _run_cell(cfg, cell: Cell, dataset, tokenizer, engine_name: str, opts: dict,
     session["status"] = "finished"
     session["ended"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
     session["machine_state"] = machine_state(machine_before, machine_snapshot())   # the timed part, not the audit
-    if not_alone_text(session["machine_state"]):
+    if warn_not_alone and not_alone_text(session["machine_state"]):
         print(f"warning: {label}: {not_alone_text(session['machine_state'])}", file=sys.stderr)
     _audit_pending(cell, session, dataset, tokenizer, engine_name, opts, probe, cfg)
     cell.save_session(session)
