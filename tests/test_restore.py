@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hydra import compose, initialize_config_dir
@@ -15,7 +16,7 @@ from hydra import compose, initialize_config_dir
 from gcdbench.experiments import schema
 from gcdbench.experiments.config import register
 from gcdbench.experiments.report import batch_stats, collect_batch, write_report
-from gcdbench.experiments.report.collect import find_runs, mask_summary, read_run, sample_step_summary
+from gcdbench.experiments.report.collect import find_runs, mask_summary, read_cell_file, read_run, sample_step_summary
 from gcdbench.experiments.report.packed import PACK_DIR
 from gcdbench.experiments.report.restore import compact_json, main as restore_main, restore
 from gcdbench.experiments.runner import run
@@ -145,6 +146,33 @@ def test_a_cell_run_again_takes_the_packed_cells_place(stored, tmp_path):
     restore(copy)
     assert not again.exists() and find_runs(copy) == cells
     assert "steps.parquet" in read_run(again)["restored"]["dropped"]
+
+
+@pytest.mark.slow
+def test_cells_with_and_without_a_repeat_column_pack_it_as_nullable_integers(stored, tmp_path):
+    """A cell stored before rows carried their repeat (schema.ROW_REPEAT) packed with newer cells: the pack's
+    column stays int64 as declared, read back as pandas' nullable Int64 (null for the older cell), not float."""
+    copy = tmp_path / "runs"
+    shutil.copytree(stored, copy)
+    old = copy / "custom_tiny_sql" / "bytes" / "xgrammar"
+    table = pq.read_table(old / "samples.parquet")
+    assert table.column("repeat").to_pylist() == [0] * len(table)   # the runner's rows name their repeat
+    table = table.select([c for c in table.column_names if c != "repeat"])   # as stored before the column
+    pq.write_table(table.replace_schema_metadata({schema.PARQUET_VERSION_KEY: str(schema.SCHEMA_VERSION).encode()}),
+                   old / "samples.parquet")
+    restore(copy)
+    pack = copy / PACK_DIR / "cells_samples.parquet"
+    kept = pq.read_schema(pack)
+    assert kept.field("repeat").type == pa.int64() and schema.problems("samples", kept.remove(0)) == []
+    rows = pd.read_parquet(pack)
+    assert str(rows["repeat"].dtype) == "Int64"
+    mine = rows["cell"] == "custom_tiny_sql/bytes/xgrammar"
+    assert mine.any() and (~mine).any()
+    assert rows.loc[mine, "repeat"].isna().all() and (rows.loc[~mine, "repeat"] == 0).all()
+    # what the report reads of each packed cell
+    assert str(read_cell_file(old, "samples.parquet")["repeat"].dtype) == "Int64"
+    newer = read_cell_file(copy / "custom_tiny_sql" / "bytes" / "llguidance", "samples.parquet")
+    assert str(newer["repeat"].dtype) == "Int64" and newer["repeat"].tolist() == [0] * len(newer)
 
 
 @pytest.mark.slow

@@ -47,6 +47,20 @@ from gcdbench.experiments.report.masktimes import batch_step_stats, mask_digest,
 ROW_NAMES = {"samples.parquet": "samples.parquet", "audit.parquet": "audit.parquet",
              "batch_steps.parquet": "batch_steps.parquet"}
 
+#: optional integer columns that a pack's cells may hold or not (rows stored before the column have none): after the
+#: cells' rows are put together they are pandas' nullable Int64 (null where a cell had no such column), so that the
+#: pack file's column stays int64 as the schema declares it (a plain concat makes it float64 with NaN, or object)
+NULLABLE_INT = (schema.ROW_REPEAT.name,)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The cells' rows of one file in one frame, :data:`NULLABLE_INT` columns as nullable Int64."""
+    df = pd.concat(frames, ignore_index=True)
+    for c in NULLABLE_INT:
+        if c in df.columns:
+            df[c] = df[c].astype("Int64")
+    return df
+
 
 def tool_commit() -> str:
     """The commit of this code (``-dirty`` when tracked files differ from it), or ``unknown`` (no git, or
@@ -196,7 +210,7 @@ def restore(root: Path, dry_run: bool = False, stamp: dict | None = None) -> dic
     _write(pd.DataFrame(index).sort_values("cell"), tmp / packed.CELLS)
     for name, frames in rows.items():
         if frames:
-            df = pd.concat(frames, ignore_index=True)
+            df = _concat(frames)
             _write(df[["cell", *[c for c in df.columns if c != "cell"]]], tmp / packed.pack_file(name))
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
