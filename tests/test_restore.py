@@ -78,6 +78,31 @@ def test_report_from_restored_cells_is_unchanged(stored, tmp_path):
         assert after[name].replace(str(copy), "ROOT") == before[name].replace(str(stored), "ROOT"), name
 
 
+def test_keep_masks_packs_every_mask_and_reads_it_back(stored, tmp_path):
+    """``--keep-masks``: the single-mode cells' per-mask rows go into the pack (``cells_steps.parquet``) and read
+    back as the folders gave them, so the intervals (stats.read_configs) are the same; batch cells keep their
+    per-step rows as without it."""
+    from gcdbench.experiments.report import stats
+    from gcdbench.experiments.report.collect import read_cell_file
+
+    copy = tmp_path / "copy" / "runs"
+    shutil.copytree(stored, copy)
+    single = [d for d in find_runs(copy) if not (read_run(d).get("identity") or {}).get("batch")]
+    assert len(single) == 2
+    before = {d.relative_to(copy): read_cell_file(d, "steps.parquet") for d in single}
+    configs = stats.read_configs(copy)
+    assert restore_main([str(copy), "--keep-masks"]) is None
+    assert (copy / PACK_DIR / "cells_steps.parquet").exists() and not (copy / single[0] / "run.json").exists()
+    for rel, df in before.items():
+        got = read_cell_file(copy / rel, "steps.parquet")
+        pd.testing.assert_frame_equal(got.reset_index(drop=True), df.reset_index(drop=True), check_dtype=False)
+        assert "steps.parquet" not in read_run(copy / rel)["restored"]["dropped"]
+    again = stats.read_configs(copy)
+    assert set(again) == set(configs)
+    for key, cfg in configs.items():
+        assert (again[key].us == cfg.us).all() and again[key].sample_ids == cfg.sample_ids
+
+
 @pytest.mark.slow
 def test_restored_cell_keeps_provenance_and_says_it_was_restored(stored, tmp_path):
     copy = tmp_path / "runs"

@@ -4,8 +4,8 @@ from these frames; none opens a cell's files itself. The statistics of mask and 
 on disk (the re-stored cell's digest, merged mask times) are in :mod:`.masktimes`.
 
 A cell is a folder with a ``run.json`` (and ``samples``/``steps``/``audit``/``batch_steps`` parquet files), or a
-cell kept in a re-stored pack (:mod:`.packed`: per-mask rows replaced by the summaries the report reads). A damaged
-file is one skipped cell with a warning naming it, never a failed report.
+cell kept in a re-stored pack (:mod:`.packed`: per-mask rows replaced by the summaries the report reads, or kept).
+A damaged file is one skipped cell with a warning naming it, never a failed report.
 
 A cell whose run is still going (its ``.lock`` held by a live process: ``store.lock_holder``) is *running*: not
 reported until its run ends, named in a ``note:`` line and in ``attrs["running"]`` as ``<cell>: running: N samples
@@ -151,7 +151,8 @@ def read_cell_file(run_dir: Path, name: str):
     path = Path(run_dir) / name
     if not (Path(run_dir) / "run.json").exists() and packed.holds(run_dir):
         try:
-            return packed.read(run_dir, name)
+            got = packed.read(run_dir, name)
+            return timed_steps(got) if name == "steps.parquet" and got is not None else got
         except schema.SchemaVersionError as err:
             raise Unreadable(str(err)) from None
         except Exception as err:   # noqa: BLE001 - a damaged pack file: this cell skipped, named
@@ -512,7 +513,7 @@ def load_steps(root: Path | str) -> pd.DataFrame:
 
     Columns: those of ``steps.parquet`` (engine, config, dataset, tokenizer, sample_id, step, prefix_tokens,
     prefix_bytes, mask_us, ...) plus ``vocab_size``, ``run_dir`` and one column per engine option of the cells
-    (e.g. ``workers``, ``threads``). Re-stored cells keep no per-mask rows and add none.
+    (e.g. ``workers``, ``threads``). Re-stored cells add their per-mask rows only if packed with ``--keep-masks``.
     """
     frames = []
     for run_dir in find_runs(Path(root)):

@@ -5,8 +5,9 @@
 with a ``restored`` record, the files it had) and one parquet file per kind of row (``cells_samples``,
 ``cells_audit``, ``cells_sample_steps``, and ``cells_batch_steps``): a cell's rows as declared in
 ``experiments/schema.py``, each with a ``cell`` column naming its cell first. Per-mask rows are
-not kept: ``run.json``'s ``restored.mask_summary`` holds what the report computes from them, ``sample_steps``
-the per-sample counts, means and maxima, and ``restored.batch_step_summary`` a batch cell's step statistics.
+not kept (unless re-stored with ``--keep-masks``: ``cells_steps``): ``run.json``'s ``restored.mask_summary`` holds
+what the report computes from them, ``sample_steps`` the per-sample counts, means and maxima, and
+``restored.batch_step_summary`` a batch cell's step statistics.
 
 A cell is found at its old path (``<folder>/<dataset>/<tokenizer>/<config>``), so tables name it as before; a
 folder cell at the same path (a cell run again after re-storing) takes its place.
@@ -25,8 +26,10 @@ from gcdbench.experiments import schema
 PACK_DIR = "_restored"
 CELLS = "cells.parquet"
 SAMPLE_STEPS = "sample_steps.parquet"
+#: per-mask rows, kept only by ``restore --keep-masks``
+STEPS = "steps.parquet"
 #: row files kept in a pack, by the name a cell folder gives them
-ROW_FILES = ("samples.parquet", "audit.parquet", "batch_steps.parquet", SAMPLE_STEPS)
+ROW_FILES = ("samples.parquet", "audit.parquet", "batch_steps.parquet", SAMPLE_STEPS, STEPS)
 
 
 class Pack:

@@ -23,9 +23,12 @@ Each folder's cells move into one pack, ``<folder>/_restored/`` (:mod:`.packed`)
 A JSON file given (a bench file) is rewritten without indentation, each float to 4 significant digits (the
 machine's run-to-run spread is 20-30%; the file records ``restored.float_digits``), the rest unchanged.
 ``--keep-cells`` removes only Hydra's copies, for folders whose every mask is still read (``results/runs``: the
-figures and the notebook draw from it). A folder cell run again after re-storing takes the packed cell's place
+figures and the notebook draw from it). ``--keep-masks`` packs the cells and keeps their per-mask rows too, in one
+``cells_steps.parquet`` (a few bytes a mask where a cell folder's files cost about 60 KB a cell): the figures, the
+intervals of repeated cells and ``gcdbench-compare`` read them as from the folders. A folder cell run again after re-storing takes the packed cell's place
 (the report reads the folder). Re-storing a folder that already holds a pack adds its folder cells to the pack.
-Do not re-store the folder the figures are drawn from (``--results``): figures need every mask.
+Re-store the folder the figures are drawn from (``--results``) only with ``--keep-masks``: figures need every
+mask.
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ def tool_commit() -> str:
 
 
 def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps: pd.DataFrame | None,
-             stamp: dict) -> dict:
+             stamp: dict, keep_masks: bool = False) -> dict:
     """The run record a packed cell keeps: ``meta`` less the sample id list, plus the ``restored`` record."""
     meta = json.loads(json.dumps(meta))   # a deep copy
     dropped = []
@@ -78,7 +81,8 @@ def slim_run(meta: dict, run_dir: Path, steps: pd.DataFrame | None, batch_steps:
         dropped.append("identity.sample_ids")
     restored = {**stamp, "from": str(run_dir)}
     if steps is not None:
-        dropped.append("steps.parquet")
+        if not keep_masks:
+            dropped.append("steps.parquet")
         restored["mask_summary"] = mask_summary(run_dir, steps=steps)
         if len(steps):
             restored["mask_digest"] = mask_digest(steps["mask_us"].to_numpy())
@@ -162,11 +166,12 @@ def new_stamp() -> dict:
             "by": "gcdbench.experiments.report.restore", "commit": tool_commit()}
 
 
-def restore(root: Path, dry_run: bool = False, stamp: dict | None = None) -> dict:
-    """Pack every folder cell under ``root`` (see the module's docstring); returns what was done."""
+def restore(root: Path, dry_run: bool = False, stamp: dict | None = None, keep_masks: bool = False) -> dict:
+    """Pack every folder cell under ``root`` (see the module's docstring); returns what was done. ``keep_masks``:
+    single-mode cells keep their per-mask rows (``steps.parquet``, every row as stored, ``jit`` ones included)."""
     root = Path(root)
     stamp = stamp or new_stamp()
-    index, rows = [], {name: [] for name in (*ROW_NAMES, packed.SAMPLE_STEPS)}
+    index, rows = [], {name: [] for name in (*ROW_NAMES, packed.SAMPLE_STEPS, packed.STEPS)}
     old = packed.pack_at(root)
     if old is not None:   # cells packed before: kept as they are, unless a folder cell replaces them
         for cell, run in old.runs.items():
@@ -189,11 +194,15 @@ def restore(root: Path, dry_run: bool = False, stamp: dict | None = None) -> dic
         if steps is not None and not is_batch:
             frames[packed.SAMPLE_STEPS] = summarize_sample_steps(steps)
             files.append(packed.SAMPLE_STEPS)
+            if keep_masks:   # as stored: the reader leaves out the masks numba compiled in, as for a folder
+                frames[packed.STEPS] = schema.read_rows(d / packed.STEPS)
+                files.append(packed.STEPS)
         index = [r for r in index if r["cell"] != rel]
         for name in rows:
             rows[name] = [f for f in rows[name] if f["cell"].iloc[0] != rel] if rows[name] else []
         index.append({"cell": rel, "files": json.dumps(sorted(files)),
-                      "run_json": json.dumps(slim_run(meta, d, steps, frames["batch_steps.parquet"], stamp),
+                      "run_json": json.dumps(slim_run(meta, d, steps, frames["batch_steps.parquet"], stamp,
+                                                      keep_masks and not is_batch),
                                              ensure_ascii=False, separators=(",", ":"))})
         for name in rows:
             df = frames.get(name)
@@ -230,6 +239,8 @@ def main(argv=None):
     ap.add_argument("paths", nargs="+", help="result folders whose cells are re-stored (e.g. results/batch), or "
                                              "JSON files rewritten without indentation (results/cliffs/bench.json)")
     ap.add_argument("--keep-cells", action="store_true", help="only remove Hydra's copies from the folders")
+    ap.add_argument("--keep-masks", action="store_true",
+                    help="pack the cells but keep every per-mask row (figures, intervals, compare read them)")
     ap.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
     ap.add_argument("--gzip", action="store_true", help="store each JSON file given as <file>.gz in its place "
                                                         "(bench readers take x.json from x.json.gz)")
@@ -247,7 +258,7 @@ def main(argv=None):
         elif args.keep_cells:
             print(json.dumps(remove_hydra(f, args.dry_run)))
         else:
-            print(json.dumps(restore(f, args.dry_run, stamp)))
+            print(json.dumps(restore(f, args.dry_run, stamp, keep_masks=args.keep_masks)))
 
 
 if __name__ == "__main__":
