@@ -53,10 +53,16 @@ def test_valiant_and_pre3_kernels_are_stamped():
     from numba.core import caching
 
     import gcdbench.parsers.pre3.kernels as pk
-    import gcdbench.parsers.valiant.kernels_common as vk
+    import gcdbench.parsers.pre3.sort_kernels as ps
+    import gcdbench.parsers.valiant.cpu_mask as vm
+    import gcdbench.parsers.valiant.device as vd
+    import gcdbench.parsers.valiant.device_search as vs
+    import gcdbench.parsers.valiant.packing as vp
+    import gcdbench.parsers.valiant.store_kernels as vk
+    import gcdbench.parsers.valiant.store_mask as vh
     from gcdbench.parsers import targets
 
-    for mod in (vk, pk):
+    for mod in (vd, vs, vp, vm, vk, vh, pk, ps):
         assert os.path.dirname(os.path.abspath(mod.__file__)) in targets._STAMPED
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
     assert getattr(impl._locator_classes[0], "_gcdbench_stamped", False)

@@ -49,7 +49,7 @@ def test_a_mask_that_compiles_is_marked_left_out_and_reported(tmp_path, letters)
 
 
 #: where numba keeps each engine's kernels (numba's default cache: ``__pycache__`` beside the source file)
-KERNELS = {"valiant": REPO / "parsers" / "valiant" / "kernels_common.py",
+KERNELS = {"valiant": REPO / "parsers" / "valiant" / "store_mask.py",
            "pre3": REPO / "parsers" / "pre3" / "kernels.py"}
 
 

@@ -749,7 +749,7 @@ def test_threads_give_the_same_masks(name):
 
 def _starve(store) -> None:
     """Leave a chart store no room to spare: every array the jitted bookkeeping grows cut to its current use."""
-    from gcdbench.parsers.valiant.kernels_common import H_EDGES, H_KEPT, H_NCFG
+    from gcdbench.parsers.valiant.store_kernels import H_EDGES, H_KEPT, H_NCFG
 
     store.mem = store.mem[:store.used].copy()
     store.nodes = store.nodes[:store.n_nodes].copy()
@@ -761,7 +761,7 @@ def _starve(store) -> None:
 
 @pytest.mark.parametrize("name", ["overlap", "sexpr", "tiny_sql"])
 def test_host_calls_grow_the_store_and_run_again(name):
-    """A mask (``kernels_common.fill_host``) or a commit (``walk_bytes``) that runs out of room in the chart store
+    """A mask (``store_mask.fill_host``) or a commit (``walk_bytes``) that runs out of room in the chart store
     (arena, node rows, edge rows, kept rows, configurations, search scratch) says what it needs, ``grow`` makes it
     and the call runs again: a store starved before every step gives the masks of one with room, and the chart
     nodes made before a stop are found again (no more nodes than with room)."""
@@ -885,7 +885,7 @@ def test_merged_boundaries_two_phases_equal_reference(token_states):
     """Long tokens on the overlap grammar: walks over the cap go on merged boundaries, whose chains a mask searches
     in a second phase (in rounds by depth) for the tokens the first did not allow; every mask equals the
     reference's, and the second phase ran (rounds past the first included)."""
-    from gcdbench.parsers.valiant.kernels_common import FIRST_ROUND
+    from gcdbench.parsers.valiant.cpu_mask import FIRST_ROUND
 
     Ref = _reference()
     sp = spec("overlap")
@@ -930,7 +930,7 @@ def test_threads_give_the_same_masks_merged_boundaries():
 
 @pytest.mark.parametrize("name", ["tiny_sql", "sexpr", "overlap"])
 def test_assembled_token_cache_gives_the_same_masks(name):
-    """The cache of assembled token sets (``mask_cache``, kernels_common.fill_cached) changes no mask bit: without
+    """The cache of assembled token sets (``mask_cache``, cpu_mask.fill_cached) changes no mask bit: without
     it, with one slot (every key evicts the last: the full-key compare on each lookup), with the default slots
     (hits along the samples), on two threads (``mask_base_par``) and in a batch of forks on two threads (a cache
     per thread); a multi-token vocabulary with merged boundaries (second phases, not cached) on ``overlap``."""
@@ -1082,7 +1082,8 @@ def test_grammar_record_travels_by_name():
     as a plain tuple (``PackedGrammar.dev``): both give back every field of ``GRAMMAR_FIELDS``, by name, equal."""
     import numba
 
-    from gcdbench.parsers.valiant.kernels_common import GRAMMAR_FIELDS, Grammar, unpack_grammar
+    from gcdbench.parsers.valiant.device import GRAMMAR_FIELDS, Grammar
+    from gcdbench.parsers.valiant.packing import unpack_grammar
 
     g = PackedGrammar.from_cnf(to_cnf(load_ir(spec("tiny_sql"))))
     rec = g.record()

@@ -46,7 +46,7 @@ def _mask(e, vocab_size):
 
 
 def case_step(args) -> str:
-    """step_kernel (kernels_common.chart_step on the device, one block) == the CPU step, word for word, along
+    """step_kernel (device.chart_step on the device, one block) == the CPU step, word for word, along
     random walks long enough for multi-word rows (more than 64 terminals); ``--only T``: walk terminal ``T`` alone;
     ``--device-from K``: the first K steps on the CPU only (long prefixes at the simulator's cost of a few)."""
     from numba import cuda

@@ -25,7 +25,7 @@ are nodes of one global trie ``T`` (the paper's flat array of terminal sequences
 ``cont_all`` and ``cont`` depend on ``x`` only through its residual class (``lexer.residual_classes``: the byte
 strings it reads and where it is final; the boundary walk starts at the trie's root whatever ``term(x)`` is, and
 the search checks the first terminal against the chart), so both are kept once per class (``x_class``), and a
-mask's lexer states become classes where a base is planned (``kernels_common._plan``).
+mask's lexer states become classes where a base is planned (``store_mask._plan``).
 
 Trie children are only created for terminal pairs that can be adjacent in some sentence (``follow``).
 
@@ -34,13 +34,13 @@ a number), the bytes of one token can be cut into exponentially many terminal se
 nodes be. A walk that holds more than ``max_states`` (trie node, DFA state) pairs after some byte is done again
 as a *merged walk*, on a lattice of boundaries, as the reference and the committed chart do: every piece that
 ends at one inner byte position ends at **one** trie node, the boundary after the previous one (its parent),
-whose chart is a lattice step (``kernels_common.chart_step_edges``) holding an edge ``(row, t)`` per piece:
+whose chart is a lattice step (``device.chart_step_edges``) holding an edge ``(row, t)`` per piece:
 terminal ``t`` spans from the ancestor ``row`` levels above the parent to the new boundary. A merged node has
 ``node_term = -1`` and its edges in ``merge_start / merge_row / merge_term``; it is viable iff some edge's
 terminal is in EXPECT of the boundary the edge starts at. The tuples of a merged walk are the usual
 ``child(start, t)`` of its pieces in progress at the end (``start`` a node of the chain). One chain per walk,
 one state per (boundary, DFA state): polynomial in the token's length, and shared between tokens of one lexical
-shape. The search takes no idem shortcut (``kernels_common.certify``) on the path to a merged node
+shape. The search takes no idem shortcut (``device_search.certify``) on the path to a merged node
 (:func:`alias_blocked`), so along it trie depth is tier position, which the rows rely on.
 """
 from __future__ import annotations

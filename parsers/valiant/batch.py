@@ -22,7 +22,8 @@ from numba.typed import List
 
 from ..targets import fetch_add
 from .chart_store import ARRAYS as STORE_FIELDS
-from .kernels_common import H_NCFG, fill_host, walk_bytes
+from .store_kernels import H_NCFG, walk_bytes
+from .store_mask import fill_host
 
 #: each sequence's arrays, in the order of the tuple :func:`fill_claimed` and :func:`walk_claimed` read: the chart
 #: store's (``chart_store.ARRAYS``), then the engine fork's

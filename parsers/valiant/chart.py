@@ -29,10 +29,10 @@ Terminals ``t_0 .. t_{m-1}`` committed so far; positions are the gaps ``0 .. m``
 Packed layout: a tier ``n`` is ``n_left`` blocks of ``W(n) = ceil((n+1)/64)`` uint64 words (bit ``row``)
 followed by ``WL`` words marking the left nonterminals present in it (the step visits only those);
 ``ANC`` is ``WN`` words over nonterminals, ``EXPECT`` ``WT`` words over terminals, then one INFO word (accept,
-old items, idem terminal: ``kernels_common.certify``). Everything lives in one ``uint64`` arena; a chart node
+old items, idem terminal: ``device_search.certify``). Everything lives in one ``uint64`` arena; a chart node
 is (offset of its tier, of its ANC, of its EXPECT).
 
-The step itself (numba, CPU and CUDA from one source) is ``kernels_common.chart_step``; ``extend`` is its CPU
+The step itself (numba, CPU and CUDA from one source) is ``device.chart_step``; ``store_kernels.extend`` is its CPU
 entry point. This module holds the packed grammar and the readable chart.
 """
 from __future__ import annotations
@@ -42,7 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cnf import CNF
-from .kernels_common import Grammar, extend, pack_grammar  # noqa: F401  (extend: the CPU step, re-exported)
+from .device import Grammar
+from .packing import pack_grammar
+from .store_kernels import extend  # noqa: F401  (the CPU step, re-exported)
 
 U64 = np.uint64
 
@@ -227,7 +229,7 @@ class PackedGrammar:
         self.cg_t = np.array(cg_t, dtype=U64).reshape(-1, self.WT)
 
     def record(self) -> Grammar:
-        """The arrays the chart step reads, as one record (``kernels_common.Grammar``: its fields are attributes
+        """The arrays the chart step reads, as one record (``device.Grammar``: its fields are attributes
         of the same names here)."""
         return Grammar(**{f: getattr(self, f) for f in Grammar._fields})
 
@@ -243,7 +245,7 @@ class PackedGrammar:
 
     @property
     def packed(self) -> tuple:
-        """:meth:`record` as three flat arrays ``(gu, gi, gm)`` (``kernels_common.pack_grammar``): what the CPU entry
+        """:meth:`record` as three flat arrays ``(gu, gi, gm)`` (``packing.pack_grammar``): what the CPU entry
         points take (fewer array arguments, cheaper numba dispatch)."""
         got = getattr(self, "_packed", None)
         if got is None:

@@ -1,20 +1,21 @@
 """The chart of one sequence (:class:`ChartStore`): tiers of bit rows in one arena, a node table, the sequence's lexer
-configurations and the memo of its searches, all in numpy arrays that the jitted bookkeeping of ``kernels_common``
-(``fill_host``, ``walk_bytes``, ``store_child`` ...) reads and writes without Python in between; what a fork owns
-in batch mode."""
+configurations and the memo of its searches, all in numpy arrays that the jitted bookkeeping of ``store_kernels``
+(``walk_bytes``, ``store_child`` ...) and ``store_mask`` (``fill_host``) read and write without Python in between;
+what a fork owns in batch mode."""
 from __future__ import annotations
 
 import numpy as np
 
 from .chart import PackedGrammar
-from .kernels_common import (H_ADOPTED, H_KEPT, H_LEN, H_MEMO, H_MEMO_HITS, H_NCFG, H_NEED, H_NODES, H_SIZE, H_STEPS,
-                             H_USED, N_COLS, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_P, NC_PARENT, NC_TERM, NC_TIER, R_CFG,
-                             R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START, plan_bases, store_child, store_merged,
-                             work_words)
+from .cpu_mask import work_words
+from .store_kernels import (H_ADOPTED, H_KEPT, H_LEN, H_MEMO, H_MEMO_HITS, H_NCFG, H_NEED, H_NODES, H_SIZE, H_STEPS,
+                            H_USED, N_COLS, NC_DEPTH, NC_E0, NC_E1, NC_KEPT, NC_P, NC_PARENT, NC_TERM, NC_TIER, R_CFG,
+                            R_DEPTH, R_EDGES, R_KEPT, R_MEM, R_NODES, START, store_child, store_merged)
+from .store_mask import plan_bases
 
 
 def _hdr_word(k: int) -> property:
-    """A read-only view of header word ``k`` of a store (``kernels_common.H_*``)."""
+    """A read-only view of header word ``k`` of a store (``store_kernels.H_*``)."""
     return property(lambda self: int(self.hdr[k]))
 
 
@@ -26,7 +27,7 @@ ARRAYS = ("mem", "nodes", "hdr", "kept", "medge", "memo", "work", "scr", "cfg")
 class ChartStore:
     """Chart nodes (one per committed terminal sequence, or per boundary where several pieces end at once) in one
     uint64 arena; tiers are never rewritten, a child node only adds its own tier, so branches share everything below
-    them. Each node is a row of ``nodes`` (``kernels_common.NC_*``: parent, depth, tier offset, ANC offset, last
+    them. Each node is a row of ``nodes`` (``store_kernels.NC_*``: parent, depth, tier offset, ANC offset, last
     terminal, children list, kept charts, memo). ``statics``: the engine's packed tables (``search.pack_statics``;
     default: the grammar's alone, enough for chart steps); ``depth``, ``k_root``, ``n_trie``: the trie's depth, the
     root's children and the trie's nodes (a mask's search scratch, kept charts and memo). ``gen`` counts the
@@ -196,7 +197,7 @@ class ChartStore:
     # -- nodes made from Python (tests, the CUDA backend's masks) ------------------------------------------------
     def child(self, node: int, t: int) -> int:
         """The chart node of ``node`` plus terminal ``t``: a child it has, adopted from a search's kept chart, or one
-        chart step (``kernels_common._child``)."""
+        chart step (``store_kernels._child``)."""
         while True:
             c = store_child(*self.args(), node, t, *self.statics)
             if c >= 0:
@@ -223,7 +224,7 @@ class ChartStore:
         return self.merged(deepest, ends)
 
     def plan(self, lazy: bool = False):
-        """A mask's bases from the configurations (``kernels_common._plan``): (rows, xs, accept)."""
+        """A mask's bases from the configurations (``store_mask._plan``): (rows, xs, accept)."""
         while True:
             rows, xs, acc, ok = plan_bases(*self.args(), self.cfg, lazy, *self.statics)
             if ok:

@@ -1,9 +1,9 @@
 """CUDA backend (numba.cuda): the terminal tree search on the device, with the chart arena resident there.
 
-Device logic comes from ``kernels_common.py`` (the chart step and the DFS, the same Python code the CPU backend
-runs), compiled here as device functions with the CUDA primitives bound (atomic ORs, ``syncthreads``);
+Device logic comes from ``device.py`` and ``device_search.py`` (the chart step and the DFS, the same Python code
+the CPU backend runs), compiled here as device functions with the CUDA primitives bound (atomic ORs, ``syncthreads``);
 the kernels below only pick work items and compute offsets. Each kernel takes the arena and a few records
-(:data:`Job`, :data:`Scratch`, :data:`Tree`, ``kernels_common.Grammar``; :data:`Step` for the test kernel), each
+(:data:`Job`, :data:`Scratch`, :data:`Tree`, ``device.Grammar``; :data:`Step` for the test kernel), each
 passed as a plain tuple and rebuilt as its namedtuple on the kernel's first line. (The grammar stays one device
 array per table: viewed inside a kernel from the CPU's three packed arrays, ``PackedGrammar.packed``, the views
 held 255 registers a thread with spills, against 136-157, in ptxas's report.) Launches go through
@@ -35,13 +35,14 @@ from numba import cuda
 
 from gcdbench.parsers.cuda_launch import Launcher, grown
 
-from .kernels_common import INFO_OLD, N_STATS, DfsOut, DfsScratch, DfsStart, DfsState, Grammar, Trie, for_cuda
+from .device import INFO_OLD, N_STATS, Grammar, Trie
+from .device_search import DfsOut, DfsScratch, DfsStart, DfsState, for_cuda
 
 MAXD = 256      # deepest trie path a worker can walk (per-thread stack size)
 THREADS = 128   # threads per block on a GPU
 
 
-# -- CUDA bindings of the primitives the shared device logic calls (kernels_common.py) ---------------------
+# -- CUDA bindings of the primitives the shared device logic calls (device.py) ---------------------------------
 @cuda.jit(device=True)
 def _or_word_gpu(arr, i, val):
     cuda.atomic.or_(arr, i, val)
@@ -87,7 +88,7 @@ dfs_gpu = DEVICE["dfs"]
 
 
 # -- the kernels' records: each travels as a plain tuple (numba's fast dispatch path) and is rebuilt first thing
-#: the trie as the device search reads it: ``kernels_common.Trie``'s fields (what ``dfs`` reads), then the child
+#: the trie as the device search reads it: ``device.Trie``'s fields (what ``dfs`` reads), then the child
 #: positions by level, the BFS slot of each node (or -1), parents and depths (int32, static)
 Tree = namedtuple("Tree", Trie._fields + ("level_ci", "bfs_slot", "node_parent", "node_depth"))
 #: one search: the base path (tier and ANC offsets), the needed and viable flags (views of the job buffer), the base
@@ -138,7 +139,7 @@ def _load_path(tiers, ps, u, J, T, G, tid, nth):
 def _item(i, mem, J, T, G):
     """Work item ``i`` of a level list (a child position): returns (child v, its parent u) if u's chart exists
     (u is the root or a viable BFS node), v is needed and v is viable: its terminal is in u's EXPECT, or for a
-    merged boundary some edge's terminal in EXPECT of the ancestor it starts at (``kernels_common.edges_viable``;
+    merged boundary some edge's terminal in EXPECT of the ancestor it starts at (``device_search.edges_viable``;
     every ancestor of u is the root or a viable BFS node too); else (-1, -1)."""
     ci = T.level_ci[i]
     v = T.child_ids[ci]
@@ -171,7 +172,7 @@ def bfs_level_kernel(mem, lo, hi, job, scr, tree, gt):
     (one more tier) in their BFS slot, its INFO word certified against the parent's (``certify``: the DFS below
     takes idem charts without a step; a merged boundary's lattice step is never certified from). Viable items go
     round-robin to the blocks. ``job``, ``scr``, ``tree``, ``gt``: :data:`Job`, :data:`Scratch`, :data:`Tree`,
-    ``kernels_common.Grammar`` as plain tuples."""
+    ``device.Grammar`` as plain tuples."""
     G, J, T, S = Grammar(*gt), Job(*job), Tree(*tree), Scratch(*scr)
     w = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -213,7 +214,7 @@ def bfs_level_kernel(mem, lo, hi, job, scr, tree, gt):
 def dfs_kernel(mem, lo, hi, job, scr, tree, gt):
     """Below the last BFS level: the children at positions ``level_ci[lo:hi]`` whose parent is viable go
     round-robin to the blocks, and each block walks each of its children's subtrees depth-first
-    (``kernels_common.dfs``) with a stack of ``depth`` tiers at ``dfs_base + block * depth * stride``. Arguments
+    (``device_search.dfs``) with a stack of ``depth`` tiers at ``dfs_base + block * depth * stride``. Arguments
     as :func:`bfs_level_kernel`'s."""
     G, J, T, S = Grammar(*gt), Job(*job), Tree(*tree), Scratch(*scr)
     w = cuda.blockIdx.x
@@ -247,7 +248,7 @@ def dfs_kernel(mem, lo, hi, job, scr, tree, gt):
 
 @cuda.jit
 def step_kernel(mem, step, gt):
-    """One chart step by one block (``kernels_common.chart_step``, then ``certify`` as the CPU's ``extend`` does):
+    """One chart step by one block (``device.chart_step``, then ``certify`` as the CPU's ``extend`` does):
     for tests that compare it with the CPU's word for word. ``step``: :data:`Step` as a plain tuple."""
     G, P = Grammar(*gt), Step(*step)
     info = chart_step_gpu(mem, P.tiers, P.ps, P.n, P.t, P.out_tier, P.out_p, P.out_e, P.cur, P.seeds, G)

@@ -18,10 +18,12 @@ from .align import alias_blocked
 from .align_nb import MAX_STATES
 from .chart_store import ChartStore
 from .compiled import VERSION, Compiled, build, load_or_build  # noqa: F401 - Compiled, build: re-exported
-from .kernels_common import (AC_FILLS, AC_HITS, FIRST_ROUND, H_NCFG, N_STATS, NC_DEPTH, NC_P, NC_TERM, ST_ALIASED,
-                             ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE, fill_host, walk_bytes)
-from .search import (chain_tables, dense_lists, mask_base, mask_base_par, mask_virtual, needed_nodes, pack_statics,
-                     search_nodes, chain_needed, work_words)
+from .cpu_mask import (AC_FILLS, AC_HITS, FIRST_ROUND, chain_needed, mask_base, mask_base_par, mask_virtual,
+                       needed_nodes, search_nodes, work_words)
+from .device import N_STATS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE
+from .search import chain_tables, dense_lists, pack_statics
+from .store_kernels import H_NCFG, NC_DEPTH, NC_P, NC_TERM, walk_bytes
+from .store_mask import fill_host
 
 
 @dataclass
@@ -149,7 +151,7 @@ class ValiantEngine(Engine):
         if int(self.opts["mask_cache"]) < 0:
             raise ValueError(f"engine valiant: mask_cache must be 0 (none) or a number of slots, "
                              f"not {self.opts['mask_cache']}")
-        # thread -> (rows, keys) of the assembled-token cache (kernels_common.fill_cached): one per thread, so threads
+        # thread -> (rows, keys) of the assembled-token cache (cpu_mask.fill_cached): one per thread, so threads
         # never share a slot; forks share the dict (one compiled grammar)
         self._ac: dict[int, tuple] = {}
         self._ac_width = min(1024, 4 + int(c_.trans.shape[0]) + N)
@@ -217,7 +219,7 @@ class ValiantEngine(Engine):
         return self.store.configs
 
     def commit(self, token_id: int) -> bool:
-        """One jitted call over the token's bytes (``kernels_common.walk_bytes``: the lexer over configurations,
+        """One jitted call over the token's bytes (``store_kernels.walk_bytes``: the lexer over configurations,
         one boundary chart node per byte where pieces end)."""
         if not self._walkable(token_id):
             return False
@@ -248,7 +250,7 @@ class ValiantEngine(Engine):
     # -- masks -------------------------------------------------------------------------------------
     def _bases_acc(self, lazy: bool = False):
         """({base: (boundary without leading ignore, boundary with leading ignore, lexer states)}, whether the prefix
-        is a sentence) from ``ChartStore.plan`` (``kernels_common._plan``); with ``lazy`` a base ``c + t`` not made
+        is a sentence) from ``ChartStore.plan`` (``store_mask._plan``); with ``lazy`` a base ``c + t`` not made
         yet that only non-final lexer states need is keyed ``(c, t)``."""
         rows, xs, acc = self.store.plan(lazy)
         bases = {}
@@ -344,8 +346,8 @@ class ValiantEngine(Engine):
         if ``clear``; setting the EOS bit to ``acc`` if ``eos >= 0``); returns the number of viable nodes
         (``self._vbuf`` holds them after a search). A first-phase search keeps the charts of the root's viable
         children in the arena: the store adopts them when the next mask's base charts are among them. ``T``: threads;
-        ``phase``: see ``kernels_common.mask_base``. (The masks of ``T`` > 1 threads and of the CUDA backend; one
-        thread's are ``kernels_common.fill_host``.)"""
+        ``phase``: see ``cpu_mask.mask_base``. (The masks of ``T`` > 1 threads and of the CUDA backend; one
+        thread's are ``store_mask.fill_host``.)"""
         store = self.store
         n, e_off, term = self._node(base)
         stride, keep, (work, scr) = self._scratch(n, T)
@@ -397,8 +399,8 @@ class ValiantEngine(Engine):
         hits, chart steps in searches and of base charts, trie nodes checked, viable nodes, chain nodes taken
         without a step (certify), leaf children proven viable without their parent's chart, base charts adopted
         from an earlier search's kept charts, base charts a mask did without (mask_virtual), searches of merged
-        boundaries' chains (a mask's second phase: kernels_common.mask_base), bases' token sets taken from the
-        assembled-token cache and assembled (kernels_common.fill_cached), whole masks copied from the mask memo
+        boundaries' chains (a mask's second phase: cpu_mask.mask_base), bases' token sets taken from the
+        assembled-token cache and assembled (cpu_mask.fill_cached), whole masks copied from the mask memo
         (mask_memo)."""
         t = self._tot.tolist()
         return {"searches": t[N_STATS], "search_memo_hits": self._memo_hits + self.store.memo_hits,
@@ -413,7 +415,7 @@ class ValiantEngine(Engine):
 
     def _fill(self, out: np.ndarray, T: int) -> None:
         """The mask into ``out``, each search on ``T`` threads: one jitted call on the CPU with one thread
-        (``kernels_common.fill_host``), else the bases' loop here."""
+        (``store_mask.fill_host``), else the bases' loop here."""
         if self.backend is None and T == 1:
             s = self.store
             if self._mm_on:
@@ -443,7 +445,7 @@ class ValiantEngine(Engine):
             u[:] = 0
             return
         last = len(bases) - 1
-        later = []       # the bases a second phase may search (kernels_common.mask_base)
+        later = []       # the bases a second phase may search (cpu_mask.mask_base)
         ch = self._chain
         N = self.comp.align.n_nodes
         for i, (base, (b0, b1, xt)) in enumerate(bases.items()):
@@ -482,7 +484,7 @@ class ValiantEngine(Engine):
                 continue
             needed = np.zeros(N, dtype=np.uint8)
             _, si, sl, _ = self._statics
-            lo, hi = 0, FIRST_ROUND       # the rounds of kernels_common._second_phase
+            lo, hi = 0, FIRST_ROUND       # the rounds of cpu_mask._second_phase
             e_off = self._node(base)[1]
             while True:
                 cnt, deeper = chain_needed(u, needed, b0, b1, xa, self._flags[2 * N:], lo, hi, self.store.mem, e_off,

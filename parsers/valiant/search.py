@@ -3,26 +3,23 @@
 From a base chart (the committed tiers of one branch) the trie of terminal sequences is searched
 depth-first: a child node is viable iff its terminal is in EXPECT of its parent's chart; a viable node with
 children gets its own chart (one more tier, written to a per-depth slot of a stack of tiers, zero copy:
-the tiers below are shared through ``tier_offs``). The search itself is ``kernels_common.dfs``, one source
+the tiers below are shared through ``tier_offs``). The search itself is ``device_search.dfs``, one source
 for both backends; the CUDA kernels (BFS to ``bfs_depth``, then one DFS per worker block; cuda_kernels.py)
 call it too.
 
-A mask needs, per base chart, three things: the trie nodes the search needs (:func:`needed_nodes`), the
+A mask needs, per base chart, three things: the trie nodes the search needs (``needed_nodes``), the
 search, and the OR of the token lists of the viable nodes (``fill_tokens``). ``mask_base`` does all three in one
 call (``mask_base_par`` splits the search over threads), with every static table packed into three flat arrays
 (:func:`pack_statics`): numba's dispatch costs about 1,000 instructions per array argument, which for a cheap
-mask was more than the search. Those jitted functions live in ``kernels_common.py`` beside the device logic they
-call (numba's on-disk cache is per source file: a caller in another file would keep a changed callee's old
-machine code); this module holds the Python-side tables and re-exports them.
+mask was more than the search. Those jitted functions are in ``cpu_mask.py`` (the packed layout in
+``packing.py``); this module builds the Python-side tables they read.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
-from .kernels_common import (  # noqa: F401  (the jitted mask entry points live beside the device logic they call)
-    _GM_LEN, _I_FIELDS, _L_FIELDS, HOST_FIELDS, Tables, fill_tokens, mask_base, mask_base_par, mask_virtual,
-    needed_nodes, search_nodes, chain_needed, unpack_tables, work_words)
+from .packing import _I_FIELDS, _L_FIELDS, GM_LEN, HOST_FIELDS, Tables
 
 
 def dense_lists(al, vocab_size: int, min_len: int = 512):
@@ -50,7 +47,7 @@ def dense_lists(al, vocab_size: int, min_len: int = 512):
 
 
 def chain_tables(al) -> dict:
-    """The tables of a mask's second phase (``kernels_common.mask_base``). A *chain node* is a merged boundary or a
+    """The tables of a mask's second phase (``cpu_mask.mask_base``). A *chain node* is a merged boundary or a
     node below one; its tuples are searched only for the tokens that the first phase, over every other node, did
     not allow: a token is allowed iff some tuple of it is viable, and on grammars with merged walks most tokens are
     allowed by a tuple outside the chains (one piece for a whole word), whose search costs a few chart steps where
@@ -125,8 +122,8 @@ def close_upward(flags, node_parent):
 def pack_statics(gpack, al, dense_idx, chain: dict, no_alias, host: dict | None = None) -> tuple:
     """``(su, si, sl)``: everything static a search, a mask and a commit read, in three flat arrays: ``su`` the
     grammar's uint64 tables, ``si`` its int32 tables then the trie's, the token lists', the lexer's and the host
-    scalars (``Tables`` int32 fields), ``sl`` the grammar header (``kernels_common.pack_grammar``), then (offset,
-    length) of each ``Tables`` field, then the int64 fields. :func:`unpack_tables` views them as :data:`Tables`,
+    scalars (``Tables`` int32 fields), ``sl`` the grammar header (``packing.pack_grammar``), then (offset,
+    length) of each ``Tables`` field, then the int64 fields. ``packing.unpack_tables`` views them as :data:`Tables`,
     ``unpack_grammar(su, si, sl)`` as the grammar record. ``host``: the lexer tables (``trans``, ``accept``,
     ``term_of``, ``start_of``: ``compiled.Compiled``), ``root_child`` and the scalars of ``HOST_FIELDS``."""
     d_b0, d_b1, d_call, d_cont = dense_idx
@@ -158,10 +155,10 @@ def pack_statics_grammar(g) -> tuple:
 def _pack(gpack, src: dict) -> tuple:
     """The three arrays of :func:`pack_statics` from the tables by ``Tables`` field (a missing one is empty)."""
     gu, gi, gm = gpack
-    assert gm.size == _GM_LEN
+    assert gm.size == GM_LEN
     head, parts_i, parts_l = [], [gi], []
     oi = gi.size
-    ol = _GM_LEN + 2 * len(Tables._fields)
+    ol = GM_LEN + 2 * len(Tables._fields)
     for f in _I_FIELDS:
         a = np.ascontiguousarray(src.get(f, ()), dtype=np.int32)
         head += [oi, a.size]
