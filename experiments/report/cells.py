@@ -82,8 +82,9 @@ def cell_summary(run_dir: Path) -> str:
     """The line the runner prints when a cell ends: outcomes, init, TTFM, mask-time percentiles, audit,
     provenance warnings; a compile error in full (first 2,000 characters)."""
     c = cell_stats(Path(run_dir))
-    head = f"{c['config']} on {c['dataset']} ({c['tokenizer']})" + (f" batch {c['batch_size']}" if c.get("batch_size")
-                                                                    else "")
+    head = (f"{c['config']} on {c['dataset']} ({c['tokenizer']})"
+            + (f" batch {c['batch_size']}" if c.get("batch_size") else "")
+            + (f" repeat {c['repeat']}" if get(c, "repeat") is not None else ""))
     if c.get("compile_error") and not c.get("mask_n"):
         kind = f" [{c['compile_error_kind']}]" if c.get("compile_error_kind") else ""
         return f"{head}: compile error{kind}: {c['compile_error']}"

@@ -389,6 +389,7 @@ def cell_stats(run_dir: Path) -> dict:
         "sample_kind": (meta.get("dataset_meta") or {}).get("kind") or "positive",
         "batch_size": ((meta.get("identity") or {}).get("batch") or {}).get("size"),
         "cold": bool((meta.get("identity") or {}).get("cold", False)),
+        "repeat": (meta.get("identity") or {}).get("repeat"),   # repeats=R: which run of the cell (None: one run)
         **jit_stats(meta),
     }
     counts = samples["outcome"].value_counts()
