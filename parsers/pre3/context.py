@@ -24,7 +24,8 @@ import time
 import numpy as np
 
 from gcdbench.parsers.base import CompileError, CompileTimeout
-from gcdbench.parsers.pre3.kernels import ACCEPTED, CONTEXT, DPDA, sort_jobs, sort_jobs_shared, walk_scratch
+from gcdbench.parsers.pre3.kernels import DPDA
+from gcdbench.parsers.pre3.sort_kernels import ACCEPTED, CONTEXT, sort_jobs, sort_jobs_shared, walk_scratch
 
 
 class SeqWalk:
