@@ -13,6 +13,7 @@ process: with more processes than cores, they wait for each other's time slices 
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -22,6 +23,9 @@ import traceback
 import numpy as np
 
 from gcdbench.experiments.bench_setup import _compile, _stats
+from gcdbench.experiments.steplog import step_along
+from gcdbench.experiments.worker_batch import _Batch
+from gcdbench.parsers.base import Outcome, mask_get
 
 #: how long the parent waits for every shard of one ``--processes`` record (compile from cache, warm-up and run)
 SHARD_TIMEOUT_S = 3600
@@ -139,20 +143,62 @@ def time_batch(engine: str, opts: dict, name: str, ds, tok, args) -> list[dict]:
     return records
 
 
+class _OptionSet(_Batch):
+    """One option set of :func:`time_batch_interleaved` as one engine for
+    :func:`~gcdbench.experiments.steplog.step_along`: batch mode's :class:`~gcdbench.experiments.worker_batch._Batch`
+    over the set's B sequences, all of them live at every step (a lane whose sample ends takes the next one at
+    once), each bench step a walk of one step (:meth:`step`).
+
+    Its mask is the engine's ``fill_masks`` itself over the B sequences into the set's own rows (a ``partial``: no
+    frame of ours inside the timer, and no fallback: an error ends the bench, as before); its commit is
+    ``_Batch.commit``, one ``commit_many`` with the tokens handed over before the timer (``to_commit``). The walk's
+    callbacks keep the set's timed steps, ``fill_masks`` in ``step_us`` and ``commit_many`` in ``commit_us`` (µs),
+    and run what the step holds between the two (``between``: the other sets' steps)."""
+
+    def __init__(self, engine, seqs: list, how: str, width: int):
+        super().__init__(engine)
+        self.seqs, self.how = seqs, how
+        self.out = np.zeros((len(seqs), width), dtype=np.int32)
+        self.begin(seqs, self.out)
+        self.fill_mask = functools.partial(engine.fill_masks, seqs)
+        self.step_us: list[float] = []
+        self.commit_us: list[float] = []
+        self._between = None
+
+    def step(self, going: list[int], tokens: list, between) -> list:
+        """One bench step of this set: its mask, then ``between()`` (untimed), then the lanes ``going`` commit
+        ``tokens``; returns each one's ``commit_many`` entry (its result, or the exception it raised)."""
+        self.to_commit([self.seqs[i] for i in going], tokens)
+        self._between = between
+        step_along(self, itertools.repeat(None, 1), self.out, self._took_mask, self._took_commit,
+                   allows=_Batch.allows, raise_errors=True)
+        return self.results if going else []
+
+    def _took_mask(self, _step, _rows, _allowed, mask_ns, _jit) -> None:
+        self.step_us.append(mask_ns / 1000.0)
+        self._between()
+
+    def _took_commit(self, _step, _tokens, commit_ns) -> tuple[Outcome, str]:
+        self.commit_us.append(commit_ns / 1000.0)
+        return Outcome.OK, ""   # the bench step done: the walk ends
+
+
 def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok, args) -> list[dict]:
     """``--interleave``: every option set of ``engine`` in this one process, each with its own B sequences over the
     same samples, stepped together. At every step each set's ``fill_masks`` is timed, the sets' order rotating from
     step to step, the sets' rows compared (``masks_equal``, or the first step where they differ), then each set
-    commits every lane's next token in one ``commit_many`` call, timed too, the order rotating alike (a finished
-    sample: the lane resets to the next one).
+    commits every lane's next token in one ``commit_many`` call, timed too, in the reverse order of the masks (a
+    finished sample: the lane resets to the next one). Each set's step is one
+    :func:`~gcdbench.experiments.steplog.step_along` step (:class:`_OptionSet`), the next set's step (or, after the
+    last mask, the comparison) running inside its mask callback, between its two timers.
     The machine's drift falls on every set alike, so the ratio between sets holds where two runs minutes apart do
     not; the samples cycle as in :func:`time_batch`. One record per (set, B), ``interleaved`` naming the sets."""
     from gcdbench.experiments.worker_batch import make_sequences
-    from gcdbench.parsers.base import mask_get
 
     streams = [list(s.ids(tok)) for s in ds.samples]
     built = [(opts, *_compile(engine, opts, ds.grammar, tok, args.cache_dir)) for opts in opt_sets]
     labels = [json.dumps(o, sort_keys=True) for o in opt_sets]
+    width = (tok.vocab_size + 31) // 32
     records = []
     for B in args.batch:
         work = _work(streams, B, args)
@@ -163,33 +209,27 @@ def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok
             seqs, how = make_sequences(e, B, lambda o=opts: _compile(engine, o, ds.grammar, tok, args.cache_dir)[0])
             for q in seqs:
                 q.reset()
-            sets.append((e, seqs, how, np.zeros((B, (tok.vocab_size + 31) // 32), dtype=np.int32)))
+            sets.append(_OptionSet(e, seqs, how, width))
         K = len(sets)
-        step_us, commit_us = [[] for _ in range(K)], [[] for _ in range(K)]
         differ, violations, finished = None, 0, 0
+
+        def take(step: int, r: int, going: list[int], tokens: list, oks: list[bool]) -> None:
+            """The ``r``-th set of ``step``'s order: its mask, the next sets' steps, its commit."""
+            nonlocal differ, violations
+            if r == K:   # every set's mask in, no commit yet: the rows compared, the first set's checked
+                if differ is None and any(not np.array_equal(sets[0].out, st.out) for st in sets[1:]):
+                    differ = step
+                for i, (ids, pos) in enumerate(lanes):
+                    violations += not mask_get(sets[0].out[i], ids[pos] if pos < len(ids) else tok.eos_id)
+                return
+            got = sets[(step + r) % K].step(going, tokens, lambda: take(step, r + 1, going, tokens, oks))
+            for i, ok in zip(going, got):
+                oks[i] = oks[i] and not isinstance(ok, BaseException) and bool(ok)
+
         for step in range(args.warmup + args.steps):
-            for r in range(K):
-                k = (step + r) % K
-                e, seqs, _, out = sets[k]
-                t0 = time.perf_counter()
-                e.fill_masks(seqs, out)
-                step_us[k].append((time.perf_counter() - t0) * 1e6)
-            if differ is None and any(not np.array_equal(sets[0][3], st[3]) for st in sets[1:]):
-                differ = step
-            going = []      # the lanes inside their sample: each set commits their tokens in one commit_many
-            for i, (ids, pos) in enumerate(lanes):
-                violations += not mask_get(sets[0][3][i], ids[pos] if pos < len(ids) else tok.eos_id)
-                if pos < len(ids):
-                    going.append(i)
+            going = [i for i, (ids, pos) in enumerate(lanes) if pos < len(ids)]   # the lanes inside their sample
             oks = [True] * B
-            for r in range(K):
-                k = (step + r) % K
-                e, seqs, _, _ = sets[k]
-                t0 = time.perf_counter()
-                got = e.commit_many([seqs[i] for i in going], [lanes[i][0][lanes[i][1]] for i in going])
-                commit_us[k].append((time.perf_counter() - t0) * 1e6)
-                for i, ok in zip(going, got):
-                    oks[i] = oks[i] and not isinstance(ok, BaseException) and bool(ok)
+            take(step, 0, going, [lanes[i][0][lanes[i][1]] for i in going], oks)
             for i, lane in enumerate(lanes):
                 if i in going and oks[i]:
                     lane[1] += 1
@@ -198,24 +238,24 @@ def time_batch_interleaved(engine: str, opt_sets: list[dict], name: str, ds, tok
                 finished += 1
                 lane[:] = [list(work[nxt % len(work)][1]), 0]
                 nxt += 1
-                for _, seqs, _, _ in sets:
-                    seqs[i].reset()
-        for k, (opts, e, init_s) in enumerate(built):
-            st = _stats(step_us[k][args.warmup:])
-            both = [a + c for a, c in zip(step_us[k], commit_us[k])][args.warmup:]
+                for st in sets:
+                    st.seqs[i].reset()
+        for (opts, e, init_s), st in zip(built, sets):
+            step_us, commit_us = st.step_us[args.warmup:], st.commit_us[args.warmup:]
+            stats = _stats(step_us)
+            both = [a + c for a, c in zip(step_us, commit_us)]
             rec = {"dataset": name, "tokenizer": tok.name, "engine": engine, "options": opts, "B": B, "processes": 1,
-                   "steps": args.steps, "step_us": st, "per_sequence_us": round(st.get("mean", 0.0) / B, 2),
+                   "steps": args.steps, "step_us": stats, "per_sequence_us": round(stats.get("mean", 0.0) / B, 2),
                    "per_sequence_with_commit_us": round(float(np.mean(both)) / B, 2) if both else 0.0,
-                   "commit_us_per_step": _stats(commit_us[k][args.warmup:]),
-                   **_series(step_us[k][args.warmup:], commit_us[k][args.warmup:]), "interleaved": labels,
+                   "commit_us_per_step": _stats(commit_us), **_series(step_us, commit_us), "interleaved": labels,
                    "masks_equal": differ is None, "first_difference_step": differ, "violations": violations,
-                   "samples_finished": finished, "sequences": sets[k][2], "init_s": round(init_s, 3),
+                   "samples_finished": finished, "sequences": st.how, "init_s": round(init_s, 3),
                    "cpu_count": os.cpu_count()}
             print(json.dumps(brief(rec), default=str), flush=True)
             records.append(rec)
-        for e, seqs, how, _ in sets:
-            if how != "fork":
-                for q in seqs[1:]:
+        for st in sets:
+            if st.how != "fork":
+                for q in st.seqs[1:]:
                     q.close()
     for _, e, _ in built:
         e.close()
