@@ -124,6 +124,64 @@ def test_batch_interleave_steps_option_sets_together(tmp_path, monkeypatch):
         bench.main(args + ["--processes", "1", "2"])
 
 
+def test_batch_interleave_steps_each_set_through_step_along(monkeypatch):
+    """--interleave without a compiled engine (two fake option sets, B=2, samples of 3 tokens): each set's bench step
+    is one step_along step, every set's mask first (the sets' order rotating from step to step), then the commits
+    in the reverse order; a commit_many that raises fails the lanes it held (violations, the lanes refilled) and
+    the bench goes on; a sample's end refills its lane; every timed step is kept."""
+    from types import SimpleNamespace
+
+    from gcdbench.experiments import bench_batch, steplog
+
+    calls: list[tuple[str, str]] = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name, self.commits = name, 0
+
+        def fork(self):
+            return self
+
+        def reset(self):
+            pass
+
+        def close(self):
+            pass
+
+        def fill_masks(self, seqs, out):
+            calls.append(("mask", self.name))
+            out[:] = -1        # every token allowed: no violation from the masks
+
+        def commit_many(self, seqs, tokens):
+            calls.append(("commit", self.name))
+            self.commits += 1
+            if self.name == "b" and self.commits == 3:
+                raise RuntimeError("lost the batch")
+            return [True] * len(seqs)
+
+    walks = []
+    real_step_along = steplog.step_along
+
+    def counting(engine, *rest, **kw):
+        walks.append(engine)
+        return real_step_along(engine, *rest, **kw)
+
+    monkeypatch.setattr(bench_batch, "step_along", counting)
+    monkeypatch.setattr(bench_batch, "_compile", lambda engine, opts, *rest: (Fake(opts["n"]), 0.0))
+    ds = SimpleNamespace(samples=[SimpleNamespace(ids=lambda tok: [5, 6, 7])], grammar=None)
+    tok = SimpleNamespace(vocab_size=40, eos_id=0, name="fake")
+    args = SimpleNamespace(batch=[2], warmup=1, steps=7, cache_dir=None)
+    one, two = bench_batch.time_batch_interleaved("fake", [{"n": "a"}, {"n": "b"}], "toy", ds, tok, args)
+    assert len(walks) == 2 * 8     # one walk a set a step
+    assert calls[:8] == [("mask", "a"), ("mask", "b"), ("commit", "b"), ("commit", "a"),
+                         ("mask", "b"), ("mask", "a"), ("commit", "a"), ("commit", "b")]
+    # step 2: b's commit_many raises, both lanes fail and take new samples; step 6: both samples end at EOS
+    assert one["violations"] == two["violations"] == 2 and one["samples_finished"] == 4
+    assert one["masks_equal"] and one["first_difference_step"] is None
+    assert all(len(r["step_us_series"]) == len(r["commit_us_series"]) == 7 and r["steps"] == 7 for r in (one, two))
+    assert all(x >= 0 for r in (one, two) for x in r["step_us_series"] + r["commit_us_series"])
+
+
 @pytest.mark.slow
 def test_init_phases_build_then_load_from_cache(tmp_path):
     out = tmp_path / "init.json"
