@@ -79,3 +79,24 @@ def test_memo_turns_itself_off_where_keys_cycle_past_it():
     assert not e._mm_on and not e._mm and e.counters["masks_reused"] == 0
     e.reset()
     assert e._mm_on
+
+
+# a counted repetition: 40 lexer states, one per position, but a one-byte token sees one byte ahead
+COUNTED = GrammarSpec(name="counted", lark=r'''
+start: (DIGEST "\n")+
+DIGEST: /[0-9a-f]{40}/
+''')
+
+
+def test_states_of_a_counted_run_share_one_key_and_the_masks_repeat():
+    """The states of a digest differ only beyond what a token reads (``Compiled.mask_keys``): they share a key, so
+    the memo copies masks from the digest's third character on, and every mask stays the reference's."""
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    tok = byte_level()
+    e = ValiantEngine(cache=False)
+    e.compile(COUNTED, tok)
+    keys = e.comp.mask_keys
+    assert keys[0] == -1 and len(set(keys[1:])) <= len(keys) // 4, keys
+    engine_agrees(e, ReferenceChecker(COUNTED), tok, [b"0123456789abcdef0123456789abcdef01234567\n" * 2])
+    assert e.counters["masks_reused"] >= 60, e.counters

@@ -40,6 +40,32 @@ class Compiled:
         self.start_of = a["lex_start_of"]
         self.n_grammar = meta["n_grammar"]
         self.start_nullable = meta["start_nullable"]
+        self._mask_keys: list | None = None
+
+    @property
+    def mask_keys(self) -> list:
+        """Lexer state ``x`` -> the id of everything a mask from one configuration ``(c, x)`` reads of ``x``, at
+        index ``x + 1`` (index 0: -1, the boundary state): its terminal, whether it is final, and the contents of
+        its residual class's token lists (the tokens it reads entirely and its continuations, align.py). Residual
+        classes are exact DFA equivalence; tokens see only their own length ahead, so states that differ only
+        beyond it (the positions of a counted repetition far from its end) have equal lists. Two states with one id
+        give equal masks at every chart node: the whole-mask memo keys a prefix of one configuration by
+        ``(c, id)`` (engine.py ``fill_mask``). Built at the first call (a pass over the class lists)."""
+        if self._mask_keys is None:
+            al = self.align
+            lists: dict = {}
+            of_class = []
+            for k in range(al.call_start.size - 1):
+                a, b = int(al.cont_xstart[k]), int(al.cont_xstart[k + 1])
+                sig = (al.call_tok[al.call_start[k]:al.call_start[k + 1]].tobytes(), al.cont_nodes[a:b].tobytes(),
+                       np.diff(al.cont_nstart[a:b + 1]).tobytes(),
+                       al.cont_tok[al.cont_nstart[a]:al.cont_nstart[b]].tobytes())
+                of_class.append(lists.setdefault(sig, len(lists)))
+            ids: dict = {}
+            self._mask_keys = [-1] + [
+                ids.setdefault((int(t), bool(f), of_class[k]), len(ids))
+                for t, f, k in zip(self.term_of.tolist(), self.accept.tolist(), al.x_class.tolist())]
+        return self._mask_keys
 
 
 def build(grammar: GrammarSpec, tokenizer, aligner: str = "numba", token_states: int = MAX_STATES) -> Compiled:

@@ -40,11 +40,12 @@ class ValiantOptions:
                                "merged boundaries")
     mask_cache: int = option(512, "cpu: slots of the cache of assembled token sets (a base's tokens, keyed by its "
                              "viable trie nodes and lexer states), per thread; 0: none")
-    mask_memo: int = option(128, "cpu, one thread: whole masks kept per sequence, keyed by the prefix's exact "
-                            "lexer configurations (chart node, lexer state): a prefix that ends inside a long "
-                            "terminal (a string, a number, a regular part) meets the same configurations again and "
-                            "copies its mask; a key is kept at its second sighting, the oldest leaving a full memo; off for the rest of "
-                            "a sequence where its keys cycle through more masks than it holds; 0: none")
+    mask_memo: int = option(128, "cpu, one thread: whole masks kept per sequence, keyed by the prefix's lexer "
+                            "configurations (chart node, and of a lexer state what a mask reads of it: states that "
+                            "differ only beyond a token's length share a key): a prefix that ends inside a long "
+                            "terminal (a string, a number, a counted run) meets the same keys again and copies its "
+                            "mask; a key is kept at its second sighting, the oldest leaving a full memo; off for the "
+                            "rest of a sequence where its keys cycle through more masks than it holds; 0: none")
     regularize: bool = option(False, "rewrite the grammar first: each maximal regular part (a string body, a number, "
                               "white space written with one-character terminals) becomes one terminal "
                               "(parsers/regularize.py; the same language)")
@@ -161,6 +162,7 @@ class ValiantEngine(Engine):
             raise ValueError(f"engine valiant: mask_memo must be 0 (none) or a number of masks, "
                              f"not {self.opts['mask_memo']}")
         self._mm_size, self._mm_hits = int(self.opts["mask_memo"]), 0
+        self._mkeys = self.comp.mask_keys if self._mm_size else []
         self.backend = None
         if self.opts["backend"] == "cuda":
             from .cuda_kernels import CudaSearch
@@ -420,8 +422,9 @@ class ValiantEngine(Engine):
             s = self.store
             if self._mm_on:
                 n, cfg = s.hdr.item(H_NCFG), s.cfg
-                # one configuration (most prefixes): its two numbers; else the rows' bytes
-                key = (cfg.item(0, 0), cfg.item(0, 1)) if n == 1 else cfg[:n].tobytes()
+                # one configuration (most prefixes): its node and what a mask reads of its lexer state
+                # (Compiled.mask_keys); else the rows' bytes
+                key = (cfg.item(0, 0), self._mkeys[cfg.item(0, 1) + 1]) if n == 1 else cfg[:n].tobytes()
                 kept = self._mm.get(key)
                 if kept is not None:
                     np.copyto(out, kept)
