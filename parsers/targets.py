@@ -47,7 +47,7 @@ def callee_jit(**options):
 
 
 # -- numba's on-disk cache, keyed by every source a kernel is built from ---------------------------------------------
-#: folder -> the sources whose text keys the cache of every cached function defined in a file of that folder
+#: folder -> the extra files (outside it) whose text keys the cache of every cached function defined in the folder
 _STAMPED: dict[str, tuple[str, ...]] = {}
 
 
@@ -73,9 +73,62 @@ def _file_hash(path: str, mtime_ns: int, size: int, _memo: dict = {}) -> bytes: 
     return _memo[key]
 
 
+def _imports_here(path: str, mtime_ns: int, size: int, _memo: dict = {}) -> frozenset:   # noqa: B006 - the memo
+    """The files of ``path``'s own folder that its module imports, anywhere in it (function bodies too):
+    ``from .x import ...``, ``from . import x``, and absolute imports through the folder's package name
+    (``gcdbench.parsers.valiant.x``); read again when its mtime or size changes."""
+    import ast
+    import os
+
+    key = (path, mtime_ns, size)
+    if key not in _memo:
+        folder = os.path.dirname(path)
+        pkg = os.path.basename(folder)
+        names = set()
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                parts = (node.module or "").split(".") if node.module else []
+                if node.level == 1:
+                    names.update(parts[:1] or [a.name for a in node.names])
+                elif node.level == 0 and pkg in parts:
+                    after = parts[len(parts) - parts[::-1].index(pkg):]
+                    names.update(after[:1] or [a.name for a in node.names])
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    parts = a.name.split(".")
+                    if pkg in parts[:-1]:
+                        names.add(parts[len(parts) - parts[::-1].index(pkg)])
+        files = (os.path.join(folder, n + ".py") for n in names)
+        _memo[key] = frozenset(p for p in files if os.path.isfile(p))
+    return _memo[key]
+
+
+def cache_sources(py_file: str) -> tuple[str, ...]:
+    """The sources whose text keys numba's cache of the functions defined in ``py_file`` (a file of a folder
+    registered with :func:`stamp_cache_with`): the file, every file of its folder that it imports, directly or
+    through another (the only modules its jitted code can reach by global name: callees, records, constants), and
+    the folder's extra files. A file of the folder that none of them imports (the engine, say) keys nothing
+    (subpackages are not followed: the registered folders have none)."""
+    import os
+
+    py_file = os.path.abspath(py_file)
+    seen, todo = {py_file}, [py_file]
+    while todo:
+        path = todo.pop()
+        st = os.stat(path)
+        for dep in _imports_here(path, st.st_mtime_ns, st.st_size):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return tuple(sorted(seen)) + _STAMPED[os.path.dirname(py_file)]
+
+
 def _stamped_locator(base):
     """``base`` (one of numba's cache locators), used only for functions defined in a folder registered with
-    :func:`stamp_cache_with`, whose source stamp also carries the digest of that folder's sources."""
+    :func:`stamp_cache_with`, whose source stamp also carries the digest of the function's sources
+    (:func:`cache_sources`)."""
     import os
 
     class Stamped(base):
@@ -86,26 +139,26 @@ def _stamped_locator(base):
             return super().from_function(py_func, py_file)
 
         def get_source_stamp(self):
-            return (super().get_source_stamp(), _digest(_STAMPED[os.path.dirname(os.path.abspath(self._py_file))]))
+            return (super().get_source_stamp(), _digest(cache_sources(self._py_file)))
 
     Stamped.__name__ = Stamped.__qualname__ = "Stamped" + base.__name__
     return Stamped
 
 
 def stamp_cache_with(folder: str, *extra: str) -> None:
-    """Key numba's on-disk cache of every ``cache=True`` function defined in ``folder`` by the text of every
-    ``.py`` file there and of ``extra`` files, not by its own file alone. numba checks only the file a function is
-    defined in, so a caller in one file keeps the machine code it inlined from a callee in another file after the
-    callee changes (stale code, even a crash on a changed record). Call it in the package's ``__init__``, before
-    any of its kernels is defined. Any of those files changing recompiles them all, once."""
-    import glob
+    """Key numba's on-disk cache of every ``cache=True`` function defined in ``folder`` by the text of the sources
+    it can be built from (:func:`cache_sources`: its file, the files of ``folder`` that file imports, directly or
+    not, and the ``extra`` files), not by its own file alone. numba checks only the file a function is defined in,
+    so a caller in one file keeps the machine code it inlined from a callee in another file after the callee
+    changes (stale code, even a crash on a changed record). Call it in the package's ``__init__``, before any of
+    its kernels is defined. A change to one of a function's sources recompiles it, once; a change to a file its
+    file does not import (the engine) recompiles nothing."""
     import os
 
     from numba.core import caching
 
     folder = os.path.abspath(folder)
-    _STAMPED[folder] = tuple(sorted(glob.glob(os.path.join(folder, "*.py")))) + tuple(
-        sorted(os.path.abspath(e) for e in extra))
+    _STAMPED[folder] = tuple(sorted(os.path.abspath(e) for e in extra))
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl   # numba >= 0.61 names it without "_"
     classes = impl._locator_classes
     if any(getattr(c, "_gcdbench_stamped", False) for c in classes):

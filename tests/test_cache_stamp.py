@@ -1,7 +1,8 @@
 """numba keys its on-disk cache by the file a function is defined in only, so a caller keeps the machine code it
 inlined from a callee in another file after the callee changed. ``targets.stamp_cache_with(folder)`` keys the
-cache of a folder's functions by every source there (Valiant's and Pre3's packages call it): a changed callee
-recompiles its caller, an unchanged tree loads from the cache."""
+cache of a folder's functions by their file and every file of the folder it imports, directly or not
+(``targets.cache_sources``; Valiant's and Pre3's packages call it): a changed callee recompiles its caller, an
+unchanged tree loads from the cache, and a file the kernel's file does not import (an engine) keys nothing."""
 from __future__ import annotations
 
 import os
@@ -67,3 +68,51 @@ def test_valiant_and_pre3_kernels_are_stamped():
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
     assert getattr(impl._locator_classes[0], "_gcdbench_stamped", False)
     assert str(ROOT / "parsers" / "targets.py") in targets._STAMPED[str(ROOT / "parsers" / "valiant")]
+
+
+def test_a_callee_two_imports_away_rebuilds_its_caller_and_an_engine_keys_nothing(tmp_path):
+    """The caller imports the callee through a module that re-exports it (as Valiant's kernels import each other);
+    a file of the package that imports the caller but that the caller's file does not import (an engine) can
+    change without a rebuild."""
+    pkg = tmp_path / "stamppkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\nfrom gcdbench.parsers.targets import stamp_cache_with\n"
+                                     "stamp_cache_with(os.path.dirname(__file__))\n")
+    (pkg / "callee.py").write_text("import numba\n\n@numba.njit(cache=True, inline='always')\ndef value():\n"
+                                   "    return 1\n")
+    (pkg / "mid.py").write_text("from stamppkg.callee import value  # noqa: F401\n")
+    (pkg / "caller.py").write_text(textwrap.dedent("""\
+        import numba
+        from .mid import value
+
+        @numba.njit(cache=True)
+        def call():
+            return value() + 0
+        """))
+    (pkg / "engine.py").write_text("from .caller import call  # noqa: F401\nLIMIT = 1\n")
+    value, hits, misses = _run(tmp_path)
+    assert value == 1 and not hits and misses            # first run: compiled and saved
+    (pkg / "engine.py").write_text("from .caller import call  # noqa: F401\nLIMIT = 2\n")
+    value, hits, misses = _run(tmp_path)
+    assert value == 1 and hits and not misses            # the engine changed: loaded from the cache all the same
+    (pkg / "callee.py").write_text("import numba\n\n@numba.njit(cache=True, inline='always')\ndef value():\n"
+                                   "    return 20 + 2\n")
+    value, hits, misses = _run(tmp_path)
+    assert value == 22 and not hits and misses           # the callee, two imports away, changed: rebuilt
+
+
+def test_a_kernel_is_keyed_by_the_files_it_imports():
+    import gcdbench.parsers.pre3  # noqa: F401  (registers its folder)
+    import gcdbench.parsers.valiant  # noqa: F401
+    from gcdbench.parsers import targets
+
+    def names(path):
+        return {Path(p).name for p in targets.cache_sources(str(ROOT / "parsers" / path))}
+
+    mask = names("valiant/cpu_mask.py")
+    assert {"cpu_mask.py", "device.py", "device_search.py", "packing.py", "store_kernels.py", "targets.py"} <= mask
+    assert not mask & {"engine.py", "store_mask.py", "cuda_kernels.py", "README.md"}
+    assert {"cpu_mask.py", "store_kernels.py", "device.py"} <= names("valiant/store_mask.py")
+    assert names("valiant/device.py") == {"device.py", "targets.py"}
+    assert {"sort_kernels.py", "kernels.py", "targets.py"} <= names("pre3/sort_kernels.py")
+    assert "engine.py" not in names("pre3/kernels.py")
