@@ -217,6 +217,11 @@ def test_table1_prints_intervals_and_the_harness_floor(tmp_path, runs):
     assert "### Intervals (bytes vocabulary)" in text and "| 2 repeats |" in text
     t1 = (tmp_path / "report" / "table1.md").read_text()
     assert "2 repeats pooled" in t1
+    # beside it, the null engine's one run is marked as one run (one note shared by every such cell)
+    k = next(i for i, ln in enumerate([ln for ln in t1.splitlines() if ln.startswith("- [")], 1)
+             if "one run, no repeats" in ln)
+    null_row = next(ln for ln in t1.splitlines() if ln.startswith("| null_engine "))
+    assert f"[{k}]" in null_row, (null_row, t1)
     assert (tmp_path / "report" / "intervals.csv").exists()
     assert (tmp_path / "report" / "figures" / "intervals_bytes.png").stat().st_size > 0
     assert "](figures/intervals_bytes.png)" in text

@@ -25,6 +25,7 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3", intervals: pd.DataFram
     pooled = ({(r.config, r.dataset): r for r in intervals.itertuples() if r.repeats > 1}
               if intervals is not None and not intervals.empty else {})
     notes: list[str] = []
+    once = None   # the note number shared by every cell run once in a table that has repeated cells
     datasets = [d for d in DATASET_ORDER if d in set(cells["dataset"])] + sorted(
         set(cells["dataset"]) - set(DATASET_ORDER))
     out = []
@@ -62,6 +63,12 @@ def table1(cells: pd.DataFrame, tokenizer: str = "qwen3", intervals: pd.DataFram
                 row[f"{ds} Init"] += f" [{len(notes)}]"
             row[f"{ds} Per-mask µs"] = fmt_us(c.get("mask_mean_us")) + mark
             row[f"{ds} p50/p99/max µs"] = "/".join(fmt_us(c.get(k)) for k in ("mask_p50_us", "mask_p99_us", "mask_max_us"))
+            if pooled and (config, ds) not in pooled and get(c, "mask_n"):   # beside repeated cells: say it is one
+                if once is None:
+                    notes.append("one run, no repeats (a slow engine's cell, or one run before repeats): its figures "
+                                 "come from one sitting, and no interval covers the machine's drift between runs")
+                    once = len(notes)
+                row[f"{ds} Per-mask µs"] += f" [{once}]"
             if (config, ds) in pooled:   # repeats: every repeat's masks, the mean with its interval (stats.py)
                 p = pooled[(config, ds)]
                 notes.append(f"{config} × {ds}: {p.repeats} repeats pooled ({p.masks} masks); [low, high]: 95% "
