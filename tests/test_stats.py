@@ -229,8 +229,9 @@ def test_table1_prints_intervals_and_the_harness_floor(tmp_path, runs):
 
 def test_table1_gives_ratios_to_a_base_config_with_intervals(tmp_path, runs):
     """Under Table 1, every config run with repeats divided by the base config (``--ratio-base``): the known 1.3x
-    slowdown is found as slower, with its interval, in the report and in ``ratios_<base>.csv``; a base without
-    repeated cells (GLRMask, the default, is not in this folder) gives no ratio table."""
+    slowdown is found as slower, with its interval, in the report and in ``ratios_<base>.csv``; without
+    ``--ratio-base`` the base is the engine an adapter of the cells states its speed targets against
+    (``Engine.speed_baseline``): the delay engines state none, so there is no ratio table."""
     import pandas as pd
 
     from gcdbench.experiments.report import write_report
@@ -247,6 +248,18 @@ def test_table1_gives_ratios_to_a_base_config_with_intervals(tmp_path, runs):
     write_report(runs / "a", tmp_path / "default", tokenizer="bytes")
     assert "### Ratios to" not in (tmp_path / "default" / "README.md").read_text()
     assert not list((tmp_path / "default").glob("ratios_*.csv"))
+
+
+def test_the_ratio_base_is_the_engine_an_adapter_states_its_targets_against():
+    import pandas as pd
+
+    from gcdbench.experiments.report.table1 import ratio_base
+    from gcdbench.parsers.registry import engine_class
+
+    stated = engine_class("valiant", runnable=False).speed_baseline
+    assert stated and ratio_base(pd.DataFrame({"engine": ["psc", "valiant"]}), None) == stated
+    assert ratio_base(pd.DataFrame({"engine": ["psc", "valiant"]}), "psc") == "psc"   # --ratio-base wins
+    assert ratio_base(pd.DataFrame({"engine": ["psc"]}), None) is None                 # nobody states one
 
 
 # -- the machine's state -----------------------------------------------------------------------------------------

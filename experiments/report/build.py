@@ -20,13 +20,14 @@ SECTIONS: tuple[Section, ...] = (
 
 def write_report(results: Path, out: Path, tokenizer: str = "qwen3", also: tuple = (), batch: tuple = (),
                  before: tuple = (), cliffs: Path | None = None, maskbench: Path | None = None,
-                 seeds: Path | None = None, shapes: Path | None = None, ratio_base: str = "glrmask") -> str:
+                 seeds: Path | None = None, shapes: Path | None = None, ratio_base: str | None = None) -> str:
     """Tables, README.md and figures under ``out`` from the run folders under ``results`` (Table 1), ``also``
     (further runs, each with its per-prefix-length tails), ``batch`` (batch mode), ``before`` (per-prefix tail
     CSVs of earlier commits, drawn beside the further runs' tails in the growth figure), ``cliffs`` (a folder
     with ``bench.json``, ``runs/`` and ``reproducers.json`` of the fuzzed grammars) and ``maskbench`` (the JSON
     Schema cells) and ``seeds`` (the Java, Go and SQL cells of the other seeds' tables) and ``shapes`` (the
-    grammar-shape cells); ``ratio_base``: the config Table 1's ratios divide by; returns Table 1 (Markdown)."""
+    grammar-shape cells); ``ratio_base``: the config Table 1's ratios divide by (None: the engine an adapter states its speed targets
+    against); returns Table 1 (Markdown)."""
     results, out = Path(results), Path(out)
     all_cells = collect(results)
     ctx = Context(results=results, out=out, tokenizer=tokenizer, also=tuple(also), batch=tuple(batch),

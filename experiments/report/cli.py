@@ -28,8 +28,9 @@ def main(argv=None):
                          "a Seeds' tables section (its JSON column from --maskbench)")
     ap.add_argument("--shapes", default=None,
                     help="folder of the grammar-shape cells (experiment=shapes): a Grammar shapes section")
-    ap.add_argument("--ratio-base", default="glrmask",
-                    help="the config that Table 1's ratios (configs run with repeats) divide by")
+    ap.add_argument("--ratio-base", default=None,
+                    help="the config that Table 1's ratios (configs run with repeats) divide by (default: the engine "
+                         "an adapter of the cells states its speed targets against, Engine.speed_baseline)")
     args = ap.parse_args(argv)
     from gcdbench.experiments.config import folder_problem
 

@@ -23,7 +23,8 @@ class Context:
     maskbench: Path | None = None      # --maskbench: the MaskBench (JSON Schema) cells
     seeds: Path | None = None          # --seeds: the cells of the other seeds' tables (Java, Go, SQL)
     shapes: Path | None = None         # --shapes: the grammar-shape cells (experiment=shapes)
-    ratio_base: str = "glrmask"        # --ratio-base: the config Table 1's ratios divide by
+    ratio_base: str | None = None      # --ratio-base: the config Table 1's ratios divide by (None: an adapter's
+                                       # speed_baseline, see report/table1.py ratio_base)
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # single-mode cells under ``results``
     cold_cells: pd.DataFrame = field(default_factory=pd.DataFrame)   # cells under ``results`` run with cold=true
     batch_roots: list = field(default_factory=list)              # folders holding batch-mode cells
@@ -39,7 +40,7 @@ class Context:
                 + (f" --maskbench {self.maskbench}" if self.maskbench else "")
                 + (f" --seeds {self.seeds}" if self.seeds else "")
                 + (f" --shapes {self.shapes}" if self.shapes else "")
-                + (f" --ratio-base {self.ratio_base}" if self.ratio_base != "glrmask" else ""))
+                + (f" --ratio-base {self.ratio_base}" if self.ratio_base else ""))
 
 
 @dataclass(frozen=True)

@@ -146,12 +146,24 @@ def ratio_frame(cells: pd.DataFrame, tokenizer: str, base: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def ratio_base(cells: pd.DataFrame, given: str | None) -> str | None:
+    """The config Table 1's ratios divide by: ``given`` (``--ratio-base``), else the engine that an adapter of the
+    cells states its speed targets against (``Engine.speed_baseline``, e.g. Valiant's), else None (no ratios)."""
+    if given:
+        return given
+    for name in sorted(set(cells["engine"])) if "engine" in cells else ():
+        base = getattr(engine_class(name), "speed_baseline", None)
+        if base:
+            return base
+    return None
+
+
 def ratio_lines(ctx: Context) -> list[str]:
-    """Under Table 1: each config's per-mask statistics as a ratio to ``ctx.ratio_base``'s (``--ratio-base``,
-    GLRMask by default) with 95% intervals and verdicts, for the configs run with repeats
+    """Under Table 1: each config's per-mask statistics as a ratio to the base config's (:func:`ratio_base`: with
+    Valiant's cells, GLRMask) with 95% intervals and verdicts, for the configs run with repeats
     (``ratios_<base>.csv``)."""
-    base = ctx.ratio_base
-    frame = ratio_frame(ctx.cells, ctx.tokenizer, base)
+    base = ratio_base(ctx.cells, ctx.ratio_base)
+    frame = ratio_frame(ctx.cells, ctx.tokenizer, base) if base else pd.DataFrame()
     if frame.empty:
         return []
     frame.to_csv(ctx.out / f"ratios_{base}.csv", index=False)
