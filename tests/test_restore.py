@@ -78,6 +78,17 @@ def test_report_from_restored_cells_is_unchanged(stored, tmp_path):
         assert after[name].replace(str(copy), "ROOT") == before[name].replace(str(stored), "ROOT"), name
 
 
+def test_a_multirun_hydra_folder_holding_its_jobs_is_removed_once(stored, tmp_path):
+    """A sweep's ``.hydra`` holds each job's ``.hydra``: the outer one goes, and the inner ones with it (removing
+    them again crashed the re-store after the cells had moved into the pack)."""
+    copy = tmp_path / "copy" / "runs"
+    shutil.copytree(stored, copy)
+    (copy / ".hydra" / "multirun_x" / "0" / ".hydra").mkdir(parents=True)
+    done = restore(copy)
+    assert done["hydra_removed"] == [str(copy / ".hydra")] and not (copy / ".hydra").exists()
+    assert (copy / PACK_DIR / "cells.parquet").exists()
+
+
 def test_keep_masks_packs_every_mask_and_reads_it_back(stored, tmp_path):
     """``--keep-masks``: the single-mode cells' per-mask rows go into the pack (``cells_steps.parquet``) and read
     back as the folders gave them, so the intervals (stats.read_configs) are the same; batch cells keep their

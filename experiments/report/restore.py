@@ -148,11 +148,17 @@ def gzip_file(path: Path) -> dict:
 
 def remove_hydra(root: Path, dry_run: bool = False) -> dict:
     """Remove Hydra's copies of the configs (``.hydra`` folders) under ``root``; every cell keeps its run.json."""
-    hydra = sorted(p for p in Path(root).rglob(".hydra") if p.is_dir())
+    hydra = _outermost(sorted(p for p in Path(root).rglob(".hydra") if p.is_dir()))
     if not dry_run:
         for p in hydra:
             shutil.rmtree(p)
     return {"root": str(root), "hydra_removed": [str(p) for p in hydra]}
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """``paths`` less those inside another of them (a multirun's ``.hydra`` holds its jobs' ``.hydra`` folders:
+    removing the outer one removes them)."""
+    return [p for p in paths if not any(q in p.parents for q in paths)]
 
 
 def _folder_cells(root: Path) -> list[Path]:
@@ -208,7 +214,7 @@ def restore(root: Path, dry_run: bool = False, stamp: dict | None = None, keep_m
             df = frames.get(name)
             if df is not None and len(df):
                 rows[name].append(df.assign(cell=rel))
-    hydra = sorted(p for p in root.rglob(".hydra") if p.is_dir())
+    hydra = _outermost(sorted(p for p in root.rglob(".hydra") if p.is_dir()))
     done = {"root": str(root), "cells": len(cells), "packed": len(index), "hydra_removed": [str(p) for p in hydra]}
     if dry_run or not cells:
         return done
