@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from gcdbench.datasets.maskbench import category, data_path, read_records, select
-from gcdbench.parsers.gitstate import git_state
+from gcdbench.parsers.common.gitstate import git_state
 from gcdbench.parsers.jsonschema import UnsupportedSchema, schema_to_lark, serialize
 
 

@@ -74,7 +74,7 @@ def load_source(source: str, data_root) -> Dataset:
 
 def write_sampled(path: Path, source_name: str, source: Dataset, tokenizer, seqs: list[dict], seed: int,
                   params: SamplerParams, seconds: float) -> Path:
-    from gcdbench.parsers.gitstate import git_commit, repo_folders
+    from gcdbench.parsers.common.gitstate import git_commit, repo_folders
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 The reference checker is exact and polynomial, but on a long sample or a deep grammar one audited step may still
 take long and much memory; run in the runner's own process it could stall or exhaust the whole sweep. The parent
-(:func:`audit_groups`) sends one sample at a time to a :class:`~gcdbench.parsers.limited.LimitedProcess` running
+(:func:`audit_groups`) sends one sample at a time to a :class:`~gcdbench.parsers.common.limited.LimitedProcess` running
 this module and waits under ``limits.sample_timeout_s`` and ``limits.memory_mb``; a sample that exceeds them is
 recorded as "audit skipped: <reason>" and a fresh child takes the rest. Reference masks go through the on-disk
 :class:`~gcdbench.experiments.audit.MaskCache`, so what a killed child computed is not lost.
@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from gcdbench.parsers.limited import Channel, LimitedProcess, die_with_parent, exit_description
+from gcdbench.parsers.common.limited import Channel, LimitedProcess, die_with_parent, exit_description
 
 
 def audit_samples(grammar, tokenizer_name: str, profile, cache_dir, jobs: list[tuple], timeout_s: float,

@@ -1,5 +1,5 @@
 """What a result was produced with: the machine, the installed package versions and the git state of the code
-(the last from ``parsers/gitstate.py``, re-exported here). Runs (``runner``) and benchmark files (``benchfile``)
+(the last from ``parsers/common/gitstate.py``, re-exported here). Runs (``runner``) and benchmark files (``benchfile``)
 record these; nothing here depends on a cell or an engine."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from gcdbench.parsers.gitstate import RESULT_FOLDERS, git_commit, git_state, repo_folders
+from gcdbench.parsers.common.gitstate import RESULT_FOLDERS, git_commit, git_state, repo_folders
 
 __all__ = ["RESULT_FOLDERS", "git_commit", "git_state", "machine_info", "machine_snapshot", "machine_state",
            "cell_not_alone", "not_alone_text", "package_versions", "repo_folders"]

@@ -15,7 +15,7 @@ import weakref
 from gcdbench.experiments.rowlayout import WORKER_BATCH_SUMMARY, WORKER_STEP
 from gcdbench.experiments.steplog import SlotJournal, StepLog
 from gcdbench.parsers.base import Outcome
-from gcdbench.parsers.limited import Event, LimitedProcess, exit_description
+from gcdbench.parsers.common.limited import Event, LimitedProcess, exit_description
 
 
 class Worker:

@@ -1,7 +1,7 @@
 """The child process of a run (``python -m gcdbench.experiments.worker``): compiles one engine once, runs one
 untimed warm-up sample, then teacher-forces the samples the parent sends.
 
-Messages (framed pickles over :class:`gcdbench.parsers.limited.Channel`), parent -> child:
+Messages (framed pickles over :class:`gcdbench.parsers.common.limited.Channel`), parent -> child:
 ``("init", engine, options, grammar, tokenizer, warmup_ids, steplog_path)``, then ``("sample", sample_id, token_ids,
 audit_steps)``, ``("grammar", grammar)`` (a dataset of many grammars: compile the next one here, answered by
 ``compiled`` or ``compile_error``) or ``("stop",)``. Child -> parent: ``("attached",)`` once the StepLog is mapped (the parent then
@@ -249,7 +249,7 @@ def main(serve=None) -> None:
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     WATCH.install()   # before any engine is imported: every numba load and compile from here on is seen
-    from gcdbench.parsers.limited import Channel, die_with_parent
+    from gcdbench.parsers.common.limited import Channel, die_with_parent
 
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle (it kills this process)

@@ -41,7 +41,7 @@ import numpy as np
 
 from gcdbench.parsers.base import CompileError, CompileTimeout, Engine, GrammarSpec, Profile, option
 from gcdbench.parsers.convert_dialects import written_out
-from gcdbench.parsers.limited import LimitedProcess
+from gcdbench.parsers.common.limited import LimitedProcess
 
 
 class PreprocessTimeout(CompileTimeout):

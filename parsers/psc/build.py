@@ -61,13 +61,13 @@ class Progress:
 def lalr_tables(grammar: GrammarSpec, *, timeout_s: float, conflicts: str, max_rules: int = 20_000):
     """(IntParseTable, terminals, ignored names, number of shift/reduce conflicts resolved as shift: 0 unless
     ``conflicts="shift"``). Lark's analysis runs in a child process (a fresh interpreter
-    under :class:`~gcdbench.parsers.limited.LimitedProcess`: the harness's worker may hold threads, so no fork),
+    under :class:`~gcdbench.parsers.common.limited.LimitedProcess`: the harness's worker may hold threads, so no fork),
     so a grammar whose LALR construction does not finish in ``timeout_s`` is refused instead of hanging.
     ``timeout_s`` and ``conflicts``: PSC's options ``lalr_timeout_s`` and ``conflicts`` (PSCOptions)."""
     import subprocess
     import sys
 
-    from gcdbench.parsers.limited import LimitedProcess, exit_description
+    from gcdbench.parsers.common.limited import LimitedProcess, exit_description
 
     log.info("psc: Lark's LALR(1) analysis")
     proc = LimitedProcess([sys.executable, "-c", "from gcdbench.parsers.psc.build import _lalr_main; _lalr_main()"],
@@ -98,7 +98,7 @@ def lalr_tables(grammar: GrammarSpec, *, timeout_s: float, conflicts: str, max_r
 
 def _lalr_main():
     """Child side of :func:`lalr_tables`: read (text, start, max_rules, shift) from the channel, answer on it."""
-    from gcdbench.parsers.limited import Channel, die_with_parent
+    from gcdbench.parsers.common.limited import Channel, die_with_parent
 
     die_with_parent()
     chan = Channel.from_env()

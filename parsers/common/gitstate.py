@@ -1,6 +1,6 @@
 """The git state of this checkout (commit, dirty tree), for every file that records what code produced it.
 
-It sits at the bottom layer (beside ``limited`` and ``tokenizers``) because both the dataset generators
+It sits in ``parsers.common``, the bottom layer (beside ``limited``), because both the dataset generators
 (``datasets/sampled.py``) and the experiment layer (``experiments/provenance.py``) stamp their outputs with it;
 the machine and package provenance of a run stays in ``experiments/provenance.py``.
 """
@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 #: this project's checkout (the folder above parsers/)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: folders whose changes never make a run's tree dirty: result files are data, not code (a bench that rewrites a
 #: committed result file before a sweep starts must not mark the sweep's cells as run on a dirty tree)
