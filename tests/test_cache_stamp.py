@@ -17,6 +17,15 @@ RUN = ("import json, stamppkg.caller as c; v = c.call(); "
        "print(json.dumps([v, c.call.stats.cache_hits.most_common(), c.call.stats.cache_misses.most_common()]))")
 
 
+def _stamped_package(tmp: Path) -> Path:
+    """An empty package ``stamppkg`` under ``tmp`` whose ``__init__`` keys its kernels' cache by its folder."""
+    pkg = tmp / "stamppkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\nfrom gcdbench.parsers.targets import stamp_cache_with\n"
+                                     "stamp_cache_with(os.path.dirname(__file__))\n")
+    return pkg
+
+
 def _run(tmp: Path) -> list:
     import json
 
@@ -28,10 +37,7 @@ def _run(tmp: Path) -> list:
 
 
 def test_a_changed_callee_rebuilds_its_caller(tmp_path):
-    pkg = tmp_path / "stamppkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("import os\nfrom gcdbench.parsers.targets import stamp_cache_with\n"
-                                     "stamp_cache_with(os.path.dirname(__file__))\n")
+    pkg = _stamped_package(tmp_path)
     (pkg / "callee.py").write_text("import numba\n\n@numba.njit(cache=True)\ndef value():\n    return 1\n")
     (pkg / "caller.py").write_text(textwrap.dedent("""\
         import numba
@@ -74,10 +80,7 @@ def test_a_callee_two_imports_away_rebuilds_its_caller_and_an_engine_keys_nothin
     """The caller imports the callee through a module that re-exports it (as Valiant's kernels import each other);
     a file of the package that imports the caller but that the caller's file does not import (an engine) can
     change without a rebuild."""
-    pkg = tmp_path / "stamppkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("import os\nfrom gcdbench.parsers.targets import stamp_cache_with\n"
-                                     "stamp_cache_with(os.path.dirname(__file__))\n")
+    pkg = _stamped_package(tmp_path)
     (pkg / "callee.py").write_text("import numba\n\n@numba.njit(cache=True, inline='always')\ndef value():\n"
                                    "    return 1\n")
     (pkg / "mid.py").write_text("from stamppkg.callee import value  # noqa: F401\n")
