@@ -79,6 +79,11 @@ from gcdbench.parsers.grammar import GrammarIR, Rule, load_ir
 MAX_REGEX = 8_000
 #: steps of the subset construction a new terminal's DFA may take (:func:`_determinizes`); over it, not made
 DFA_BUDGET = 200_000
+#: open states (:func:`_open_states`) all the new terminals together may have; over it, the costliest runs are
+#: refused until the rest fit (:meth:`_Planner._bad_runs`)
+MAX_OPEN = 256
+#: a byte DFA state that reads at least this many of the 256 bytes is *open*
+OPEN_WIDTH = 128
 
 
 class _TooBig(Exception):
@@ -237,6 +242,21 @@ def _dfa_ok(name: str, regex: str, ignore_case: bool, budget: int | None = None)
     return True
 
 
+@functools.lru_cache(maxsize=4096)
+def _open_states(regex: str) -> int:
+    r"""The *open* states of the regex's byte DFA (``regex_fsm``, minimal): those with a next state on at least
+    :data:`OPEN_WIDTH` bytes (inside a comment, a string body, ``[^x]*``). An engine that precomputes, per lexer
+    state, the tokens the state reads whole (Valiant's ``cont_all``) keeps nearly the whole vocabulary for each
+    open state of each terminal. A new terminal copies the open states of its pieces and of the ignored glue
+    between them, once per place (and, where a piece's body can also read what follows it, e.g. Java's
+    ``/\*[\s\S]*?\*\//`` whose regular language runs on past ``*/``, once per place times the positions
+    after it): see :meth:`_Planner._bad_runs`."""
+    from gcdbench.parsers.regex_fsm import byte_dfa
+
+    d = byte_dfa("RUN", regex, False)
+    return sum(1 for row in d.rows if sum(1 for x in row if x >= 0) >= OPEN_WIDTH)
+
+
 def _mergeable(t, ignored: frozenset) -> str | None:
     """The terminal's regex as a piece of a concatenation (``(?:...)``, its case flag folded in), or None when it
     may not be merged: ignored, or a regex that does not survive concatenation (a named group, a global flag)."""
@@ -260,13 +280,17 @@ class Rewrite:
     runs: int = 0                            # occurrences of runs replaced in the rules kept
     new_terminals: dict[str, str] = field(default_factory=dict)   # name -> regex
     demoted: tuple[str, ...] = ()            # regular nonterminals left as rules (regex too large or refused)
+    open_states: int = 0                     # open states of the new terminals, in all (``_open_states``)
+    refused_open: int = 0                    # runs refused for open states over ``max_open`` (all rounds)
     counts: dict = field(default_factory=dict)   # rules / terminals / nonterminals before and after
 
 
 class _Planner:
-    def __init__(self, ir: GrammarIR, max_regex: int, budget: int):
+    def __init__(self, ir: GrammarIR, max_regex: int, budget: int, max_open: int = MAX_OPEN):
         self.ir = ir
         self.budget = budget
+        self.max_open = max_open
+        self.refused_open = 0
         self.keep_runs: set[tuple] = set()
         ignored = frozenset(ir.ignore)
         self.pieces = {n: _mergeable(t, ignored) for n, t in ir.terminals.items()}
@@ -419,11 +443,31 @@ class _Planner:
         return self.seq(run, langs)
 
     def _bad_runs(self, langs) -> tuple[set[str], set[tuple]]:
-        """Runs whose regex is refused (too long, too costly a DFA, or refused by the byte DFAs): their regular
-        nonterminals (to demote), and the runs of terminals only (to leave as they are)."""
+        r"""Runs whose regex is refused (too long, too costly a DFA, or refused by the byte DFAs), and, while the
+        new terminals' open states (:func:`_open_states`) add up to more than ``max_open``, the runs with the
+        most of them (each regex counted once, however many runs share it): their regular nonterminals (to
+        demote), and the runs of terminals only (to leave as they are).
+
+        The open-state budget is what keeps the rewrite a win. Each open state of a new terminal is a lexer
+        state from which nearly every LLM token is read whole, and a new terminal copies the open states of the
+        ignored glue once per place it stands: on Java (``%ignore`` of both comment kinds, the block comment
+        ``/\*[\s\S]*?\*\//`` that as a regular language runs on past ``*/``) some 38 runs such as
+        ``"continue" CNAME? ";"`` made over a thousand open states, and Valiant's token alignment ran out of
+        memory. Refusing a run is always exact (its symbols stay as they were); the one-character grammars the
+        rewrite is for have few open states (a string body per string), so their runs all fit."""
         bad: set[str] = set()
         keep: set[tuple] = set()
         seen: set[tuple] = set()
+        cost: dict[str, int] = {}               # regex -> open states
+        runs_of_rx: dict[str, list[tuple]] = {}
+
+        def refuse(run):
+            nts = [s for s in run if s in langs]
+            if nts:   # demote the largest only: the rest of the run may still be one terminal
+                bad.add(max(nts, key=lambda s: (sum(len(a) for a in langs[s].alts), s)))
+            else:
+                keep.add(run)
+
         for r in self.kept_rules(langs):
             for is_run, run in self.runs_of(r, langs):
                 if not is_run or run in seen:
@@ -436,11 +480,19 @@ class _Planner:
                 except _TooBig:
                     ok = False
                 if not ok:
-                    nts = [s for s in run if s in langs]
-                    if nts:   # demote the largest only: the rest of the run may still be one terminal
-                        bad.add(max(nts, key=lambda s: (sum(len(a) for a in langs[s].alts), s)))
-                    else:
-                        keep.add(run)
+                    refuse(run)
+                elif lg is not None and lg.pos is not None and lg.pos not in self.pieces.values():
+                    if lg.pos not in cost:
+                        cost[lg.pos] = _open_states(lg.pos)
+                    runs_of_rx.setdefault(lg.pos, []).append(run)
+        total = sum(cost.values())
+        for rx in sorted(cost, key=lambda x: (-cost[x], x)):   # the costliest first
+            if total <= self.max_open or cost[rx] == 0:
+                break
+            total -= cost[rx]
+            for run in runs_of_rx[rx]:
+                self.refused_open += 1
+                refuse(run)
         return bad, keep
 
 
@@ -502,12 +554,13 @@ def _emit(start: str, terminals: dict, rules: list[tuple[str, tuple]], ignore: t
     return "\n".join(lines) + "\n"
 
 
-def regularize_report(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget: int = DFA_BUDGET) -> Rewrite:
+def regularize_report(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget: int = DFA_BUDGET,
+                      max_open: int = MAX_OPEN) -> Rewrite:
     """:func:`regularize` with an account of what it did."""
     if spec.refusal is not None:
         return Rewrite(spec, False)
     ir = load_ir(spec)
-    pl = _Planner(ir, max_regex, dfa_budget)
+    pl = _Planner(ir, max_regex, dfa_budget, max_open)
     langs, blocked = pl.plan()
     before = {"rules": len(ir.rules), "terminals": len(ir.terminals), "nonterminals": len(ir.nonterminals)}
     # the rules kept, their runs replaced
@@ -557,7 +610,7 @@ def regularize_report(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget:
             out_rules.append((sym[r.origin], tuple(exp)))
     same = {(sym[r.origin], tuple(sym[x] for x in r.expansion)) for r in ir.rules}
     if not changed or set(out_rules) == same:   # e.g. ``start: A``: rewritten into itself
-        return Rewrite(spec, False, counts={"before": before, "after": before})
+        return Rewrite(spec, False, counts={"before": before, "after": before}, refused_open=pl.refused_open)
     used = {s for _, e in out_rules for s in e} | {sym[n] for n in ir.ignore}
     terms = {n: v for n, v in terms.items() if n in used}
     text = _emit(sym[ir.start], terms, out_rules, tuple(sym[n] for n in ir.ignore))
@@ -568,9 +621,10 @@ def regularize_report(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget:
     after = {"rules": len(ir2.rules), "terminals": len(ir2.terminals), "nonterminals": len(ir2.nonterminals)}
     used = {s for r in ir2.rules for s in r.expansion}
     regular = tuple(n for n in ir.nonterminals if n in langs)
-    return Rewrite(new, True, regular=regular, runs=runs,
-                   new_terminals={n: rx for n, rx in new_terms.items() if n in used},
-                   demoted=tuple(sorted(blocked)), counts={"before": before, "after": after})
+    kept_new = {n: rx for n, rx in new_terms.items() if n in used}
+    return Rewrite(new, True, regular=regular, runs=runs, new_terminals=kept_new,
+                   demoted=tuple(sorted(blocked)), counts={"before": before, "after": after},
+                   open_states=sum(_open_states(rx) for rx in kept_new.values()), refused_open=pl.refused_open)
 
 
 def exact_under(profile) -> bool:
@@ -579,7 +633,8 @@ def exact_under(profile) -> bool:
     return profile.lexing == "scannerless" and profile.trailing_ignore
 
 
-def regularize(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget: int = DFA_BUDGET) -> GrammarSpec:
+def regularize(spec: GrammarSpec, max_regex: int = MAX_REGEX, dfa_budget: int = DFA_BUDGET,
+               max_open: int = MAX_OPEN) -> GrammarSpec:
     """The grammar with every maximal regular part in a non-regular context made one terminal (module docstring):
     the same language under the harness's scannerless semantics; ``spec`` itself when nothing is regular."""
-    return regularize_report(spec, max_regex, dfa_budget).spec
+    return regularize_report(spec, max_regex, dfa_budget, max_open).spec
