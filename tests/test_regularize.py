@@ -409,3 +409,101 @@ def test_one_char_json_chart_work_drops():
     assert all((a == b).all() for a, b in zip(masks[False], masks[True]))
     assert rules[True] * 3 < rules[False], rules
     assert work[True][0] * 10 < work[False][0] and work[True][1] * 5 < work[False][1], work
+
+
+# -- the open-state budget (MAX_OPEN): refused runs keep the language; the shape suite keeps its fused terminals --
+
+# new terminals of the shape suite's grammars per (family, spelling), every size, as the rewrite made them before the
+# open-state budget existed (commit e8a5c31); (size, count) pairs where a size differs. None of them is refused a run.
+SHAPE_NEW_TERMINALS = {
+    ("one_char_json", "chars"): (9, {}), ("one_char_json", "regex"): (6, {}),
+    ("one_char_csv", "chars"): (1, {}), ("one_char_csv", "regex"): (1, {}),
+    ("keywords", "literals"): (1, {}), ("keywords", "terminal"): (1, {}),
+    ("counted", "counted"): (1, {}), ("counted", "expanded"): (1, {256: 0}),   # 256: a regex over max_regex
+    ("nested_regular", "regex"): (3, {}), ("nested_regular", "composed"): (3, {}),
+    ("one_char_ident_number", "chars"): (2, {}), ("one_char_ident_number", "regex"): (1, {}),
+    ("ladder", "ladder"): (1, {}), ("ladder", "flat"): (3, {}),
+}
+
+
+@pytest.mark.parametrize("family,spelling", sorted(SHAPE_NEW_TERMINALS))
+def test_shape_suite_keeps_its_fused_terminals(family, spelling):
+    from gcdbench.datasets.shapes import FAMILIES, shape_grammar
+    from gcdbench.parsers.regularize import MAX_OPEN
+
+    count, by_size = SHAPE_NEW_TERMINALS[family, spelling]
+    for size in FAMILIES[family].sizes:
+        rw = regularize_report(shape_grammar(family, size, spelling))
+        assert len(rw.new_terminals) == by_size.get(size, count), (size, rw.new_terminals)
+        assert rw.refused_open == 0 and rw.open_states <= MAX_OPEN, (size, rw.open_states)
+
+
+def test_open_states_count_what_reads_almost_any_byte():
+    from gcdbench.parsers.regularize import _open_states
+
+    assert _open_states("(?:continue);") == 0 and _open_states("[A-Za-z_][A-Za-z0-9_]*") == 0
+    assert _open_states(r'"[^"\\]*"') == 1                      # the string body
+    # Java's block comment as a regular language runs on past */ : still inside, or done
+    assert _open_states(r"/\*[\s\S]*?\*/") >= 2
+    # glued between two pieces, the comment's open states are copied, and times the positions after it
+    glued = r"(?:a)(?:[ \t]+|/\*[\s\S]*?\*/)*(?:bcd)"
+    assert _open_states(glued) > _open_states(r"/\*[\s\S]*?\*/")
+
+
+# Java's shape in small: statements of a keyword, an optional name and ";" under %ignore'd white space and both
+# comment kinds, the block comment written lazily (its regular language runs on past "*/")
+KEYWORD_GLUE = "\n".join([
+    "start: stmt*",
+    "stmt: " + " | ".join(f'kw{i}' for i in range(12)) + ' | "{" stmt* "}"',
+    *[f'kw{i}: "k{chr(97 + i)}" NAME? ";"' for i in range(12)],
+    "NAME: /[a-z_][a-z0-9_]*/",
+    r"BLOCK_COMMENT: /\/\*[\s\S]*?\*\//",
+    r"LINE_COMMENT: /\/\/[^\n]*/",
+    r"%ignore /[ \t\n]+/",
+    "%ignore BLOCK_COMMENT",
+    "%ignore LINE_COMMENT",
+]) + "\n"
+KEYWORD_GLUE_SAMPLES = ["ka x; kb;", "{kc/* a */y/**/;} kd // n\n z ;", "ke /* */ ; kl\n;"]
+
+
+def test_open_budget_refuses_the_costliest_runs_and_keeps_the_language():
+    """Every ``kw`` is one regular run; each copies the comments' open states. Without a budget every run is
+    made; with a budget of 40 the costliest are refused (their nonterminals demoted to rules, whose own runs then
+    compete for the budget) until the rest fit, with 0 none with an open state is made, and the reference's masks
+    and Valiant's (default budget) stay those of the original."""
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    sp = GrammarSpec(name="kwglue", lark=KEYWORD_GLUE)
+    free = regularize_report(sp, max_open=10 ** 9)
+    assert len(free.new_terminals) >= 12 and free.refused_open == 0 and free.open_states > 40
+    rw = regularize_report(sp, max_open=40)
+    assert rw.refused_open > 0 and 0 < rw.open_states <= 40 and len(rw.new_terminals) < len(free.new_terminals)
+    none = regularize_report(sp, max_open=0)
+    assert none.open_states == 0
+    for s in KEYWORD_GLUE_SAMPLES:
+        assert ReferenceChecker(sp).is_sentence(s.encode()), s
+    for new in (rw.spec, none.spec):
+        assert _same_masks(sp, new, KEYWORD_GLUE_SAMPLES, walks=3, length=20) > 50
+    tok, ref = byte_level(), ReferenceChecker(sp)
+    e = ValiantEngine(cache=False, regularize=True)   # the default budget
+    e.compile(sp, tok)
+    engine_agrees(e, ref, tok, [s.encode() for s in KEYWORD_GLUE_SAMPLES] + list(_walks(ref, tok, 5, 2, 16)))
+
+
+def test_java_stays_within_the_open_budget(data_root):
+    """SynCode's java.lark (seed 003): without the budget, 38 runs such as ``"continue" CNAME? ";"`` made over a
+    thousand open states and Valiant's token alignment ran out of memory over qwen3; with it, the costliest runs are
+    refused and the rest stay one terminal each."""
+    from gcdbench.parsers.regularize import MAX_OPEN
+
+    path = data_root / "code" / "java.lark"
+    if not path.exists():
+        pytest.skip(f"no {path} (the java dataset's grammar; see README 'Data')")
+    sp = GrammarSpec(name="java", lark=path.read_text())
+    free = regularize_report(sp, max_open=10 ** 9)
+    assert free.open_states > 1000 and len(free.new_terminals) == 38, (free.open_states, len(free.new_terminals))
+    rw = regularize_report(sp)
+    assert rw.refused_open > 0 and 0 < rw.open_states <= MAX_OPEN and rw.new_terminals
+    ref, new = ReferenceChecker(sp), ReferenceChecker(rw.spec)
+    text = b"class A { void f() { /* c */ continue; return x . y ( ) ; } }"
+    assert ref.is_sentence(text) and new.is_sentence(text)
