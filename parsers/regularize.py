@@ -24,6 +24,15 @@ What is rewritten
   A nonterminal used both inside a regular part and in a non-regular rule is inlined in the first and replaced
   by a terminal in the second: both occurrences stand for its language, so both are exact.
 * A grammar with nothing to rewrite is returned unchanged (the same ``GrammarSpec`` object).
+* Only while it is a win: the new terminals together may have at most ``max_open`` (:data:`MAX_OPEN`, 256)
+  *open* states, byte DFA states that read at least half of the bytes (a comment or string body). Each is a lexer
+  state from which nearly every LLM token is read whole, which Valiant's token alignment stores per state, and a
+  new terminal copies the open states of the ``%ignore``'d glue at every place it stands (about 10 a place on
+  Java, whose block comment ``/\*[\s\S]*?\*\//`` is, as a regular language, one that runs on past ``*/``).
+  Over the budget, the runs with the most open states are refused first, the way a run with too long a regex is
+  (below); refusing a run is exact, its symbols stay as they were. The grammars the rewrite is for stay below it
+  (the shape suite's families: at most 4, nested_regular's comment glue 127), Java's 38 runs had 1,093 (Valiant ran out of
+  memory aligning qwen3's tokens) and keep 27 with 240, Go's 43 had 705 and keep 23 with 241.
 
 Why it is exact (the harness's language, ``parsers/reference.py``)
 ------------------------------------------------------------------
@@ -59,8 +68,9 @@ The points the rewrite has to respect, and how:
   regex reads each piece the way the piece was read, under every ``case_fold`` / ``regex_classes`` profile.
   A terminal whose regex cannot be concatenated (a named group, a global inline flag, a construct the byte DFAs of
   ``regex_fsm`` refuse) is not merged. A run whose regex is over ``max_regex`` characters or whose byte DFA
-  ``regex_fsm`` refuses is not merged either: its regular nonterminals are demoted to non-regular and the plan is
-  made again (their own rules' runs are then merged one level down).
+  ``regex_fsm`` refuses, or that the open-state budget (above) refuses, is not merged either: its largest regular
+  nonterminal is demoted to non-regular (a run of terminals only is left as it is) and the plan is made again
+  (the demoted nonterminal's own rules' runs are then merged one level down).
 
 The output is Lark text (every symbol renamed to a name Lark accepts, every terminal written as a ``/regex/`` that
 Lark decodes back to exactly the same Python regex string), so each engine loads it the way it loads any grammar.
