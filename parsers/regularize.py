@@ -30,9 +30,9 @@ What is rewritten
   new terminal copies the open states of the ``%ignore``'d glue at every place it stands (about 10 a place on
   Java, whose block comment ``/\*[\s\S]*?\*\//`` is, as a regular language, one that runs on past ``*/``).
   Over the budget, the runs with the most open states are refused first, the way a run with too long a regex is
-  (below); refusing a run is exact, its symbols stay as they were. The grammars the rewrite is for stay below it
-  (the shape suite's families: at most 4, nested_regular's comment glue 127), Java's 38 runs had 1,093 (Valiant ran out of
-  memory aligning qwen3's tokens) and keep 27 with 240, Go's 43 had 705 and keep 23 with 241.
+  (below); refusing a run is exact, its symbols stay as they were. The grammars the rewrite is for stay below
+  it (the shape suite's families: at most 4, nested_regular's comment glue 127); Java's 38 runs had 1,093
+  (Valiant ran out of memory aligning qwen3's tokens) and keep 27 with 240, Go's 43 had 705 and keep 23 with 241.
 
 Why it is exact (the harness's language, ``parsers/reference.py``)
 ------------------------------------------------------------------
