@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from gcdbench.parsers.base import Engine, GrammarSpec, allocate_mask, option
+from gcdbench.parsers.targets import compile_for
 
 from .align import alias_blocked
 from .align_nb import MAX_STATES
@@ -149,13 +150,16 @@ class ValiantEngine(Engine):
         # search work counters, then searches, base charts skipped (mask_virtual), second-phase searches, assembled
         # token sets from the cache and put into it (numba)
         self._tot = np.zeros(N_STATS + 5, dtype=np.int64)
+        self._host_fns: dict = {}      # fill_host's compiled function per kind of output array (_host_args)
         if int(self.opts["mask_cache"]) < 0:
             raise ValueError(f"engine valiant: mask_cache must be 0 (none) or a number of slots, "
                              f"not {self.opts['mask_cache']}")
         # thread -> (rows, keys) of the assembled-token cache (cpu_mask.fill_cached): one per thread, so threads
         # never share a slot; forks share the dict (one compiled grammar)
         self._ac: dict[int, tuple] = {}
-        self._ac_width = min(1024, 4 + int(c_.trans.shape[0]) + N)
+        # a key holds a base's viable nodes: up to all N of them (1,000 keyword literals are 1,000 root children; at
+        # a cap of 1,024 their sets were assembled again at every such mask, about 60 us); at most 16 KB a slot
+        self._ac_width = min(4096, 4 + int(c_.trans.shape[0]) + N)
         self._ws1 = np.zeros(c_.grammar.WN + c_.grammar.WT + 1, dtype=np.uint64)   # mask_virtual's scratch
         self._memo_hits = self._steps_done = self._adopted_done = 0
         if int(self.opts["mask_memo"]) < 0:
@@ -179,8 +183,6 @@ class ValiantEngine(Engine):
         the functions that path calls from Python; the CUDA backend's kernels compile at their first launch. A
         function a later mask still meets first is compiled inside that mask, which the worker marks
         (:mod:`gcdbench.experiments.jitwatch`)."""
-        from gcdbench.parsers.targets import compile_for
-
         s = self.store
         compile_for(walk_bytes, *s.args(), s.cfg, np.frombuffer(b" ", dtype=np.uint8), *self._statics[:3])
         if self.backend is not None:
@@ -302,6 +304,14 @@ class ValiantEngine(Engine):
         self._hkey = (out, s, s.gen, tid)
         self._hargs = (out.view(np.uint32), s.mem, s.nodes, s.hdr, s.kept, s.medge, s.memo, s.work, s.scr, s.cfg,
                        self._flags, self._tot, self.tokenizer.eos_id, *self._acache(), *self._statics)
+        # the compiled function for these argument types, called without numba's dispatch (which types each of the
+        # 19 arguments at every call, about a quarter of a microsecond). Only ``out`` comes from the caller; the
+        # other arrays are this engine's, of fixed types.
+        tk = (out.dtype.str, out.ndim, out.flags.c_contiguous, out.flags.writeable, out.flags.aligned)
+        fn = self._host_fns.get(tk)
+        if fn is None:
+            fn = self._host_fns[tk] = compile_for(fill_host, *self._hargs)
+        self._host_fn = fn
         return self._hargs
 
     def _acache(self) -> tuple:
@@ -431,7 +441,10 @@ class ValiantEngine(Engine):
                     self._mm_hits += 1
                     self._mm_seq_hits += 1
                     return
-            while fill_host(*self._host_args(out, s)):
+            while True:
+                args = self._host_args(out, s)
+                if not self._host_fn(*args):
+                    break
                 s.grow()
             if self._mm_on:
                 if key in self._mm_seen:

@@ -8,7 +8,7 @@ import numpy as np
 
 from gcdbench.parsers.targets import borrowed
 
-from .cpu_mask import mask_base, mask_virtual, work_words
+from .cpu_mask import _mask_ends, fill_cached, mask_base, mask_virtual, work_words
 from .device import _cpu, _cpu_inline
 from .packing import HX_CANY, HX_CB0, HX_CB1, HX_D, HX_K, HX_NG, HX_NULLABLE, unpack_grammar, unpack_tables
 from .store_kernels import (H_KEPT, H_MEMO, H_MEMO_HITS, H_MEMO_N, H_NCFG, H_NODES, H_USED, NC_DEPTH,
@@ -31,6 +31,33 @@ def _group(rows, nr, node, c, t):
     return -1
 
 
+@_cpu_inline
+def _plan_one(mem, nodes, hdr, kept, scr, c, x, lazy, nullable, ng, A, G):
+    """:func:`_plan` of one configuration ``(c, x)`` (most prefixes), without its sorting and grouping: the same
+    row, classes and sentence flag."""
+    rows = np.empty((1, 6), np.int64)
+    xs = np.empty(1, np.int32)
+    rows[0, P_NODE], rows[0, P_C], rows[0, P_T], rows[0, P_FLAGS], rows[0, P_X0], rows[0, P_X1] = c, c, -1, 0, 0, 0
+    if x == START:
+        rows[0, P_FLAGS] = 1
+        return rows, xs[:0], nullable, True
+    xs[0] = A.x_class[x]
+    rows[0, P_X1] = 1
+    fin = A.lx_accept[x] != 0
+    if fin:
+        rows[0, P_FLAGS] = 3
+    if A.lx_term[x] >= ng:      # an ignored piece: its boundary is where it began
+        return rows, xs, fin and (_accepts(mem, nodes, c, G) or (c == 0 and nullable)), True
+    t = np.int64(A.lx_term[x])
+    node = _kid(nodes, c, t)
+    if node < 0 and not (lazy and not fin):
+        node = _child(mem, nodes, hdr, kept, scr, c, t, A.root_child, G)
+        if node < 0:
+            return rows[:0], xs[:0], False, False
+    rows[0, P_NODE], rows[0, P_T] = node, t
+    return rows, xs, fin and node >= 0 and _accepts(mem, nodes, node, G), True
+
+
 @_cpu
 def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
     """A mask's bases from the configurations ``cur`` in one pass: (rows [nb, 6] (:data:`P_NODE` ...), ``xs`` the
@@ -43,6 +70,8 @@ def _plan(mem, nodes, hdr, kept, medge, scr, cur, lazy, A, G):
     H = A.host
     ng, nullable = H[HX_NG], H[HX_NULLABLE] != 0
     m = cur.shape[0]
+    if m == 1:
+        return _plan_one(mem, nodes, hdr, kept, scr, cur[0, 0], cur[0, 1], lazy, nullable, ng, A, G)
     rows = np.empty((m + 1, 6), np.int64)
     nr = 0
     xgrp = np.full(m, -1, np.int64)     # each configuration's row (its lexer state joins that base)
@@ -275,9 +304,9 @@ def fill_host(out, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, to
         if o >= 0:
             hdr[H_MEMO_HITS] += 1
             nv = np.int64(memo[o + 3])
-            mask_base(out, mem, nodes, base, e_off, nodes[base, NC_TERM], b0, b1, xa, False,
-                      memo[o + 4 + xa.size:o + 4 + xa.size + nv], nv, work, L, fl2, scr, 0, 0, -1, i == 0, e, acc,
-                      tot, 1, xflag, ac_rows, ac_keys, su, si, sl, dense)
+            fill_cached(out, memo[o + 4 + xa.size:o + 4 + xa.size + nv], nv, fl2[N:], b0, b1, xa, A, dense,
+                        ac_rows, ac_keys, tot, i == 0)
+            _mask_ends(out, False, e, acc)
             continue
         if not _search_room(mem, hdr, work, scr, n, K, D, G):
             return -1
