@@ -52,6 +52,17 @@ atom: SYMBOL
 SYMBOL: /[a-z0-9][a-z0-9\-]*/
 %ignore /[ ]+/
 """,
+    # interchangeable literals (compiled.terminal_classes): "abc", "b", "ca" have the same parents (kw) and are one
+    # terminal class in the chart, "+" and "-" another; "ab" is in kw and op, so in neither; the literals overlap
+    # one another and NAME, so a piece may be several of them at once
+    "classes": r"""
+start: stmt+
+stmt: kw NAME* ";" | op NAME ";"
+kw: "ab" | "abc" | "b" | "ca"
+op: "+" | "-" | "ab"
+NAME: /[a-c]+/
+%ignore " "
+""",
     # overlapping terminals that may follow one another and themselves (fuzz grammar 18's kind): a word of k
     # letters has about 3^k terminal sequences, so walks over the cap go on merged boundaries (align.py)
     "overlap": r"""
@@ -449,6 +460,7 @@ SAMPLES = {
     "unicode": ["héllo é", "HÉLLO€ ; € 3.5", "€1→héllo"],
     "sexpr": ["(f x)", "((f x a) uu (list-vector 9 ab) (f x a) uu)", "(ab-c  (d) e)"],
     "overlap": ["isab_c9", "{ab12 cd}is x", "a1b2c3d {{e}} IS  f_g"],
+    "classes": ["ab c;", "abc ab;+ b;", "b;ca abc b;- ca;", "ab;ab ab;ca;"],
     "tails": ["ab;", "a b;#x y\n1.", "ab cd;#\n12.#c\nx;"],
 }
 
@@ -1258,3 +1270,28 @@ def test_no_out_of_bounds_access(data_root, tmp_path):
     plain = run("1,2", {})
     assert len(checked) == 1 and len(plain) == 2 and checked[0] == plain[0]
     assert plain[0].split()[2] == plain[1].split()[2]     # threads=2 gives the masks of threads=1
+
+
+def test_terminal_classes_merge_interchangeable_terminals(tmp_path):
+    """Terminals with the same parents ``V -> t`` are one class (compiled.terminal_classes): "abc", "b" and "ca"
+    (only in kw), "+" and "-" (only in op); "ab" (kw and op), NAME and ";" stay alone. The lexer names a piece by
+    its class and the terminal tree has one root child per class; the masks are the reference's
+    (test_masks_equal_reference_bytes and _multibyte_tokens run the same grammar)."""
+    from gcdbench.parsers.valiant.compiled import terminal_classes
+
+    sp = spec("classes")
+    ir = load_ir(sp)
+    cnf = to_cnf(ir)
+    rep = terminal_classes(PackedGrammar.from_cnf(cnf).term_nts)
+    lit = [ir.terminals[t].regex for t in cnf.terminals]
+    groups = {}
+    for t, r in enumerate(rep.tolist()):
+        groups.setdefault(r, set()).add(lit[t])
+    assert sorted(map(sorted, groups.values())) == sorted(map(sorted, [{"ab"}, {"abc", "b", "ca"}, {"\\-", "\\+"},
+                                                                        {"[a-c]+"}, {";"}]))
+    e = _engine(sp, byte_level(), tmp_path)
+    assert e.comp.meta["terminal_classes"] == 5 and e.comp.meta["cnf"]["terminals"] == 8
+    # the lexer's states report only representatives; the root's children are distinct classes
+    term_of = e.comp.arrays["lex_term_of"]
+    ng = e.comp.meta["n_grammar"]
+    assert set(term_of[term_of < ng].tolist()) == set(np.unique(rep).tolist())

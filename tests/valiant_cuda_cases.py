@@ -128,7 +128,10 @@ def case_grow(args) -> str:
     from gcdbench.parsers.base import GrammarSpec
     from gcdbench.parsers.tokenizers import Tokenizer
 
-    sp = GrammarSpec(name="digits", lark="start: d+\nd: " + " | ".join(f'"{i}"' for i in range(10)) + "\n")
+    # (the second alternative gives each digit a parent of its own, so the ten are not one terminal class:
+    # compiled.terminal_classes would make them one root child)
+    sp = GrammarSpec(name="digits", lark="start: d+ | " + " ".join(f'"{i}"' for i in range(10)) + "\nd: "
+                     + " | ".join(f'"{i}"' for i in range(10)) + "\n")
     toks = ([bytes([i]) for i in range(256)] + [f"{i:02d}".encode() for i in range(100)]
             + [f"{i:03d}".encode() for i in range(1000)])
     tok = Tokenizer(name="digits3", token_bytes=toks + [b""], eos_id=len(toks), special_ids={"<eos>": len(toks)})

@@ -163,8 +163,8 @@ class Aligner:
             if s0 < 0:
                 continue
             row = self.trans[s0]
-            for b in np.flatnonzero(row >= 0).tolist():
-                self.starts[b].append((u, int(row[b])))
+            for b in np.flatnonzero(row >= 0).tolist():     # a piece is named by its terminal's class
+                self.starts[b].append((int(self.term_of[s0]), int(row[b])))   # (compiled.terminal_classes)
         self.ng = ng
         self.max_states = max_states
         self._memo: dict[bytes, frozenset] = {}
@@ -336,18 +336,35 @@ def class_reps(x_class: np.ndarray) -> np.ndarray:
     return np.unique(x_class, return_index=True)[1].astype(np.int64)   # classes are 0 .. C-1
 
 
+#: :func:`alias_blocked`'s bits: no idem shortcut; a piece of a merged node below spans this node
+NO_ALIAS, SPANNED = 1, 2
+
+
 def alias_blocked(al: Alignment) -> np.ndarray:
-    """uint8 [N]: 1 for a merged node and each of its ancestors. The search takes no idem shortcut for such a
-    node (a merged edge's row counts the tiers between its ends, so each node on the path needs its own)."""
-    flags = (np.diff(al.merge_start) > 0).astype(np.uint8)
+    """uint8 [N]: bit :data:`NO_ALIAS` for a merged node and each of its ancestors. The search takes no idem
+    shortcut for such a node (a merged edge's row counts the tiers between its ends, so each node on the path needs
+    its own). Bit :data:`SPANNED` for a node strictly inside some merged edge below it (the edge ``(row r, t)`` of
+    merged node ``w`` begins at ``w``'s ancestor ``r + 1`` levels up and spans the ``r`` nodes between): the search
+    of a chain walks such a node's subtree even when the node itself is not viable, since the piece spanning it may
+    be (``device_search.dfs``)."""
+    merged = np.diff(al.merge_start) > 0
+    flags = merged.astype(np.uint8)
     par = al.node_parent
     for v in np.flatnonzero(flags)[::-1].tolist():   # a parent's id is smaller than its child's
         u = int(par[v])
-        while u > 0 and not flags[u]:
-            flags[u] = 1
+        while u > 0 and not flags[u] & NO_ALIAS:
+            flags[u] |= NO_ALIAS
+            u = int(par[u])
+    for w in np.flatnonzero(merged).tolist():
+        r = int(al.merge_row[al.merge_start[w]:al.merge_start[w + 1]].max())
+        u = int(par[w])
+        for _ in range(r):
+            if u <= 0:
+                break
+            flags[u] |= SPANNED
             u = int(par[u])
     if flags.any():
-        flags[0] = 1
+        flags[0] |= NO_ALIAS
     return flags
 
 

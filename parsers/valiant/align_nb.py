@@ -425,7 +425,7 @@ def build_alignment(lex, follow: np.ndarray, token_bytes: list[bytes], eos_id: i
     for b in range(256):
         for u, s0 in enumerate(lex.start_of.tolist()):
             if s0 >= 0 and lex.trans[s0, b] >= 0:
-                su.append(u)
+                su.append(int(lex.term_of[s0]))     # a piece is named by its terminal's class (compiled.terminal_classes)
                 sg.append(int(lex.trans[s0, b]))
                 cnt[b + 1] += 1
     st_start = np.cumsum(cnt)

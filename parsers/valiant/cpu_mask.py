@@ -158,9 +158,13 @@ def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
             continue
         r = A.child_ids[c0 + g]
         a = A.node_term[r]
-        if a >= 0:
+        # a root child spanned by a piece of a merged boundary below it (bit 2 of no_alias): that piece begins at
+        # the base and may be viable whether or not the root child is (device_search.dfs)
+        if (A.no_alias[r] & 2) != 0:
+            ok = True
+        elif a >= 0:
             ok = ((mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & one64) != 0
-        else:                 # a merged root child: its edges begin at the base (row 0)
+        else:               # a merged root child: its edges begin at the base (row 0)
             ok = False
             for q in range(A.merge_start[r], A.merge_start[r + 1]):
                 t = A.merge_term[q]

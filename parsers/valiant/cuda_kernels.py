@@ -140,7 +140,8 @@ def _item(i, mem, J, T, G):
     """Work item ``i`` of a level list (a child position): returns (child v, its parent u) if u's chart exists
     (u is the root or a viable BFS node), v is needed and v is viable: its terminal is in u's EXPECT, or for a
     merged boundary some edge's terminal in EXPECT of the ancestor it starts at (``device_search.edges_viable``;
-    every ancestor of u is the root or a viable BFS node too); else (-1, -1)."""
+    every ancestor of u is the root or a viable BFS node too), or v is not viable but has children and a piece of a
+    merged boundary below it spans it (the DFS walks it unemitted); else (-1, -1)."""
     ci = T.level_ci[i]
     v = T.child_ids[ci]
     u = T.node_parent[v]
@@ -153,7 +154,6 @@ def _item(i, mem, J, T, G):
         m, t_off, e_off = _node_chart(u, J, T, G)
         if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
             return v, u
-        return -1, -1
     for k in range(T.merge_start[v], T.merge_start[v + 1]):
         s = u
         for _ in range(T.merge_row[k]):
@@ -162,6 +162,10 @@ def _item(i, mem, J, T, G):
         a = T.merge_term[k]
         if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
             return v, u
+    if T.child_start[v + 1] > T.child_start[v] and (T.no_alias[v] & 2) != 0:
+        # not viable, but a piece of a merged boundary below spans it: the DFS walks it unemitted (only the DFS
+        # kernel meets such a node: CudaSearch keeps the BFS levels above the shallowest one)
+        return v, u
     return -1, -1
 
 
@@ -294,6 +298,14 @@ class CudaSearch:
         self.stats = {"searches": 0, "launches": 0, "h2d": 0, "d2h": 0, "h2d_bytes": 0, "d2h_bytes": 0,
                       "arena_allocs": 0, "arena_words": 0, "arena_recopied": 0, "bfs_nodes_max": 0}
         self.D = al.max_depth
+        # a node spanned by a piece of a merged boundary below it (bit 2 of align.alias_blocked) is walked even when
+        # it is not viable, which the DFS does (device_search.dfs) and the BFS levels do not: they stop above the
+        # shallowest such node with children
+        from .align import SPANNED, alias_blocked
+
+        walk = ((alias_blocked(al) & SPANNED) != 0) & (np.diff(al.child_start) > 0)
+        if walk.any():
+            self.bfs_depth = min(self.bfs_depth, int(al.node_depth[walk].min()) - 1)
         # static tables: child positions grouped by the child's depth (level L = depth L), BFS slots
         depth = al.node_depth.astype(np.int64)
         child_depth = depth[al.child_ids]

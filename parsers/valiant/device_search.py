@@ -217,18 +217,24 @@ def dfs(mem, start, state, scr, needed, out, cnt, T, G):
             stats[ST_CHECKED] += 1
         ex = e_offs[d]
         m = lv_n[d]        # index of the new tier (terminal a, or the merged boundary's edges)
+        kids = T.child_start[v + 1] > T.child_start[v]
         if a >= 0:
             ok = ((mem[ex + (a >> 6)] >> np.uint64(a & 63)) & one) != 0
         else:
             ok = edges_viable(mem, p_offs, m, v, T, WN)
-        if ok:
-            _emit(viable, cnt, v)
-            cnt += 1
-            if tid == 0:
-                stats[ST_VIABLE] += 1
-            if T.child_start[v + 1] > T.child_start[v]:
+        # a node that is not viable whose subtree holds a merged boundary with a piece spanning it (bit 2 of
+        # no_alias: align.alias_blocked) gets its chart (no cell of its own) and its subtree walked, unemitted:
+        # that piece begins above it and may be viable
+        walk = ok or (kids and (T.no_alias[v] & 2) != 0)
+        if walk:
+            if ok:
+                _emit(viable, cnt, v)
+                cnt += 1
+                if tid == 0:
+                    stats[ST_VIABLE] += 1
+            if kids:
                 x_info = np.int64(mem[ex + WT])
-                if a >= 0 and T.no_alias[v] == 0 and (x_info >> IDEM_SHIFT) == a + 1:
+                if ok and a >= 0 and T.no_alias[v] == 0 and (x_info >> IDEM_SHIFT) == a + 1:
                     # C_x + a is equivalent to C_x: v's subtree is searched from x's chart
                     if tid == 0:
                         stats[ST_ALIASED] += 1
@@ -238,7 +244,7 @@ def dfs(mem, start, state, scr, needed, out, cnt, T, G):
                     e_offs[d] = ex
                     lv_n[d] = m
                     continue
-                if a >= 0 and _row0_certifies(mem, ex - WN, a, v, needed, cur, seeds, T, G):
+                if ok and a >= 0 and _row0_certifies(mem, ex - WN, a, v, needed, cur, seeds, T, G):
                     # every needed child is a leaf proven viable without C_x + a: emit them, no step
                     for cj in range(T.child_start[v], T.child_start[v + 1]):
                         k = T.child_ids[cj]
