@@ -1295,3 +1295,36 @@ def test_terminal_classes_merge_interchangeable_terminals(tmp_path):
     term_of = e.comp.arrays["lex_term_of"]
     ng = e.comp.meta["n_grammar"]
     assert set(term_of[term_of < ng].tolist()) == set(np.unique(rep).tolist())
+
+
+def test_span_edges_are_the_pieces_over_spanned_nodes():
+    """align.span_edges lists, per node, the pieces of merged boundaries below it that span it: exactly the nodes
+    alias_blocked marks SPANNED have some; a piece (row k, t) listed at v is an edge (row r, t) of a merged node w
+    that is v's descendant ``r - k`` levels down (so it begins ``k + 1`` levels above v), and every such edge is
+    listed. The search walks a spanned node that is not viable only when one is expected where it begins
+    (device_search.spans_viable; the reference tests at token_states 1 and 2 check the masks)."""
+    from gcdbench.parsers.valiant.align import SPANNED, alias_blocked, span_edges
+
+    sp = spec("classes")
+    tok = multi_tokenizer(SAMPLES["classes"], extra=[b"ca;", b"ab c;"])
+    al = _engine(sp, tok, token_states=1).comp.align
+    start, row, term = span_edges(al)
+    flags = alias_blocked(al)
+    has = np.diff(start) > 0
+    assert has.any() and np.array_equal(has, (flags & SPANNED) != 0)
+    par, depth = al.node_parent, al.node_depth
+    want: dict = {}
+    for v in range(1, al.n_nodes):          # by descendants: w below v whose edge begins above v
+        for w in range(v + 1, al.n_nodes):
+            u = w
+            while u > v:
+                u = int(par[u])
+            if u != v:
+                continue
+            dd = int(depth[w] - depth[v])
+            for i in range(al.merge_start[w], al.merge_start[w + 1]):
+                if al.merge_row[i] >= dd:
+                    want.setdefault(v, set()).add((int(al.merge_row[i]) - dd, int(al.merge_term[i])))
+    got = {v: set(zip(row[start[v]:start[v + 1]].tolist(), term[start[v]:start[v + 1]].tolist()))
+           for v in np.flatnonzero(has).tolist()}
+    assert got == want

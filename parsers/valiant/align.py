@@ -368,6 +368,37 @@ def alias_blocked(al: Alignment) -> np.ndarray:
     return flags
 
 
+def span_edges(al: Alignment) -> tuple:
+    """CSR over trie nodes ``(start int64 [N+1], row int32, term int32)``: the pieces of merged boundaries below a
+    node that span it (the nodes :func:`alias_blocked` marks :data:`SPANNED`). A piece ``(row r, t)`` of merged
+    node ``w`` begins at ``w``'s ancestor ``r + 1`` levels up; for a node ``v`` it spans, ``row`` is where it
+    begins counted from ``v``'s parent (0: the parent, 1: its parent ...), as a merged edge's row counts from the
+    merged node's parent. ``v``'s subtree can hold a viable node only if one of its pieces is viable where it
+    begins: ``t`` in EXPECT there (``device_search.dfs``, ``cpu_mask.needed_chain``)."""
+    par = al.node_parent
+    per: dict = {}
+    for w in np.flatnonzero(np.diff(al.merge_start) > 0).tolist():
+        for i in range(int(al.merge_start[w]), int(al.merge_start[w + 1])):
+            r, t = int(al.merge_row[i]), int(al.merge_term[i])
+            u = int(par[w])
+            for delta in range(1, r + 1):
+                if u <= 0:
+                    break
+                per.setdefault(u, set()).add((r - delta, t))
+                u = int(par[u])
+    start = np.zeros(al.n_nodes + 1, dtype=np.int64)
+    for u, s in per.items():
+        start[u + 1] = len(s)
+    np.cumsum(start, out=start)
+    row = np.empty(int(start[-1]), dtype=np.int32)
+    term = np.empty(int(start[-1]), dtype=np.int32)
+    for u, s in per.items():
+        k = np.array(sorted(s), dtype=np.int32).reshape(-1, 2)
+        row[start[u]:start[u + 1]] = k[:, 0]
+        term[start[u]:start[u + 1]] = k[:, 1]
+    return start, row, term
+
+
 def _tokens_below(d: dict, prefix: tuple):
     """(token id, bytes below ``d``) for every token in the sub-trie ``d``."""
     stack = [(d, prefix)]

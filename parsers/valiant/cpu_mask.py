@@ -158,16 +158,20 @@ def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
             continue
         r = A.child_ids[c0 + g]
         a = A.node_term[r]
-        # a root child spanned by a piece of a merged boundary below it (bit 2 of no_alias): that piece begins at
-        # the base and may be viable whether or not the root child is (device_search.dfs)
-        if (A.no_alias[r] & 2) != 0:
-            ok = True
-        elif a >= 0:
+        if a >= 0:
             ok = ((mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & one64) != 0
         else:               # a merged root child: its edges begin at the base (row 0)
             ok = False
             for q in range(A.merge_start[r], A.merge_start[r + 1]):
                 t = A.merge_term[q]
+                if (mem[e_off + (t >> 6)] >> np.uint64(t & 63)) & one64:
+                    ok = True
+                    break
+        # a root child spanned by pieces of merged boundaries below it (bit 2 of no_alias; they begin at the base,
+        # row 0: align.span_edges) is walked when one of them is expected, viable or not (device_search.dfs)
+        if not ok and (A.no_alias[r] & 2) != 0:
+            for q in range(A.span_start[r], A.span_start[r + 1]):
+                t = A.span_term[q]
                 if (mem[e_off + (t >> 6)] >> np.uint64(t & 63)) & one64:
                     ok = True
                     break
@@ -207,7 +211,7 @@ def _trie(A, phase):
     """The :data:`Trie` record of a :data:`Tables` record for a search's ``phase``: the first visits no merged node,
     so it may take the idem shortcut anywhere (``no_alias0``)."""
     return Trie(A.child_start, A.child_ids, A.node_term, A.merge_start, A.merge_row, A.merge_term,
-                A.no_alias0 if phase == 1 else A.no_alias)
+                A.no_alias0 if phase == 1 else A.no_alias, A.span_start, A.span_row, A.span_term)
 
 
 def work_words(depth: int, n_max: int, k_root: int) -> int:

@@ -163,9 +163,17 @@ def _item(i, mem, J, T, G):
         if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
             return v, u
     if T.child_start[v + 1] > T.child_start[v] and (T.no_alias[v] & 2) != 0:
-        # not viable, but a piece of a merged boundary below spans it: the DFS walks it unemitted (only the DFS
-        # kernel meets such a node: CudaSearch keeps the BFS levels above the shallowest one)
-        return v, u
+        # not viable, but a piece of a merged boundary below spans it: the DFS walks it unemitted when such a piece
+        # is expected where it begins (device_search.spans_viable; only the DFS kernel meets such a node:
+        # CudaSearch keeps the BFS levels above the shallowest one)
+        for k in range(T.span_start[v], T.span_start[v + 1]):
+            s = u
+            for _ in range(T.span_row[k]):
+                s = T.node_parent[s]
+            m, t_off, e_off = _node_chart(s, J, T, G)
+            a = T.span_term[k]
+            if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
+                return v, u
     return -1, -1
 
 
@@ -301,7 +309,7 @@ class CudaSearch:
         # a node spanned by a piece of a merged boundary below it (bit 2 of align.alias_blocked) is walked even when
         # it is not viable, which the DFS does (device_search.dfs) and the BFS levels do not: they stop above the
         # shallowest such node with children
-        from .align import SPANNED, alias_blocked
+        from .align import SPANNED, alias_blocked, span_edges
 
         walk = ((alias_blocked(al) & SPANNED) != 0) & (np.diff(al.child_start) > 0)
         if walk.any():
@@ -319,10 +327,9 @@ class CudaSearch:
         self._slotted = slot_nodes
         to = self._to
         self.gt = tuple(to(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in g.dev)
-        from .align import alias_blocked
-
         self.tree = tuple(Tree(to(al.child_start), to(al.child_ids), to(al.node_term), to(al.merge_start),
-                               to(al.merge_row), to(al.merge_term), to(alias_blocked(al)), to(order), to(bfs_slot),
+                               to(al.merge_row), to(al.merge_term), to(alias_blocked(al)),
+                               *(to(x) for x in span_edges(al)), to(order), to(bfs_slot),
                                to(al.node_parent.astype(np.int32)), to(al.node_depth.astype(np.int32))))
         self.work_stats = to(np.zeros((self.workers, N_STATS), dtype=np.int64))   # per-block work counters (dfs)
         self.dmem = None          # device arena

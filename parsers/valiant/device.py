@@ -97,6 +97,7 @@ Trie = namedtuple("Trie", [
     "child_start", "child_ids", "node_term",   # CSR of children; a node's terminal (-1: root, merged boundary)
     "merge_start", "merge_row", "merge_term",  # a merged boundary's edges (align.py, "merged boundaries")
     "no_alias",                                # uint8: a merged node or an ancestor of one (align.alias_blocked)
+    "span_start", "span_row", "span_term",     # the merged pieces spanning a node (align.span_edges)
 ])
 
 # INFO word of a chart node (after its EXPECT words): bit 0 accept, bit 1 old items, bits 2.. idem terminal + 1

@@ -150,15 +150,29 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
 
 
 @_cpu
+def _some_expected(mem, p_offs, m, lo, hi, rows, terms, WN):
+    """Is some piece ``i`` in ``lo:hi`` expected where it begins: ``terms[i]`` in EXPECT of the position ``rows[i]``
+    before ``m`` (ANC offsets ``p_offs``)?"""
+    one = np.uint64(1)
+    for i in range(lo, hi):
+        a = np.int64(terms[i])
+        if (mem[p_offs[m - rows[i]] + WN + (a >> 6)] >> np.uint64(a & 63)) & one:
+            return True
+    return False
+
+
+@_cpu
 def edges_viable(mem, p_offs, m, v, T, WN):
     """Is merged boundary ``v`` viable, its parent's chart ending at position ``m`` (ANC offsets ``p_offs``): is some
     edge's terminal in EXPECT of the position the edge starts at (``row`` positions before ``m``)?"""
-    one = np.uint64(1)
-    for i in range(T.merge_start[v], T.merge_start[v + 1]):
-        a = np.int64(T.merge_term[i])
-        if (mem[p_offs[m - T.merge_row[i]] + WN + (a >> 6)] >> np.uint64(a & 63)) & one:
-            return True
-    return False
+    return _some_expected(mem, p_offs, m, T.merge_start[v], T.merge_start[v + 1], T.merge_row, T.merge_term, WN)
+
+
+@_cpu
+def spans_viable(mem, p_offs, m, v, T, WN):
+    """May node ``v`` (its parent's chart ending at position ``m``), not viable itself, have a viable node below:
+    is some piece of a merged boundary below that spans it (``align.span_edges``) expected where it begins?"""
+    return _some_expected(mem, p_offs, m, T.span_start[v], T.span_start[v + 1], T.span_row, T.span_term, WN)
 
 
 #: where a depth-first walk (:func:`dfs`) starts: trie node ``u`` whose chart has ``n`` tiers, EXPECT at ``e_off`` and
@@ -223,9 +237,9 @@ def dfs(mem, start, state, scr, needed, out, cnt, T, G):
         else:
             ok = edges_viable(mem, p_offs, m, v, T, WN)
         # a node that is not viable whose subtree holds a merged boundary with a piece spanning it (bit 2 of
-        # no_alias: align.alias_blocked) gets its chart (no cell of its own) and its subtree walked, unemitted:
-        # that piece begins above it and may be viable
-        walk = ok or (kids and (T.no_alias[v] & 2) != 0)
+        # no_alias: align.alias_blocked) gets its chart (no cell of its own) and its subtree walked, unemitted,
+        # when such a piece is expected where it begins (above v)
+        walk = ok or (kids and (T.no_alias[v] & 2) != 0 and spans_viable(mem, p_offs, m, v, T, WN))
         if walk:
             if ok:
                 _emit(viable, cnt, v)
@@ -296,7 +310,8 @@ def dfs(mem, start, state, scr, needed, out, cnt, T, G):
 # Shared functions of device.py and this module in dependency order: what for_cuda compiles, each seeing the CUDA
 # versions of the others.
 SHARED = (_next_turn, _or_track, _close_row, _count_full, step_epilogue, _step_core, chart_step, chart_step_edges,
-          _has_self_item, _in_first_of_rights, certify, _row0_certifies, edges_viable, dfs)
+          _has_self_item, _in_first_of_rights, certify, _row0_certifies, _some_expected, edges_viable, spans_viable,
+          dfs)
 
 
 def for_cuda(primitives: dict) -> dict:

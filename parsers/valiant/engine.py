@@ -15,7 +15,7 @@ import numpy as np
 from gcdbench.parsers.base import Engine, GrammarSpec, allocate_mask, option
 from gcdbench.parsers.targets import compile_for
 
-from .align import alias_blocked
+from .align import alias_blocked, span_edges
 from .align_nb import MAX_STATES
 from .chart_store import ChartStore
 from .compiled import VERSION, Compiled, build, load_or_build  # noqa: F401 - Compiled, build: re-exported
@@ -140,7 +140,8 @@ class ValiantEngine(Engine):
                 "root_child": rc[:-1], "n_grammar": c_.n_grammar, "n_lex": c_.start_of.size,
                 "start_nullable": c_.start_nullable, "chain_b0": ch["b0"], "chain_b1": ch["b1"],
                 "chain_any": ch["any"], "k_root": self._k_root, "depth": self._depth}
-        self._statics = (*pack_statics(c_.grammar.packed, al, dense_idx, ch, alias_blocked(al), host), dense)
+        statics = pack_statics(c_.grammar.packed, al, dense_idx, ch, alias_blocked(al), span_edges(al), host)
+        self._statics = (*statics, dense)
         N = al.n_nodes
         # needed nodes, then fill_tokens' zeroed scratch, then a second phase's zeroed flags over lexer states
         self._flags = np.zeros(2 * N + c_.trans.shape[0], dtype=np.uint8)

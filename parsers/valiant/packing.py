@@ -80,6 +80,7 @@ Tables = namedtuple("Tables", [
     "d_b0", "d_b1", "d_call", "d_cont",                           # row of each list in ``dense``, or -1 (int32)
     "need_b0", "need_b1",                                         # first-phase nodes of the boundary lists (int32 0/1)
     "merge_row", "merge_term", "no_alias", "no_alias0",           # merged boundaries (int32; see Trie; no_alias0 zeros)
+    "span_row", "span_term",                                      # merged pieces spanning a node (int32; see Trie)
     "chain", "ct_tok", "ct_node", "ct_kind", "x_chain",           # the second phase (int32; search.chain_tables)
     "x_class",                                                    # lexer state -> residual class (align.py)
     "node_depth",
@@ -87,7 +88,7 @@ Tables = namedtuple("Tables", [
     "root_child",                                                 # terminal -> index among the root's children, or K
     "host",                                                       # int32 scalars: HOST_FIELDS
     "bnd_start", "call_start", "cont_xstart", "cont_nstart",      # CSR starts (int64; bnd_start is [2, N+1])
-    "merge_start", "ct_start", "ct_gstart",
+    "merge_start", "ct_start", "ct_gstart", "span_start",
 ])
 #: the scalars a mask's and a commit's bookkeeping read (``Tables.host``, in this order)
 HOST_FIELDS = ("n_grammar", "n_lex", "start_nullable", "chain_b0", "chain_b1", "chain_any", "k_root", "depth")

@@ -119,13 +119,14 @@ def close_upward(flags, node_parent):
     flags[0] = 1
 
 
-def pack_statics(gpack, al, dense_idx, chain: dict, no_alias, host: dict | None = None) -> tuple:
+def pack_statics(gpack, al, dense_idx, chain: dict, no_alias, spans: tuple, host: dict | None = None) -> tuple:
     """``(su, si, sl)``: everything static a search, a mask and a commit read, in three flat arrays: ``su`` the
     grammar's uint64 tables, ``si`` its int32 tables then the trie's, the token lists', the lexer's and the host
     scalars (``Tables`` int32 fields), ``sl`` the grammar header (``packing.pack_grammar``), then (offset,
     length) of each ``Tables`` field, then the int64 fields. ``packing.unpack_tables`` views them as :data:`Tables`,
     ``unpack_grammar(su, si, sl)`` as the grammar record. ``host``: the lexer tables (``trans``, ``accept``,
-    ``term_of``, ``start_of``: ``compiled.Compiled``), ``root_child`` and the scalars of ``HOST_FIELDS``."""
+    ``term_of``, ``start_of``: ``compiled.Compiled``), ``root_child`` and the scalars of ``HOST_FIELDS``.
+    ``no_alias``, ``spans``: ``align.alias_blocked`` and ``align.span_edges`` of ``al``."""
     d_b0, d_b1, d_call, d_cont = dense_idx
     src = {"child_start": al.child_start, "child_ids": al.child_ids, "node_term": al.node_term,
            "node_parent": al.node_parent, "bnd_tok0": al.bnd_tok[0], "bnd_tok1": al.bnd_tok[1],
@@ -138,6 +139,7 @@ def pack_statics(gpack, al, dense_idx, chain: dict, no_alias, host: dict | None 
            "bnd_start": al.bnd_start.ravel(), "call_start": al.call_start, "cont_xstart": al.cont_xstart,
            "cont_nstart": al.cont_nstart, "merge_start": al.merge_start, "ct_start": chain["ct_start"],
            "ct_gstart": chain["ct_gstart"]}
+    src["span_start"], src["span_row"], src["span_term"] = spans
     host = host or {}
     if "trans" in host:
         src.update(lx_trans=np.asarray(host["trans"]).ravel(), lx_accept=host["accept"], lx_term=host["term_of"],
