@@ -136,6 +136,22 @@ def _load_path(tiers, ps, u, J, T, G, tid, nth):
 
 
 @cuda.jit(device=True)
+def _some_expected_gpu(mem, u, lo, hi, rows, terms, J, T, G):
+    """Is some piece ``k`` in ``lo:hi`` expected where it begins: ``terms[k]`` in EXPECT of the chart of ``u``'s
+    ancestor ``rows[k]`` levels up (``u`` itself for 0; the BFS twin of ``device_search._some_expected``, which
+    reads the DFS path's offsets instead of the nodes' charts)."""
+    for k in range(lo, hi):
+        s = u
+        for _ in range(rows[k]):
+            s = T.node_parent[s]
+        m, t_off, e_off = _node_chart(s, J, T, G)
+        a = terms[k]
+        if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
+            return True
+    return False
+
+
+@cuda.jit(device=True)
 def _item(i, mem, J, T, G):
     """Work item ``i`` of a level list (a child position): returns (child v, its parent u) if u's chart exists
     (u is the root or a viable BFS node), v is needed and v is viable: its terminal is in u's EXPECT, or for a
@@ -154,26 +170,14 @@ def _item(i, mem, J, T, G):
         m, t_off, e_off = _node_chart(u, J, T, G)
         if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
             return v, u
-    for k in range(T.merge_start[v], T.merge_start[v + 1]):
-        s = u
-        for _ in range(T.merge_row[k]):
-            s = T.node_parent[s]
-        m, t_off, e_off = _node_chart(s, J, T, G)
-        a = T.merge_term[k]
-        if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
-            return v, u
+    if _some_expected_gpu(mem, u, T.merge_start[v], T.merge_start[v + 1], T.merge_row, T.merge_term, J, T, G):
+        return v, u
     if T.child_start[v + 1] > T.child_start[v] and (T.no_alias[v] & 2) != 0:
         # not viable, but a piece of a merged boundary below spans it: the DFS walks it unemitted when such a piece
         # is expected where it begins (device_search.spans_viable; only the DFS kernel meets such a node:
         # CudaSearch keeps the BFS levels above the shallowest one)
-        for k in range(T.span_start[v], T.span_start[v + 1]):
-            s = u
-            for _ in range(T.span_row[k]):
-                s = T.node_parent[s]
-            m, t_off, e_off = _node_chart(s, J, T, G)
-            a = T.span_term[k]
-            if (mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & np.uint64(1):
-                return v, u
+        if _some_expected_gpu(mem, u, T.span_start[v], T.span_start[v + 1], T.span_row, T.span_term, J, T, G):
+            return v, u
     return -1, -1
 
 
