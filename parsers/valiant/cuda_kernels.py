@@ -315,7 +315,8 @@ class CudaSearch:
         # shallowest such node with children
         from .align import SPANNED, alias_blocked, span_edges
 
-        walk = ((alias_blocked(al) & SPANNED) != 0) & (np.diff(al.child_start) > 0)
+        no_alias = alias_blocked(al)
+        walk = ((no_alias & SPANNED) != 0) & (np.diff(al.child_start) > 0)
         if walk.any():
             self.bfs_depth = min(self.bfs_depth, int(al.node_depth[walk].min()) - 1)
         # static tables: child positions grouped by the child's depth (level L = depth L), BFS slots
@@ -332,7 +333,7 @@ class CudaSearch:
         to = self._to
         self.gt = tuple(to(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x for x in g.dev)
         self.tree = tuple(Tree(to(al.child_start), to(al.child_ids), to(al.node_term), to(al.merge_start),
-                               to(al.merge_row), to(al.merge_term), to(alias_blocked(al)),
+                               to(al.merge_row), to(al.merge_term), to(no_alias),
                                *(to(x) for x in span_edges(al)), to(order), to(bfs_slot),
                                to(al.node_parent.astype(np.int32)), to(al.node_depth.astype(np.int32))))
         self.work_stats = to(np.zeros((self.workers, N_STATS), dtype=np.int64))   # per-block work counters (dfs)
