@@ -139,6 +139,16 @@ def needed_nodes(out, need_b0, need_b1, use_b0, use_b1, xs, cont_xstart, cont_no
                 v = node_parent[v]
 
 
+@_cpu_inline
+def _any_expected(mem, e_off, terms, lo, hi):
+    """Is some terminal ``terms[lo:hi]`` in the EXPECT at ``e_off``?"""
+    for q in range(lo, hi):
+        t = terms[q]
+        if (mem[e_off + (t >> 6)] >> np.uint64(t & 63)) & np.uint64(1):
+            return True
+    return False
+
+
 @_cpu
 def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
     """Nodes a round of the second phase has to visit (into ``out``, zeroed): those of the chain tuples
@@ -161,20 +171,11 @@ def needed_chain(got, out, use_b0, use_b1, xs, xflag, lo, hi, mem, e_off, A):
         if a >= 0:
             ok = ((mem[e_off + (a >> 6)] >> np.uint64(a & 63)) & one64) != 0
         else:               # a merged root child: its edges begin at the base (row 0)
-            ok = False
-            for q in range(A.merge_start[r], A.merge_start[r + 1]):
-                t = A.merge_term[q]
-                if (mem[e_off + (t >> 6)] >> np.uint64(t & 63)) & one64:
-                    ok = True
-                    break
+            ok = _any_expected(mem, e_off, A.merge_term, A.merge_start[r], A.merge_start[r + 1])
         # a root child spanned by pieces of merged boundaries below it (bit 2 of no_alias; they begin at the base,
         # row 0: align.span_edges) is walked when one of them is expected, viable or not (device_search.dfs)
         if not ok and (A.no_alias[r] & 2) != 0:
-            for q in range(A.span_start[r], A.span_start[r + 1]):
-                t = A.span_term[q]
-                if (mem[e_off + (t >> 6)] >> np.uint64(t & 63)) & one64:
-                    ok = True
-                    break
+            ok = _any_expected(mem, e_off, A.span_term, A.span_start[r], A.span_start[r + 1])
         if not ok:
             continue
         for i in range(A.ct_gstart[g], A.ct_gstart[g + 1]):
