@@ -291,7 +291,7 @@ def fill_host(out, mem, nodes, hdr, kept, medge, memo, work, scr, cfg, flags, to
                 nl += 1
         base = rows[i, P_NODE]
         if base < 0:        # c + t, needed only by lexer states inside t: maybe no chart at all
-            if scr.size < G.WN + G.WT:     # the certificate's words (a starved or new store: make the scratch)
+            if scr.size < G.WN + G.WT:     # the certificate's words (a store whose scratch was cut short)
                 return _need(hdr, R_DEPTH, nodes[rows[i, P_C], NC_DEPTH] + 1)
             if mask_virtual(out, mem, nodes, rows[i, P_C], rows[i, P_T], xa, vbuf, fl2, scr, i == 0, e, acc, tot,
                             ac_rows, ac_keys, su, si, sl, dense) >= 0:
