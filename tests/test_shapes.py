@@ -235,6 +235,7 @@ def test_presets_compose():
 def test_run_two_engines_two_spellings_then_the_shape_section(tmp_path):
     """Valiant and GLRMask on both spellings of the counted family through the runner (tokenizer=bytes), then the
     section from the stored cells: its ratios are those of the stored per-mask times."""
+    from gcdbench.experiments.report import stats
     from gcdbench.experiments.report.shapes import shapes_section
     from gcdbench.experiments.runner import run
 
@@ -265,6 +266,15 @@ def test_run_two_engines_two_spellings_then_the_shape_section(tmp_path):
     for sp in ("counted", "expanded"):
         assert sub.loc[sp, "p50_ratio"] == pytest.approx(p50["valiant", sp] / p50["glrmask", sp])
         assert sub.loc[sp, "p99_ratio"] == pytest.approx(p99["valiant", sp] / p99["glrmask", sp])
+        # the interval is the paired bootstrap of the two stored cells, and it holds the ratio
+        got = {r["statistic"]: r for r in stats.ratios(*(next(iter(stats.read_configs([cells[e, sp]]).values()))
+                                                          for e in ("glrmask", "valiant")))}
+        for q in ("p50", "p99"):
+            lo, hi = sub.loc[sp, f"{q}_lo"], sub.loc[sp, f"{q}_hi"]
+            assert (lo, hi) == pytest.approx((got[q]["ratio_lo"], got[q]["ratio_hi"]))
+            # (nearest-rank percentiles in the resamples, linear ones in the point: a little slack)
+            assert 0.9 * lo <= sub.loc[sp, f"{q}_ratio"] <= 1.1 * hi
+        assert f"[{sub.loc[sp, 'p50_lo']:.2f}, {sub.loc[sp, 'p50_hi']:.2f}]" in text
     growth = pd.read_csv(tmp_path / "report" / "shapes_growth.csv")
     assert len(growth) == 4 and growth["p50_slope"].isna().all()   # one size: no slope
     assert (tmp_path / "report" / "figures" / "shapes_cost_bytes.png").stat().st_size > 1000

@@ -141,10 +141,43 @@ def _ratio(a, b, key: str) -> float:
     return float(a[key] / b[key])
 
 
+#: the columns of a ratio's 95% interval (``nan`` where a cell has no per-mask rows, as a packed cell)
+INTERVAL_COLUMNS = ["p50_lo", "p50_hi", "p99_lo", "p99_hi"]
+
+
+def _masks(c):
+    """The per-mask :class:`~.stats.Config` of cell row ``c`` (its folder's ``steps.parquet``), or None (no folder,
+    or a packed cell without per-mask rows)."""
+    from gcdbench.experiments.report.stats import read_configs
+
+    path = c.get("path") if c is not None else None
+    if not isinstance(path, str) or not path:
+        return None
+    got = list(read_configs([Path(path)]).values())
+    return got[0] if got else None
+
+
+def _ratio_interval(a, b) -> dict:
+    """The 95% intervals of ``a`` over ``b`` at p50 and p99 (:func:`~.stats.ratios`: one resampling of both cells'
+    samples, paired by sample, as both cells ran the family's same samples); ``nan`` without per-mask rows."""
+    from gcdbench.experiments.report.stats import ratios as boot_ratios
+
+    out = dict.fromkeys(INTERVAL_COLUMNS, float("nan"))
+    if a is None or b is None or not _ok(a) or not _ok(b):
+        return out
+    ca, cb = _masks(a), _masks(b)
+    if ca is None or cb is None:
+        return out
+    for r in boot_ratios(cb, ca):
+        if r["statistic"] in ("p50", "p99"):
+            out[f"{r['statistic']}_lo"], out[f"{r['statistic']}_hi"] = r["ratio_lo"], r["ratio_hi"]
+    return out
+
+
 def ratios(cells: pd.DataFrame) -> pd.DataFrame:
     """Long table of every ratio the section reports: ``kind`` ``subject/baseline`` (Valiant over GLRMask, p50 and
-    p99, per family, size and spelling) and ``spelling`` (per engine, family and size: p50 and p99 of the
-    family's first spelling over its second)."""
+    p99, per family, size and spelling, with their 95% intervals where the cells keep their per-mask rows) and
+    ``spelling`` (per engine, family and size: p50 and p99 of the family's first spelling over its second)."""
     idx = _index(cells)
     rows = []
     for (tok, fam, size), c in cells.groupby(["tokenizer", "family", "size"]):
@@ -157,7 +190,8 @@ def ratios(cells: pd.DataFrame) -> pd.DataFrame:
                 if a is not None and b is not None:
                     rows.append({"kind": f"{SUBJECT}/{BASELINE}", "tokenizer": tok, "family": fam, "size": size,
                                  "spelling": sp, "engine": config,
-                                 "p50_ratio": _ratio(a, b, "mask_p50_us"), "p99_ratio": _ratio(a, b, "mask_p99_us")})
+                                 "p50_ratio": _ratio(a, b, "mask_p50_us"), "p99_ratio": _ratio(a, b, "mask_p99_us"),
+                                 **_ratio_interval(a, b)})
         if len(sps) >= 2:
             for config in sorted(set(c["config"])):
                 a, b = idx.get((tok, fam, size, sps[0], config)), idx.get((tok, fam, size, sps[1], config))
@@ -166,7 +200,7 @@ def ratios(cells: pd.DataFrame) -> pd.DataFrame:
                                  "spelling": f"{sps[0]}/{sps[1]}", "engine": config,
                                  "p50_ratio": _ratio(a, b, "mask_p50_us"), "p99_ratio": _ratio(a, b, "mask_p99_us")})
     return pd.DataFrame(rows, columns=["kind", "tokenizer", "family", "size", "spelling", "engine", "p50_ratio",
-                                       "p99_ratio"])
+                                       "p99_ratio", *INTERVAL_COLUMNS])
 
 
 def growth(cells: pd.DataFrame) -> pd.DataFrame:
@@ -187,6 +221,16 @@ def _r(v) -> str:
     return "–" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:.2f}"
 
 
+def _ri(x: dict, q: str, target: float) -> str:
+    """Ratio ``q`` (p50 or p99) of ratio row ``x``, bold when over ``target``, with its interval when it has one."""
+    v = x[f"{q}_ratio"]
+    text = _bold(_r(v), v > target)
+    lo, hi = x.get(f"{q}_lo", float("nan")), x.get(f"{q}_hi", float("nan"))
+    if pd.notna(lo) and pd.notna(hi) and text != "–":
+        text += f" [{lo:.2f}, {hi:.2f}]"
+    return text
+
+
 def subject_table(rat: pd.DataFrame, family: str, tokenizer: str) -> pd.DataFrame:
     """Rows the family's sizes, per spelling Valiant / GLRMask at p50 and p99, bold where a target is missed."""
     r = rat[(rat["kind"] == f"{SUBJECT}/{BASELINE}") & (rat["family"] == family) & (rat["tokenizer"] == tokenizer)]
@@ -196,9 +240,8 @@ def subject_table(rat: pd.DataFrame, family: str, tokenizer: str) -> pd.DataFram
     for (config, size), s in r.groupby(["engine", "size"]):
         row = {"engine": config, "size": size}
         for x in s.to_dict("records"):
-            p50, p99 = x["p50_ratio"], x["p99_ratio"]
-            row[f"{x['spelling']} p50"] = _bold(_r(p50), p50 > TARGET_P50)
-            row[f"{x['spelling']} p99"] = _bold(_r(p99), p99 > TARGET_P99)
+            row[f"{x['spelling']} p50"] = _ri(x, "p50", TARGET_P50)
+            row[f"{x['spelling']} p99"] = _ri(x, "p99", TARGET_P99)
         out.append(row)
     return pd.DataFrame(out)
 
@@ -214,8 +257,9 @@ def overview_table(rat: pd.DataFrame, tokenizer: str) -> pd.DataFrame:
         row = {"engine": config}
         for fam in _family_order(s["family"]):
             f = s[s["family"] == fam]
-            p50, p99 = f["p50_ratio"].max(), f["p99_ratio"].max()
-            row[fam] = f"{_bold(_r(p50), p50 > TARGET_P50)} / {_bold(_r(p99), p99 > TARGET_P99)}"
+            w50, w99 = (f.loc[f[k].idxmax()] if f[k].notna().any() else None for k in ("p50_ratio", "p99_ratio"))
+            row[fam] = (f"{_ri(w50, 'p50', TARGET_P50) if w50 is not None else '–'} / "
+                        f"{_ri(w99, 'p99', TARGET_P99) if w99 is not None else '–'}")
         out.append(row)
     return pd.DataFrame(out)
 
@@ -307,7 +351,10 @@ def shapes_section(roots, out: Path) -> list[str]:
              "checker gives the same mask at every prefix: `tests/test_shapes.py`) over the same samples. "
              f"Entries are p50 / p99 µs per mask; × a cell without masks (compile error), – not run. "
              f"{SUBJECT} / {BASELINE}: the ratio of their p50 and p99 on the same cell (bold: over the issue-65 "
-             f"targets, {TARGET_P50}x at p50 and {TARGET_P99}x at p99). Spelling ratio: an engine's p50 on the "
+             f"targets, {TARGET_P50}x at p50 and {TARGET_P99}x at p99), with its 95% interval where both cells "
+             "keep their per-mask rows (a bootstrap over the cell's samples, paired, as both engines ran the same "
+             "samples: `report/stats.py`; one run each, so the interval says nothing of the machine's drift "
+             "between runs). Spelling ratio: an engine's p50 on the "
              "family's first spelling over its p50 on the second (1: its cost follows the language, not the "
              "spelling). Growth: the slope of log p50 against log size.", "",
              measured_at(cells), ""]
