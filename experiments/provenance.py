@@ -90,16 +90,17 @@ def _cpufreq() -> dict:
 
 
 def _own_cpu_s() -> float:
-    """CPU seconds of this process, its live descendants and its waited-for children (workers that ended)."""
+    """CPU seconds of this process and its live descendants, each with the children it has waited for: a worker
+    that ended, and a descendant's own helper that ended (an engine's compile child, a table build, a killed
+    preprocessor), whose time the kernel adds to the descendant that reaped it, not to this process."""
     me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
-    for child in me.children(recursive=True):
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
         try:
-            c = child.cpu_times()
-            total += c.user + c.system
+            c = proc.cpu_times()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
+            continue
+        total += c.user + c.system + getattr(c, "children_user", 0.0) + getattr(c, "children_system", 0.0)
     return total
 
 

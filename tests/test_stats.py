@@ -274,6 +274,31 @@ def test_machine_state_says_when_the_machine_was_not_alone():
     assert snap["busy_s"] > 0 and snap["own_s"] > 0
 
 
+def test_own_cpu_counts_a_helper_that_a_worker_ran_and_reaped():
+    """A worker's own helper that ended (an engine's compile child) is this run's CPU, not another process's: its
+    time is on the worker's waited-for children, which the machine state must count as its own."""
+    import subprocess
+    import sys
+    import textwrap
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+    worker = textwrap.dedent(f"""
+        import subprocess, sys, time
+        subprocess.run([sys.executable, "-c", {burn!r}], check=True)   # the helper: burns, ends, is reaped
+        print("reaped", flush=True)
+        time.sleep(30)
+    """)
+    before = provenance._own_cpu_s()
+    proc = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "reaped"
+        used = provenance._own_cpu_s() - before     # the worker still runs; its helper has ended
+    finally:
+        proc.kill()
+        proc.wait()
+    assert used >= 0.5, used
+
+
 def test_cells_of_other_identities_are_not_silently_pooled_as_repeats(tmp_path, capsys):
     """Repeat 1 run with another seed is not a repeat of repeat 0: the intervals pool them with a warning."""
     run(make_cfg(tmp_path, "engine=null_engine"))
