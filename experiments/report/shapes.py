@@ -20,6 +20,8 @@ import pandas as pd
 from gcdbench.experiments.report.collect import Unreadable, cell_stats, run_dirs, run_infos, warn
 from gcdbench.experiments.report.plot import no_minor_labels, panels, save_figure, styles, us_axis
 from gcdbench.experiments.report.section import Context, Section
+from gcdbench.experiments.report.stats import ratios as boot_ratios
+from gcdbench.experiments.report.stats import read_configs
 from gcdbench.experiments.report.text import figure_link, fmt_us, markdown, measured_at
 
 def speed_pair() -> tuple[str | None, str | None]:
@@ -148,8 +150,6 @@ INTERVAL_COLUMNS = ["p50_lo", "p50_hi", "p99_lo", "p99_hi"]
 def _masks(c):
     """The per-mask :class:`~.stats.Config` of cell row ``c`` (its folder's ``steps.parquet``), or None (no folder,
     or a packed cell without per-mask rows)."""
-    from gcdbench.experiments.report.stats import read_configs
-
     path = c.get("path") if c is not None else None
     if not isinstance(path, str) or not path:
         return None
@@ -160,8 +160,6 @@ def _masks(c):
 def _ratio_interval(a, b) -> dict:
     """The 95% intervals of ``a`` over ``b`` at p50 and p99 (:func:`~.stats.ratios`: one resampling of both cells'
     samples, paired by sample, as both cells ran the family's same samples); ``nan`` without per-mask rows."""
-    from gcdbench.experiments.report.stats import ratios as boot_ratios
-
     out = dict.fromkeys(INTERVAL_COLUMNS, float("nan"))
     if a is None or b is None or not _ok(a) or not _ok(b):
         return out
