@@ -738,41 +738,6 @@ def test_edge_grammars_equal_reference(name):
                 break
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("name", ["ambiguous", "classes", "sexpr", "tiny_sql"])
-def test_chart_steps_leave_their_scratch_zero(name, threads):
-    """A chart step starts from an all-zero scratch and clears what it wrote (``device._clear_scratch``), the
-    certificate of leaf children too: after every mask and commit, on searches with merged boundaries and on the
-    threaded search, every step scratch of the engine is zero again."""
-    import numba
-
-    if threads > 1 and numba.config.NUMBA_NUM_THREADS < 2:
-        pytest.skip("numba sees one core: threads=2 cannot be set")
-    sp = spec(name)
-    tok = multi_tokenizer(SAMPLES[name], extra=[b"');", b"))", b"  "])
-    e = _engine(sp, tok, token_states=1, threads=threads, mask_memo=0)
-
-    WN = e.comp.grammar.WN
-
-    def scratches():     # the step's scratch of each (seeds, WN words, first: a step sets them itself)
-        yield e.store.scr[WN:]
-        yield e._ws1[WN:]
-        for _, (work, scr) in e._ws.values():
-            yield scr[..., WN:]
-
-    for text in SAMPLES[name]:
-        e.reset()
-        for t in tok.encode(text) + [None]:
-            _ids(e, tok.vocab_size)
-            for scr in scratches():
-                assert not scr.any(), (text, t)
-            if t is not None:
-                assert e.commit(t)
-                assert not e.store.scr[WN:].any(), (text, t)
-    steps = e.counters["chart_steps"] + e.counters["base_steps"]
-    assert steps > 0
-
-
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 def test_threads_give_the_same_masks(name):
     """The CPU backend split over threads (numba prange over the root's subtrees) gives every mask bit for

@@ -368,9 +368,6 @@ class CudaSearch:
     def _alloc(self, shape, dtype):
         return np.zeros(shape, dtype=dtype) if self.dry else cuda.device_array(shape, dtype=dtype)
 
-    def _zeros(self, shape, dtype):
-        return self._to(np.zeros(shape, dtype=dtype))
-
     # -- device buffers ---------------------------------------------------------------------------------------
     def _sync_arena(self, store, need: int) -> None:
         """Make the device arena hold ``need`` words and the host's committed words (copying only new ones)."""
@@ -394,8 +391,7 @@ class CudaSearch:
         g = self.g
         w, a = self.workers, self._alloc
         cur, seeds, paths = self._scratch or (None, None, None)
-        # a step's scratch starts zero and every step leaves it so (device._clear_scratch)
-        self._scratch = s = (grown(cur, (w, g.scratch_words(n + self.D)), np.uint64, self._zeros, axis=1),
+        self._scratch = s = (grown(cur, (w, g.scratch_words(n + self.D)), np.uint64, a, axis=1),
                              grown(seeds, (w, g.WN), np.uint64, a), grown(paths, (w, 2 * Lt + 1), np.int64, a, axis=1))
         djob, job = self._job or (None, None)
         self._job = (grown(djob, (job_words,), np.int64, a), grown(job, (job_words,), np.int64, np.zeros))

@@ -277,8 +277,7 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
     """Compute tier ``n`` for terminal ``t`` (tiers 0..n-1 at ``tier_offs``, ANC[0..n] at ``p_offs``) and write
     it at ``out_tier``, ANC[n+1] at ``out_p``, EXPECT[n+1] at ``out_e`` and the INFO word after EXPECT. Returns
     the INFO word (bit 0: t_0..t_n is a sentence; bit 1: old items). ``cur`` is scratch of
-    ``PackedGrammar.scratch_words(n)`` words, all zero on entry and left so (:func:`_clear_scratch`), ``seeds`` of
-    ``WN`` words (both shared by the ``nth`` threads).
+    ``PackedGrammar.scratch_words(n)`` words, ``seeds`` of ``WN`` words (both shared by the ``nth`` threads).
 
     The working tier is kept both by nonterminal (row bits, for the shifted ORs) and by row (nonterminal
     bits), plus a summary of its non-empty rows: for an older tier ``e`` only the pairs (A present in tier e)
@@ -305,8 +304,11 @@ def _step_core(mem, tier_offs, p_offs, n, t, e_rows, e_terms, ne, out_tier, out_
     # a column spans more than two words (measured: TreeBank's prefixes of 20-60 terminals were 11% slower with
     # it, ambiguous_binary at 2,000 terminals 2x faster)
     track = W > 2
-    # ``cur`` comes in all zero (every step leaves it so: _clear_scratch), so a step costs the cells it makes, not
-    # the n_nt x W words of a working tier and the (n + 1) x WN of its row copy
+    for i in range(tid, rs + W + 1, nth):
+        cur[i] = 0
+    if track:
+        for i in range(tid, n_nt, nth):
+            full[i] = 0
     for i in range(tid, WN, nth):
         seeds[i] = 0
     _sync()
@@ -559,38 +561,4 @@ def step_epilogue(mem, p_offs, n, out_tier, out_p, out_e, cur, seeds, G):
     if tid == 0:
         mem[out_e + WT] = np.uint64(info)
     _sync()
-    _clear_scratch(cur, n, G)
     return info
-
-
-@_cpu_inline
-def _clear_scratch(cur, n, G):
-    """Zero what a step on tier ``n`` wrote to its scratch ``cur``, leaving all of it zero for the next step (whose
-    layout differs with its ``n``): the cells of the working tier and their row copy, found through the row
-    summary (every cell of a column is in the row copy too), then the summary, the old-items flag, the closure
-    words and the counts of full rows. Ends with every thread past a ``_sync``."""
-    n_nt, WN = G.n_nt, G.WN
-    tid, nth = _tid(), _nth()
-    W = (n + 1 + 63) // 64
-    one = np.uint64(1)
-    rows = cur[n_nt * W:]
-    rs = n_nt * W + (n + 1) * WN
-    rowsum = cur[rs:]
-    i, rbits, skip = -1, np.uint64(0), tid
-    while True:
-        r, i, rbits, skip = _next_turn(rowsum, W, i, rbits, skip, nth)
-        if r < 0:
-            break
-        rw = r >> 6
-        for j in range(WN):
-            bits = rows[r * WN + j]
-            if bits:
-                rows[r * WN + j] = 0
-            while bits:
-                low = bits & (~bits + one)
-                bits ^= low
-                cur[(j * 64 + _ctz(low)) * W + rw] = 0
-    _sync()
-    for k in range(tid, W + 1 + WN + n_nt, nth):
-        cur[rs + k] = 0
-    _sync()

@@ -12,8 +12,8 @@ import numpy as np
 from gcdbench.parsers.targets import rebind
 
 from .device import (IDEM_SHIFT, INFO_OLD, MAX_IDEM_PAIRS, ST_ALIASED, ST_CERTIFIED, ST_CHECKED, ST_STEPS, ST_VIABLE,
-                     _clear_scratch, _close_row, _count_full, _cpu, _ctz, _emit, _next_turn, _nth, _or_track,
-                     _step_core, _sync, _tid, chart_step, chart_step_edges, step_epilogue)
+                     _close_row, _count_full, _cpu, _ctz, _emit, _next_turn, _nth, _or_track, _step_core, _sync, _tid,
+                     chart_step, chart_step_edges, step_epilogue)
 
 
 @_cpu
@@ -111,8 +111,7 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
     has no needed child itself and has a terminal surely in EXPECT(C + a): in the lower bound given by the items
     ``a`` closes on its own, ``first_term(X)`` for ``Z`` in ANC, ``Z -> A X``, ``A -> a`` (row 0 of the tier C + a
     would compute; the full step adds only more). Then the step for ``v`` decides nothing. ``cur`` (WT words) is
-    the step's scratch, zero on entry and left zero (``seeds`` is not used); the threads share the words and end past
-    a ``_sync`` with the same answer."""
+    scratch (``seeds`` is not used); the threads share the words and end past a ``_sync`` with the same answer."""
     one = np.uint64(1)
     tid, nth = _tid(), _nth()
     for ci in range(T.child_start[v], T.child_start[v + 1]):
@@ -124,6 +123,8 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
                 if needed[T.child_ids[cj]]:
                     return False
     WN, WT = G.WN, G.WT
+    for tw in range(tid, WT, nth):      # each thread owns its words of the bound
+        cur[tw] = 0
     # the items' Z grouped by the first terminals of their X (cg_*): a group with a Z in ANC adds its terminals
     # (Z in ANC puts A -> a in ANC too: FIRST)
     for g in range(G.cg_start[a], G.cg_start[a + 1]):
@@ -134,7 +135,7 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
                 break
         if hit:
             for tw in range(tid, WT, nth):
-                cur[tw] |= G.cg_t[g, tw]     # each thread owns its words of the bound
+                cur[tw] |= G.cg_t[g, tw]
     _sync()
     ok = True
     for ci in range(T.child_start[v], T.child_start[v + 1]):
@@ -144,9 +145,6 @@ def _row0_certifies(mem, pm, a, v, needed, cur, seeds, T, G):
             if not (cur[c >> 6] >> np.uint64(c & 63)) & one:
                 ok = False
                 break
-    _sync()
-    for tw in range(tid, WT, nth):      # the scratch is left zero for the next step (device._clear_scratch)
-        cur[tw] = 0
     _sync()
     return ok
 
@@ -311,9 +309,9 @@ def dfs(mem, start, state, scr, needed, out, cnt, T, G):
 
 # Shared functions of device.py and this module in dependency order: what for_cuda compiles, each seeing the CUDA
 # versions of the others.
-SHARED = (_next_turn, _or_track, _close_row, _count_full, _clear_scratch, step_epilogue, _step_core, chart_step,
-          chart_step_edges, _has_self_item, _in_first_of_rights, certify, _row0_certifies, _some_expected,
-          edges_viable, spans_viable, dfs)
+SHARED = (_next_turn, _or_track, _close_row, _count_full, step_epilogue, _step_core, chart_step, chart_step_edges,
+          _has_self_item, _in_first_of_rights, certify, _row0_certifies, _some_expected, edges_viable, spans_viable,
+          dfs)
 
 
 def for_cuda(primitives: dict) -> dict:
