@@ -30,7 +30,7 @@ import traceback
 from gcdbench.experiments.jitwatch import WATCH, repair_numba_cache
 from gcdbench.experiments.rowlayout import WORKER_STEP
 from gcdbench.experiments.steplog import StepLog, step_along
-from gcdbench.parsers.base import CompileError, allocate_mask, mask_count
+from gcdbench.parsers.base import CompileError, Outcome, allocate_mask, mask_count
 
 #: ``kind`` of a compile failure whose cause is the grammar itself (the same inputs give the same refusal): a
 #: ``CompileError`` the engine raised. Time-outs (the runner's limit or the engine's own time budget, raised as
@@ -87,8 +87,11 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
     audited = {}
     audit_steps = set(audit_steps)
     nbytes = 0
+    last = 0     # the step of the last mask: where a refusal stands
 
     def on_mask(step, mask, allowed, mask_ns, jit):
+        nonlocal last
+        last = step
         if step in audit_steps or not allowed:   # a refused step is always audited (is the refusal documented?)
             audited[step] = mask.copy()
         # the row goes out before the commit, so a commit that kills the process still leaves the mask's row
@@ -102,7 +105,18 @@ def teacher_force(engine, token_ids, eos_id, vocab_size, emit, audit_steps=(), t
             nbytes += len(token_bytes[tok])
 
     outcome, message = step_along(engine, list(token_ids) + [eos_id], mask, on_mask, on_commit)
+    if outcome in (Outcome.REJECTED, Outcome.NO_EOS) and token_bytes is not None:
+        message += where_in_text(token_ids, token_bytes, last)
     return outcome, message, audited
+
+
+def where_in_text(token_ids, token_bytes, step: int, before: int = 32) -> str:
+    """Where in the sample's text the step ``step`` stands, for a refusal's message: its byte offset, the bytes
+    before it and the token it refused (EOS past the last token), so that a user sees what the grammar did not
+    take without decoding the sample by hand."""
+    done = b"".join(token_bytes[t] for t in token_ids[:step])
+    nxt = token_bytes[token_ids[step]] if step < len(token_ids) else b"<EOS>"
+    return f" (at byte {len(done)} of the sample: {done[-before:]!r} then {nxt!r})"
 
 
 class _Sender:

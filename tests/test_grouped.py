@@ -120,3 +120,24 @@ def test_the_audit_reads_the_profile_each_compiled_grammar_declared(tmp_path, mo
     assert {i["group"]: i["profile"]["lexing"] for i in inits} == {"chars": "scannerless", "lexer": "standard"}
     audit = pd.read_parquet(cell / "audit.parquet")
     assert audit["agree_profile"].all(), audit[["sample_id", "step", "profile"]]
+
+
+def test_a_refusal_names_the_byte_it_stopped_at_in_its_message_and_the_cell_line(tmp_path, groups):
+    """A newcomer whose sample the grammar does not take sees where: the sample's message gives the byte offset,
+    the bytes before it and the refused token, and the line the runner prints for the cell names the first sample
+    that did not pass with that message."""
+    import re
+
+    from gcdbench.experiments.report.cells import cell_summary
+
+    cell = run(make_cfg(tmp_path, "engine=reference"))
+    samples = pd.read_parquet(cell / "samples.parquet").set_index("sample_id")
+    msg = samples.loc["digits#1", "message"]
+    m = re.search(r"at byte (\d+) of the sample: (b'.*') then (b'.*'|<EOS>)\)$", msg)
+    assert m, msg
+    # the bytes before it and the refused token are the sample's text there
+    before, refused = eval(m.group(2)), eval(m.group(3))     # noqa: S307 (reprs of bytes written by the worker)
+    assert int(m.group(1)) == len(before) and (before + refused).startswith(b"1") and b"x" in before + refused
+    assert samples.loc["digits#0", "message"] == ""
+    line = cell_summary(cell)
+    assert "first not passed: digits#1 rejected: oracle token" in line and "at byte" in line, line

@@ -242,7 +242,10 @@ def test_table1_gives_ratios_to_a_base_config_with_intervals(tmp_path, runs):
     frame = pd.read_csv(tmp_path / "report" / f"ratios_{LABEL[40]}.csv")
     assert set(frame["config"]) == {LABEL[52]} and set(frame["statistic"]) == {"mean", "p50", "p99", "p99.9"}
     p50 = frame.set_index("statistic").loc["p50"]
-    assert p50["verdict"] == "slower" and 1.15 < p50["ratio"] < 1.35 and p50["ratio_lo"] < p50["ratio"] < p50["ratio_hi"]
+    # the interval holds the ratio and has a width; the ratio may sit at one of its ends (a percentile bootstrap of
+    # 5 repeats, one of them slowed by a busy machine: seen once with a sibling CI beside the test)
+    assert p50["verdict"] == "slower" and 1.15 < p50["ratio"] < 1.35
+    assert p50["ratio_lo"] <= p50["ratio"] <= p50["ratio_hi"] and p50["ratio_lo"] < p50["ratio_hi"]
     row = next(line for line in text.splitlines() if line.startswith(f"| {LABEL[52]} | custom_tiny_sql | 5 vs 5 |"))
     assert "slower" in row
     write_report(runs / "a", tmp_path / "default", tokenizer="bytes")

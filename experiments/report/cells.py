@@ -99,7 +99,13 @@ def cell_summary(run_dir: Path) -> str:
             f"(p50 {fmt_us(c.get('mask_p50_us'))}, p99 {fmt_us(c.get('mask_p99_us'))}, "
             f"p99.9 {fmt_us(c.get('mask_p999_us'))}, p99.99 {fmt_us(c.get('mask_p9999_us'))}, "
             f"max {fmt_us(c.get('mask_max_us'))}; {c.get('mask_n', 0)} masks{_jit_text(c)}); "
-            f"{audit_text(c)}  [{c.get('outcomes', '')}]{prov}{_batch_text(Path(run_dir), c)}")
+            f"{audit_text(c)}  [{c.get('outcomes', '')}]{_first_failure(c)}{prov}{_batch_text(Path(run_dir), c)}")
+
+
+def _first_failure(c: dict) -> str:
+    """The first sample that did not pass and why (for a refusal: the byte it stopped at), on positive samples."""
+    first = c.get("first_failure")
+    return f"; first not passed: {first[:300]}" if first and c.get("sample_kind") != "negative" else ""
 
 
 def _jit_text(c: dict) -> str:

@@ -399,6 +399,9 @@ def cell_stats(run_dir: Path) -> dict:
     row["pass_rate"] = row["passed"] / len(attempted) if len(attempted) else np.nan
     row["outcomes"] = ", ".join(f"{k}: {v}" for k, v in counts.items())
     row["outcome_counts"] = {str(k): int(v) for k, v in counts.items()}
+    failed = attempted[attempted["outcome"] != Outcome.OK.value]
+    row["first_failure"] = (f"{failed['sample_id'].iloc[0]} {failed['outcome'].iloc[0]}: {failed['message'].iloc[0]}"
+                            if len(failed) and "message" in failed else "")
     row.update(mask_summary(run_dir, meta=meta))
     if audit is not None and len(audit):
         row.update(audit_counts(audit))
