@@ -30,3 +30,26 @@ def test_every_subject_config_is_compared_and_the_worst_is_shown():
     assert ov[opt] == "1.40 / **2.50**"          # p50 within 1.5x, one p99 over 2x
     table = shapes.subject_table(rat, "fam", "qwen3")
     assert set(table["engine"]) == {sub, opt} and len(table) == 4
+
+
+def test_packed_cells_take_back_their_intervals_only_where_the_points_are_the_same(tmp_path):
+    """A section rebuilt from packed cells (no per-mask rows, so no intervals of its own) takes each interval back
+    from the earlier build's shapes_ratios.csv, but only for the same key with the same p50 and p99 ratios: a cell
+    run again (another point) or a ratio the earlier build lacked keeps no interval."""
+    sub, base = shapes.SUBJECT, shapes.BASELINE
+    rows = []
+    for size in (1, 2, 3):
+        rows += [_cell("fam", size, "a", base, base, 10.0, 20.0), _cell("fam", size, "a", sub, sub, 15.0, 30.0)]
+    rat = shapes.ratios(pd.DataFrame(rows))
+    sr = rat["kind"] == f"{sub}/{base}"
+    assert sr.sum() == 3 and rat.loc[sr, shapes.INTERVAL_COLUMNS].isna().all().all()   # packed: no intervals
+    earlier = rat[sr & (rat["size"] != 3)].copy()                   # size 3: not in the earlier build
+    earlier[shapes.INTERVAL_COLUMNS] = [1.2, 1.8, 1.1, 1.9]
+    earlier.loc[earlier["size"] == 2, "p99_ratio"] = 1.6             # size 2 since run again: another point
+    earlier.to_csv(tmp_path / "shapes_ratios.csv", index=False)
+    got, kept = shapes.keep_intervals(rat, pd.read_csv(tmp_path / "shapes_ratios.csv"))
+    assert kept == 1
+    g = got[got["kind"] == f"{sub}/{base}"].set_index("size")
+    assert list(g.loc[1, shapes.INTERVAL_COLUMNS]) == [1.2, 1.8, 1.1, 1.9]
+    assert g.loc[[2, 3], shapes.INTERVAL_COLUMNS].isna().all().all()
+    assert rat.loc[sr, shapes.INTERVAL_COLUMNS].isna().all().all()   # the input is left as it was

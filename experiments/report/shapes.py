@@ -201,6 +201,33 @@ def ratios(cells: pd.DataFrame) -> pd.DataFrame:
                                        "p99_ratio", *INTERVAL_COLUMNS])
 
 
+#: keys of a ratio row, and the relative difference under which a kept interval's point counts as the same ratio
+RATIO_KEY = ["kind", "tokenizer", "family", "size", "spelling", "engine"]
+SAME_POINT = 1e-3
+
+
+def keep_intervals(rat: pd.DataFrame, earlier: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """``rat`` with the intervals it lacks (cells packed without their per-mask rows) taken from ``earlier``, the
+    ``shapes_ratios.csv`` a build over the same cells wrote while they were whole: a row takes the earlier row of
+    the same key only where both point ratios (p50 and p99) agree within :data:`SAME_POINT`, so an interval never
+    lands on other cells' ratio. Returns the table and how many rows took an interval."""
+    rat = rat.copy()
+    old = {tuple(r[k] for k in RATIO_KEY): r for r in earlier.to_dict("records")}
+    kept = 0
+    for i, r in rat.iterrows():
+        if not all(pd.isna(r[c]) for c in INTERVAL_COLUMNS):
+            continue
+        o = old.get(tuple(r[k] for k in RATIO_KEY))
+        if o is None or any(pd.isna(o[c]) for c in INTERVAL_COLUMNS):
+            continue
+        if all(pd.notna(r[q]) and pd.notna(o[q]) and abs(r[q] - o[q]) <= SAME_POINT * abs(o[q])
+               for q in ("p50_ratio", "p99_ratio")):
+            for c in INTERVAL_COLUMNS:
+                rat.at[i, c] = o[c]
+            kept += 1
+    return rat, kept
+
+
 def growth(cells: pd.DataFrame) -> pd.DataFrame:
     """Per (tokenizer, family, spelling, engine): the least-squares slope of log p50 against log size over every
     size the engine made masks at (NaN under two sizes): how the cost grows with the shape's size."""
@@ -329,15 +356,23 @@ def _family_order(values) -> list[str]:
 # --------------------------------------------------------------------------------------------------------------
 # the section
 # --------------------------------------------------------------------------------------------------------------
-def shapes_section(roots, out: Path) -> list[str]:
+def shapes_section(roots, out: Path, intervals_from: Path | None = None) -> list[str]:
     """README lines of the "Grammar shapes" section and its files under ``out`` ([] when no shape cell is
-    stored under ``roots``)."""
+    stored under ``roots``). ``intervals_from``: an earlier ``shapes_ratios.csv`` whose intervals the ratios of
+    packed cells take back (:func:`keep_intervals`), for a section rebuilt after its cells were packed."""
     cells = shape_cells(roots)
     if cells.empty:
         return []
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     rat, gr = ratios(cells), growth(cells)
+    kept_note = []
+    if intervals_from is not None:
+        earlier = pd.read_csv(intervals_from)   # read before ``out`` (maybe the same file) is written
+        rat, kept = keep_intervals(rat, earlier)
+        kept_note = [f"{_n(kept, 'interval', 'intervals')} of packed cells (no per-mask rows left) kept from the "
+                     f"build over the whole cells (`{intervals_from}`), where both point ratios are those of that "
+                     f"build (within {SAME_POINT:g}).", ""]
+    out.mkdir(parents=True, exist_ok=True)
     cells[CELL_COLUMNS].sort_values(["tokenizer", "family", "size", "spelling", "config"]).to_csv(
         out / "shapes_cells.csv", index=False)
     rat.to_csv(out / "shapes_ratios.csv", index=False)
@@ -355,7 +390,7 @@ def shapes_section(roots, out: Path) -> list[str]:
              "between runs). Spelling ratio: an engine's p50 on the "
              "family's first spelling over its p50 on the second (1: its cost follows the language, not the "
              "spelling). Growth: the slope of log p50 against log size.", "",
-             measured_at(cells), ""]
+             measured_at(cells), "", *kept_note]
     for tok in sorted(cells["tokenizer"].unique()):
         ov = overview_table(rat, tok)
         if not ov.empty:
@@ -405,8 +440,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", nargs="+", default=["results/shapes"], help="folders searched for shape cells")
     ap.add_argument("--out", default="results", help="where shapes.md, the CSV files and figures/ go")
+    ap.add_argument("--intervals-from", type=Path, default=None,
+                    help="an earlier shapes_ratios.csv, built while the cells were whole: packed cells' ratios take "
+                         "its intervals back where their points agree")
     args = ap.parse_args(argv)
-    found = shapes_section([Path(r) for r in args.results], Path(args.out))
+    found = shapes_section([Path(r) for r in args.results], Path(args.out), args.intervals_from)
     if not found:
         raise SystemExit(f"no shape cell under {' '.join(args.results)}: run `python -m experiments.run -m "
                          "experiment=shapes` first")
