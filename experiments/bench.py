@@ -28,6 +28,9 @@ timed for each set in turn, and every set's ratio to the first with its 95% inte
 ``gcdbench-compare`` gives them, ``ab`` in its records; :mod:`gcdbench.experiments.bench_batch`). ``--keep-masks``
 (masks) keeps every mask's time and batch records keep every step's, so that ``gcdbench-compare OLD.json
 NEW.json`` compares two bench files (``A1.json,A2.json`` for repeats, e.g. an A/B alternated over time).
+``--by-work`` (masks) splits the timed masks by the kind of work each did (the engine's ``work_kind`` of the
+counters that moved in it): per kind its share of the masks and of the time, p50, p99 and its masks in the slowest
+1%, and the mean counters of a mask in that tail against all (:func:`bench_setup.by_work`).
 ``instructions``: instructions per mask and per commit under callgrind (:mod:`gcdbench.experiments.bench_count`).
 ``plot``: batch step latency and throughput against B. Every command prints one JSON line per record; ``--out``
 also writes them with command, machine, versions and commit (:func:`gcdbench.experiments.benchfile.write_bench`).
@@ -45,8 +48,8 @@ import numpy as np
 
 
 from gcdbench.experiments.bench_batch import time_batch, time_batch_interleaved
-from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, engine_phases, load, option_sets,
-                                              parse_overrides, per_prefix, phase_times)
+from gcdbench.experiments.bench_setup import (_compile, _count, _peak_mib, _Steps, by_work, engine_phases, load,
+                                              option_sets, parse_overrides, per_prefix, phase_times)
 from gcdbench.parsers.base import CompileError
 
 
@@ -70,6 +73,7 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
         outcome, _msg, _ = teacher_force(e, ids, tok.eos_id, tok.vocab_size, steps, token_bytes=tok.token_bytes)
         outcomes[outcome.value] = outcomes.get(outcome.value, 0) + 1
     info = e.info()
+    kind = e.work_kind
     timed = streams and not args.counters
     split = phase_times(e, engine, streams, tok) if timed and getattr(args, "phases", False) and engine_phases(engine) \
         else None
@@ -95,6 +99,8 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
         })
         if getattr(args, "keep_masks", False):   # the raw data gcdbench-compare resamples (report/stats.py)
             rec["mask_us_by_sample"] = masks_by_sample(prefix, us)
+        if getattr(args, "by_work", False):
+            rec["by_work"] = by_work(us, steps.per_mask, kind)
     if split:
         rec["phases"] = split
     print(json.dumps({k: v for k, v in rec.items() if k not in ("per_prefix", "mask_us_by_sample")}, default=str),
@@ -282,6 +288,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["masks"].add_argument("--keep-masks", action="store_true",
                                       help="keep every mask's time (mask_us_by_sample) in --out: gcdbench-compare "
                                            "compares two such files (each one repeat) with intervals")
+    sub.choices["masks"].add_argument("--by-work", action="store_true",
+                                      help="where the time goes by the work each mask did (the engine's work_kind "
+                                           "of its counters): share of masks and time, p50, p99 and tail per kind")
     sub.choices["masks"].add_argument("--phases", action="store_true",
                                       help="then one more pass timing each part of a mask (instruction_phases)")
     sub.choices["init"].add_argument("--phase", default=None, help=argparse.SUPPRESS)

@@ -116,22 +116,57 @@ def _counters(e) -> dict:
 
 class _Steps:
     """The ``emit`` of :func:`worker.teacher_force`: keeps each mask's row and commit time, and the engine's
-    work counters spent inside each mask (counters read after the previous commit and after the mask)."""
+    work counters spent inside each mask (counters read after the previous commit and after the mask): summed in
+    ``work``, and mask by mask in ``per_mask`` (the counters that moved)."""
 
     def __init__(self, engine):
-        self.engine, self.rows, self.commits, self.work = engine, [], [], {}
+        self.engine, self.rows, self.commits, self.work, self.per_mask = engine, [], [], {}, []
         self.mark = _counters(engine)
 
     def __call__(self, row) -> None:
         self.rows.append(row)
         now = _counters(self.engine)
+        moved = {}
         for key, v in now.items():
-            self.work[key] = self.work.get(key, 0) + v - self.mark.get(key, 0)
+            d = v - self.mark.get(key, 0)
+            self.work[key] = self.work.get(key, 0) + d
+            if d:
+                moved[key] = d
+        self.per_mask.append(moved)
         self.mark = now
 
     def commit_time(self, us: float) -> None:
         self.commits.append(us)
         self.mark = _counters(self.engine)
+
+
+def by_work(us: np.ndarray, per_mask: list[dict], kind, top: float = 99.0) -> dict:
+    """Where the time of a cell goes, by the work each mask did: ``per_mask[i]`` holds the counters that moved in
+    the mask timed ``us[i]``; ``kind`` names its kind of work (the engine's :meth:`Engine.work_kind`). Per kind:
+    its masks, their share of the masks and of the time, p50 and p99, and how many of the masks at or over the
+    ``top`` percentile (the tail) are of that kind; then the mean counters a mask in the tail and over all."""
+    us = np.asarray(us, dtype=np.float64)
+    if us.size != len(per_mask) or not us.size:
+        raise ValueError(f"by_work: {us.size} mask times against {len(per_mask)} counter rows")
+    cut = float(np.percentile(us, top))
+    kinds = [kind(w) for w in per_mask]
+    tail = us >= cut
+    rows = []
+    for k in sorted(set(kinds)):
+        sel = np.fromiter((x == k for x in kinds), dtype=bool, count=len(kinds))
+        x = us[sel]
+        rows.append({"kind": k, "masks": int(sel.sum()), "mask_share": round(float(sel.mean()), 4),
+                     "time_share": round(float(x.sum() / us.sum()), 4), "p50_us": round(float(np.median(x)), 2),
+                     "p99_us": round(float(np.percentile(x, 99)), 2), "in_tail": int((sel & tail).sum())})
+    rows.sort(key=lambda r: -r["time_share"])
+
+    def mean_work(sel) -> dict:
+        n = max(1, int(sel.sum()))
+        keys = sorted({k for w, s in zip(per_mask, sel) if s for k in w})
+        return {k: round(sum(w.get(k, 0) for w, s in zip(per_mask, sel) if s) / n, 2) for k in keys}
+
+    return {"top_percentile": top, "tail_from_us": round(cut, 2), "tail_masks": int(tail.sum()), "kinds": rows,
+            "work_per_tail_mask": mean_work(tail), "work_per_mask": mean_work(np.ones(us.size, dtype=bool))}
 
 
 def _compile(engine: str, opts: dict, grammar, tok, cache_dir: str | None):

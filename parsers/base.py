@@ -318,6 +318,12 @@ class Engine(ABC):
         """Extra facts to store in run.json (grammar form used, class counts, cache hits...)."""
         return {}
 
+    def work_kind(self, work: dict) -> str:
+        """The kind of work one mask did, from the work counters that moved in it (``work``: counter -> amount,
+        only those that moved), for the bench's split of a cell's time (``bench masks --by-work``). The default
+        names the counters that moved; an engine with counters may group them into fewer, named kinds."""
+        return "+".join(sorted(work)) or "no counter moved"
+
     def profile(self) -> Profile:
         """The language this engine (with its options) implements; the audit checks masks against it."""
         return Profile()

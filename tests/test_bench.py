@@ -34,13 +34,15 @@ def test_overrides_reach_each_engine_and_the_dataset():
 def test_masks_and_batch_smoke(tmp_path):
     out = tmp_path / "masks.json"
     bench.main(["masks", "--engine", "psc", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes", "--keep-masks",
-                "--out", str(out)])
+                "--by-work", "--out", str(out)])
     (rec,) = _records(out)
     assert rec["engine"] == "psc" and rec["outcomes"] == {"ok": 2} and rec["steps"] > 2
     assert rec["mask_p99_us"] > 0 and rec["per_prefix"][0]["prefix_tokens"] == 0
     assert rec["mask_p999_us"] >= rec["mask_p99_us"] and len(rec["per_sample"]) == 2
     assert sum(s["masks"] for s in rec["per_sample"]) == rec["steps"]
     assert [len(m) for m in rec["mask_us_by_sample"]] == [s["masks"] for s in rec["per_sample"]]   # --keep-masks
+    (kind,) = rec["by_work"]["kinds"]          # PSC has no work counters: one kind, every mask
+    assert kind["kind"] == "no counter moved" and kind["masks"] == rec["steps"] and kind["time_share"] == 1.0
     out = tmp_path / "batch.json"
     bench.main(["batch", "--engine", "pre3", "--dataset", "sample", "--n", "2", "--tokenizer", "bytes",
                 "--batch", "1", "3", "--steps", "5", "--warmup", "1", "chunk=64", "--out", str(out)])
@@ -226,3 +228,35 @@ def test_sweep_that_swallowed_an_override_is_refused():
     with pytest.raises(SystemExit, match="go before --sweep"):
         option_sets("valiant", {}, None, ["valiant.mask_memo=0,128", "dataset.family=counted"])
     assert option_sets("valiant", {}, None, ["valiant.mask_memo=0,128"]) == [{"mask_memo": 0}, {"mask_memo": 128}]
+
+
+def test_by_work_splits_the_time_and_the_tail_by_kind_of_work():
+    """Masks grouped by the engine's work_kind of their counters: shares of masks and time, and the slowest
+    masks (at or over the p99) counted by kind, with their mean counters against all masks'."""
+    from gcdbench.experiments.bench_setup import by_work
+    from gcdbench.parsers.base import Engine
+
+    us = [1.0] * 98 + [50.0, 60.0]
+    work = [{}] * 98 + [{"steps": 3}, {"steps": 5, "copies": 1}]
+    out = by_work(us, work, Engine.work_kind.__get__(object()))
+    kinds = {r["kind"]: r for r in out["kinds"]}
+    assert set(kinds) == {"no counter moved", "steps", "copies+steps"}
+    assert kinds["no counter moved"]["masks"] == 98 and kinds["no counter moved"]["in_tail"] == 0
+    assert [r["kind"] for r in out["kinds"]] == ["no counter moved", "copies+steps", "steps"]   # by share of time
+    assert kinds["copies+steps"]["in_tail"] == 1 and out["tail_masks"] == 1   # p99 of 100 masks: 59.9 us
+    assert abs(sum(r["time_share"] for r in out["kinds"]) - 1) < 1e-3
+    assert out["work_per_tail_mask"] == {"copies": 1.0, "steps": 5.0}
+    assert out["work_per_mask"] == {"copies": 0.01, "steps": 0.08}
+    with pytest.raises(ValueError, match="2 mask times against 1 counter rows"):
+        by_work([1.0, 2.0], [{}], str)
+
+
+def test_valiant_names_its_kinds_of_work():
+    from gcdbench.parsers.valiant.engine import ValiantEngine
+
+    kind = ValiantEngine().work_kind
+    assert kind({"masks_reused": 1, "searches": 2}) == "whole mask from the memo"
+    assert kind({}) == "no search, 0 chart steps"
+    assert kind({"searches": 1, "nodes_checked": 9}) == "searched, 0 chart steps"
+    assert kind({"searches": 2, "chart_steps": 3, "base_steps": 1}) == "searched, 2-4 chart steps"
+    assert kind({"base_steps": 17, "token_sets_assembled": 1}) == "no search, 17+ chart steps, token set assembled"

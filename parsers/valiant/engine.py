@@ -425,6 +425,20 @@ class ValiantEngine(Engine):
                 "base_charts_skipped": t[N_STATS + 1], "chain_searches": t[N_STATS + 2],
                 "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS], "masks_reused": self._mm_hits}
 
+    #: chart steps of one mask (in searches and of base charts), grouped for work_kind
+    _STEP_BINS = ((0, "0"), (1, "1"), (4, "2-4"), (16, "5-16"))
+
+    def work_kind(self, work: dict) -> str:
+        """A mask's kind of work from its counters: a whole mask copied from the mask memo; else whether it ran a
+        tree search, how many chart steps it took (0, 1, 2-4, 5-16, 17+) and whether it assembled a base's token
+        set afresh (the assembled-token cache missed)."""
+        if work.get("masks_reused"):
+            return "whole mask from the memo"
+        steps = work.get("chart_steps", 0) + work.get("base_steps", 0)
+        label = next((name for top, name in self._STEP_BINS if steps <= top), "17+")
+        kind = f"{'searched' if work.get('searches') else 'no search'}, {label} chart steps"
+        return kind + (", token set assembled" if work.get("token_sets_assembled") else "")
+
     def fill_mask(self, out: np.ndarray) -> None:
         self._fill(out, self.threads)
 
