@@ -314,6 +314,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
     args = _parser().parse_args(argv)
+    for listed in ("engine", "dataset"):   # ``--dataset custom dataset.grammar=G``: the list took the overrides
+        names = getattr(args, listed, None) or []
+        setattr(args, listed, [x for x in names if "=" not in x])
+        args.overrides = [x for x in names if "=" in x] + list(getattr(args, "overrides", []) or [])
     if args.cmd == "plot":
         print("\n".join(plot(args.file, args.out)))
         return

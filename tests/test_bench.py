@@ -14,6 +14,22 @@ def _records(path):
     return json.loads(path.read_text())["records"]
 
 
+def test_overrides_after_a_dataset_name_are_overrides(monkeypatch):
+    """``--dataset custom dataset.grammar=G`` (as the docstring shows): the list option does not swallow them."""
+    seen = {}
+
+    def load(name, dopts, *args):
+        seen[name] = dopts
+        raise SystemExit("stop")
+
+    monkeypatch.setattr(bench, "load", load)
+    monkeypatch.setattr(bench, "time_masks", lambda *a: pytest.fail("time_masks after load"))
+    with pytest.raises(SystemExit, match="stop"):
+        bench.main(["masks", "--engine", "psc", "--dataset", "shapes", "dataset.family=ladder", "dataset.size=5",
+                    "--tokenizer", "bytes", "leading_ignore=true"])
+    assert seen == {"shapes": {"family": "ladder", "size": 5}}
+
+
 def test_overrides_reach_each_engine_and_the_dataset():
     per_engine, dataset = bench.parse_overrides(["chunk=64", "psc.leading_ignore=true", "dataset.split=dev"],
                                                 ["pre3", "psc"])
