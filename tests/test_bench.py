@@ -53,6 +53,7 @@ def test_masks_and_batch_smoke(tmp_path):
                 "--by-work", "--out", str(out)])
     (rec,) = _records(out)
     assert rec["engine"] == "psc" and rec["outcomes"] == {"ok": 2} and rec["steps"] > 2
+    assert rec["dataset"] == "sample" and rec["dataset_name"]     # the loaded set's own name (with its options)
     assert rec["mask_p99_us"] > 0 and rec["per_prefix"][0]["prefix_tokens"] == 0
     assert rec["mask_p999_us"] >= rec["mask_p99_us"] and len(rec["per_sample"]) == 2
     assert sum(s["masks"] for s in rec["per_sample"]) == rec["steps"]
