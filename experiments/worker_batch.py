@@ -18,7 +18,7 @@ import numpy as np
 
 from gcdbench.experiments.rowlayout import WORKER_BATCH_STEP, WORKER_BATCH_SUMMARY
 from gcdbench.experiments.steplog import SlotJournal, StepLog, step_along, step_verdict
-from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss
+from gcdbench.experiments.worker import compile_engine, main, peak_rss_mb, reset_peak_rss, where_in_text
 from gcdbench.parsers.base import EngineError, Outcome, allocate_mask, mask_count, mask_get
 
 
@@ -297,8 +297,9 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
             outcome, message = step_verdict(allowed, step == len(q.steps) - 1, tok, step)
             if outcome is None:
                 going.append(i)
-            else:
-                finish(i, outcome, message)
+            else:   # a refusal says where in the text, as in single mode (worker.teacher_force)
+                finish(i, outcome, message + (where_in_text(q.steps[:-1], token_bytes, step)
+                                              if outcome in (Outcome.REJECTED, Outcome.NO_EOS) else ""))
         batch.to_commit([seqs[i] for i in going], [slots[i].steps[slots[i].pos] for i in going])
 
     def on_commit(batch_step, _tok, commit_ns):
@@ -318,7 +319,8 @@ def run_batch(engine, seqs, tokenizer, work, sample_timeout_s: float, run_left_s
                 q.pos += 1
                 q.nbytes += len(token_bytes[tok])
             else:
-                finish(i, Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}")
+                finish(i, Outcome.REJECTED, f"engine refused to commit token {tok} at step {step}"
+                       + where_in_text(q.steps[:-1], token_bytes, step))
         if log.count == log.capacity:
             chan.send(("bsteps", log.raw_rows()))
             log.reset()

@@ -489,3 +489,15 @@ def test_a_batch_call_that_fails_where_single_masks_work_is_reported(tmp_path, l
     table = batch_table(collect_batch([tmp_path]))
     assert table["outcomes"].str.contains(f"batch call failed where every sequence's own fill_mask worked: "
                                           f"{len(bs)} steps").all()
+
+
+def test_a_refusal_in_batch_mode_names_the_byte_it_stopped_at(tmp_path):
+    """As in single mode (test_grouped), a sample the grammar does not take says where, in batch mode too: the
+    byte offset, the bytes before it and the refused token; the other sequences finish."""
+    cfg = make_cfg(tmp_path, "engine=reference", *words(tmp_path, "abc de", "ab1", "xy"), "batch.size=2",
+                   "audit.per_sample=0")
+    out = run(cfg)
+    assert outcomes(out) == {"letters-0000": "ok", "letters-0001": "rejected", "letters-0002": "ok"}
+    msg = pd.read_parquet(out / "samples.parquet").set_index("sample_id").loc["letters-0001", "message"]
+    assert msg.startswith("oracle token 49 not in the mask at step 2") and \
+        msg.endswith("(at byte 2 of the sample: b'ab' then b'1')"), msg
