@@ -187,6 +187,14 @@ class ColderEngine(ColdEngine):
         return super().fill_mask(out)
 
 
+class SlowStartEngine(ColderEngine):
+    """As ColderEngine (a 3 s warm-up), and its compile takes 2 s (a first run on an empty cache)."""
+
+    def compile(self, grammar, tokenizer):
+        time.sleep(2.0)
+        super().compile(grammar, tokenizer)
+
+
 class ForkRaiseEngine(ReferenceEngine):
     """Its fork() raises (batch mode cannot make its sequences)."""
 

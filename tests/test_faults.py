@@ -357,6 +357,17 @@ def test_run_time_limit_skips_and_a_resume_runs_the_skipped(tmp_path, words):
     assert (second.loc[done, "session"] == 1).all()   # finished samples were not run again
 
 
+@pytest.mark.slow
+def test_compile_and_warm_up_are_not_run_time(tmp_path, words):
+    """A compile (2 s) and a warm-up (3 s) longer than the run time limit (1.5 s) leave the samples their run
+    time: each has its own limit, and README command 1's first run (minutes of numba compiles on an empty cache)
+    had skipped 9 of 10 Valiant samples under a 300 s limit."""
+    cell = run(make_cfg(tmp_path, "engine=reference", f"engine.name={FAULTY}:SlowStartEngine", *words,
+                        "limits.run_timeout_s=1.5", "audit.per_sample=0"))
+    got = samples_of(cell)
+    assert set(got["outcome"]) == {"ok"} and "aborted" not in meta_of(cell), got[["outcome", "message"]]
+
+
 def test_warm_up_sample_takes_the_cold_path(tmp_path, words):
     """ColdEngine's first mask after its first commit sleeps 0.3 s once per process: the untimed warm-up sample
     (the cell's first sample, masks and commits) takes it."""
