@@ -40,19 +40,30 @@ def _in_wheel(path: str) -> str:
     return PACKAGE_DIRS[folder].replace(".", "/") + "/" + rest
 
 
+def _git(src: Path, *args) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True, check=True, env=env,
+                          timeout=60).stdout.strip()
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel of the working tree, built with this interpreter's setuptools (no build isolation: no index)."""
+def wheel(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel of the working tree, built with this interpreter's setuptools (no build isolation: no index),
+    from a copy committed to a git repository of its own; (the wheel, that commit)."""
     src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
     for name in ("pyproject.toml", "setup.py", PYPROJECT["project"]["readme"]):
         shutil.copy2(REPO / name, src / name)
     for folder in PACKAGE_DIRS:
         shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _git(src, "init", "-q")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-q", "-m", "the copy")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
                         "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     (whl,) = out.glob("gcdbench-*.whl")
-    return whl
+    return whl, _git(src, "rev-parse", "HEAD")
 
 
 def test_both_datasets_packages_import_from_the_repo_root():
@@ -66,7 +77,11 @@ def test_both_datasets_packages_import_from_the_repo_root():
 
 
 def test_wheel_installs_only_the_gcdbench_package(wheel):
+    wheel, commit = wheel
     names = zipfile.ZipFile(wheel).namelist()
+    # the build recorded the tree it was built from (setup.py), which installed code reports as its commit
+    built = json.loads(zipfile.ZipFile(wheel).read("gcdbench/parsers/common/built_from.json"))
+    assert built == {"commit": commit, "dirty": False}
     assert any(n.startswith("gcdbench/datasets/") for n in names)
     assert all(n.startswith(("gcdbench/", "gcdbench-")) for n in names), [n for n in names if "/" in n][:5]
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
@@ -128,6 +143,7 @@ def _fresh_venv(path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 def test_the_wheel_runs_and_reports_from_any_folder(wheel, tmp_path):
+    wheel, commit = wheel
     py, sp = _fresh_venv(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
     env.update(PATH=f"{py.parent}{os.pathsep}{env.get('PATH', '')}", PIP_DISABLE_PIP_VERSION_CHECK="1")
@@ -167,7 +183,8 @@ def test_the_wheel_runs_and_reports_from_any_folder(wheel, tmp_path):
     meta = json.loads(text)
     assert meta["outcomes"] == {"ok": 2} and meta["audit"]["agree"] == meta["audit"]["steps"] > 0, meta["outcomes"]
     assert Path(meta["dataset_meta"]["source"]).resolve().is_relative_to(sp.resolve() / "gcdbench" / "datasets")
-    assert meta["git_commit"] is None   # installed code is no checkout: no commit claimed
+    # installed code is no checkout: the commit is the one its wheel was built from (not the checkout around)
+    assert meta["git_commit"] == commit, meta["git_commit"]     # clean: no "-dirty" suffix
     assert str(REPO) not in text
     (hydra_yaml,) = out.glob(".hydra/*/.hydra/hydra.yaml")
     assert f"path: {sp.resolve() / 'gcdbench' / 'conf'}\n" in hydra_yaml.read_text()

@@ -465,6 +465,19 @@ def test_git_state_ignores_the_named_folders_only(tmp_path):
     assert git_state(("out",), repo=tmp_path)["dirty"] is True
 
 
+def test_installed_code_reports_the_commit_its_wheel_was_built_from(tmp_path, monkeypatch):
+    """No checkout around the code (a wheel): the state setup.py's build recorded, else unknown."""
+    import gcdbench.parsers.common.gitstate as gs
+
+    monkeypatch.setattr(gs, "REPO", tmp_path / "site-packages")          # no pyproject.toml there
+    monkeypatch.setattr(gs, "BUILT_FROM", tmp_path / "built_from.json")
+    assert gs.git_state() == {"commit": None, "dirty": None}            # no record: no commit claimed
+    gs.BUILT_FROM.write_text('{"commit": "abc", "dirty": false}')
+    assert gs.git_state(("results",)) == {"commit": "abc", "dirty": False} and gs.git_commit() == "abc"
+    gs.BUILT_FROM.write_text("[1]")                                     # damaged: unknown, not an error
+    assert gs.git_state() == {"commit": None, "dirty": None}
+
+
 def test_a_run_ignores_changed_result_files_in_its_dirty_check(tmp_path, letters, monkeypatch):
     """A session's git_dirty looks at code only: its own out_dir and every committed result folder are left out
     (a bench that rewrote results/cliffs/bench.json had marked a later sweep's cells as run on a dirty tree)."""

@@ -6,11 +6,15 @@ the machine and package provenance of a run stays in ``experiments/provenance.py
 """
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 #: this project's checkout (the folder above parsers/)
 REPO = Path(__file__).resolve().parents[2]
+
+#: written into a wheel by its build (setup.py): ``{"commit", "dirty"}`` of the tree the wheel was built from
+BUILT_FROM = Path(__file__).with_name("built_from.json")
 
 #: folders whose changes never make a run's tree dirty: result files are data, not code (a bench that rewrites a
 #: committed result file before a sweep starts must not mark the sweep's cells as run on a dirty tree)
@@ -21,10 +25,11 @@ def git_state(ignore: tuple[str, ...] = (), repo: Path | None = None) -> dict:
     """``{"commit": sha or None, "dirty": tracked files differ from the commit (None: not a git checkout)}``.
     ``ignore``: folders (relative to the repository) whose changes do not count, e.g. a generator's own output
     folder, which its earlier outputs in the same session have already changed. ``repo``: this project's.
-    Installed from a wheel, this code is no checkout (no pyproject.toml beside the package folders): unknown, even
-    where the environment lies inside some other git checkout (a virtual environment in a project folder)."""
+    Installed from a wheel, this code is no checkout (no pyproject.toml beside the package folders): the state of
+    the tree the wheel was built from (:data:`BUILT_FROM`), else unknown, even where the environment lies inside
+    some other git checkout (a virtual environment in a project folder)."""
     if repo is None and not (REPO / "pyproject.toml").is_file():
-        return {"commit": None, "dirty": None}
+        return built_from()
     repo = repo or REPO
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -35,6 +40,16 @@ def git_state(ignore: tuple[str, ...] = (), repo: Path | None = None) -> dict:
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return {"commit": out.stdout.strip(), "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def built_from() -> dict:
+    """The git state a wheel's build recorded (:data:`BUILT_FROM`); unknown without that file or from a tree
+    that was no git checkout."""
+    try:
+        got = json.loads(BUILT_FROM.read_text())
+        return {"commit": got.get("commit"), "dirty": got.get("dirty")}
+    except (OSError, ValueError, AttributeError):
         return {"commit": None, "dirty": None}
 
 
