@@ -31,13 +31,16 @@ MAX_INPUT_MB = 256
 
 
 def read_text(path: str | Path, what: str = "file") -> str:
-    """The text of a UTF-8 file. A file that is not UTF-8 raises :class:`DataError` naming the file and the byte
-    offset of the first bad byte (the codec's own message names neither); a directory, a device or a file over
-    :data:`MAX_INPUT_MB` is refused the same way, read no further than the limit; a leading byte order mark is
-    dropped, with a note (it is not text of the grammar or of the first sample)."""
+    """The text of a UTF-8 file, or of a gzip file (a name ending ``.gz``: corpora ship so) decompressed. A file
+    that is not UTF-8 raises :class:`DataError` naming the file and the byte offset of the first bad byte (the
+    codec's own message names neither); a directory, a device, a damaged gzip file or a file over
+    :data:`MAX_INPUT_MB` (decompressed) is refused the same way, read no further than the limit; a leading byte
+    order mark is dropped, with a note (it is not text of the grammar or of the first sample)."""
+    import gzip
     import os
     import stat
     import sys
+    import zlib
 
     path = Path(path)
     if path.is_dir():
@@ -46,11 +49,16 @@ def read_text(path: str | Path, what: str = "file") -> str:
         raise DataError(f"{what} {path} is not a regular file (a device or a pipe): give the path of a file")
     limit_mb = float(os.environ.get("GCDBENCH_MAX_INPUT_MB", MAX_INPUT_MB))
     limit = int(limit_mb * 2**20)
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
+    packed = path.name.endswith(".gz")
+    try:
+        with (gzip.open if packed else open)(path, "rb") as f:
+            data = f.read(limit + 1)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DataError(f"{what} {path} is not a whole gzip file ({err}): give it again, or the file without "
+                        "the .gz ending") from None
     if len(data) > limit:
-        raise DataError(f"{what} {path} is larger than {limit_mb:g} MB: split it, or raise the limit with "
-                        "GCDBENCH_MAX_INPUT_MB=<MB>")
+        raise DataError(f"{what} {path} is larger than {limit_mb:g} MB{' decompressed' if packed else ''}: split "
+                        "it, or raise the limit with GCDBENCH_MAX_INPUT_MB=<MB>")
     if data.startswith(b"\xef\xbb\xbf"):
         print(f"note: {what} {path} starts with a UTF-8 byte order mark; it is ignored", file=sys.stderr)
         data = data[3:]

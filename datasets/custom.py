@@ -11,6 +11,9 @@
   included; its id is the file's path relative to the folder.
 - ``auto`` (default): ``files`` for a folder, ``jsonl`` for a ``.jsonl`` file, else ``lines``.
 
+A samples file (or grammar) whose name ends ``.gz`` is read decompressed, and named without that ending:
+``docs.jsonl.gz`` is JSON Lines with ids ``docs-0000``, ...
+
 A cell keeps one file per sample, named by the sample id, so an id's ``%``, ``/`` and ``\\`` and a leading ``.``
 are written ``%25``, ``%2F``, ``%5C`` and ``%2E`` (``sub/a.toml`` is the sample ``sub%2Fa.toml``). Samples that
 cannot be used (not UTF-8, a NUL byte, an empty file, a JSON line without ``text``, a glob that matches nothing, a
@@ -45,7 +48,7 @@ def sample_format(samples: Path, fmt: str, glob: str | None) -> str:
                         f"a {'/'.join(JSONL_SUFFIXES)} file jsonl, any other file lines)")
     folder = samples.is_dir()
     if fmt == "auto":
-        fmt = "files" if folder else "jsonl" if samples.suffix.lower() in JSONL_SUFFIXES else "lines"
+        fmt = "files" if folder else "jsonl" if _stem(samples).suffix.lower() in JSONL_SUFFIXES else "lines"
     if fmt == "files" and not folder:
         raise DataError(f"dataset.format=files reads a folder, but dataset.samples={samples} is a file: give the "
                         "folder of sample files (with dataset.glob=<pattern>), or dataset.format=lines|jsonl|auto "
@@ -58,6 +61,11 @@ def sample_format(samples: Path, fmt: str, glob: str | None) -> str:
         raise DataError(f"dataset.glob={glob!r} picks files in a folder, but dataset.samples={samples} is read as "
                         f"{fmt}: give a folder as dataset.samples, or leave dataset.glob out")
     return fmt
+
+
+def _stem(path: Path) -> Path:
+    """``path`` without a ``.gz`` ending (``docs.jsonl.gz``: ``docs.jsonl``; read_text decompresses it)."""
+    return path.with_name(path.name[:-3]) if path.name.endswith(".gz") else path
 
 
 def _text(path: Path, what: str, fix: str = "") -> str:
@@ -80,7 +88,7 @@ def read_lines(path: Path) -> list[Sample]:
     if not lines:
         raise DataError(f"samples file {path} has no non-empty line: write one sample per line (or samples with "
                         "newlines as JSON Lines, or as a folder of files with dataset.format=files)")
-    return [Sample(f"{path.stem}-{i:04d}", ln) for i, ln in enumerate(lines)]
+    return [Sample(f"{_stem(path).stem}-{i:04d}", ln) for i, ln in enumerate(lines)]
 
 
 def read_jsonl(path: Path) -> list[Sample]:
@@ -103,7 +111,8 @@ def read_jsonl(path: Path) -> list[Sample]:
         if raw is not None and (isinstance(raw, bool) or not isinstance(raw, (str, int))):
             raise DataError(f"samples file {path} line {lineno}: its \"id\" {raw!r} is not a string or a whole "
                             "number; give a string id, or leave \"id\" out")
-        sid = sample_id(str(raw)) if raw is not None and str(raw) != "" else f"{path.stem}-{len(samples):04d}"
+        sid = sample_id(str(raw)) if raw is not None and str(raw) != "" else \
+            f"{_stem(path).stem}-{len(samples):04d}"
         if sid in seen:
             raise DataError(f"samples file {path} line {lineno}: id {sid!r} repeats line {seen[sid]}'s; give each "
                             "sample its own id, or leave \"id\" out")
@@ -154,9 +163,9 @@ def load_custom(grammar_path, samples_path, start="start", n=None, seed=0, forma
             raise FileNotFoundError(f"dataset=custom: no file {p}")
     fmt = sample_format(s, format, glob)
     samples = read_files(s, glob) if fmt == "files" else read_jsonl(s) if fmt == "jsonl" else read_lines(s)
-    grammar = GrammarSpec(name=g.stem, lark=read_text(g, "grammar"), start=start, path=str(g))
+    grammar = GrammarSpec(name=_stem(g).stem, lark=read_text(g, "grammar"), start=start, path=str(g))
     source = f"{s}/{glob or '**/*'}" if fmt == "files" else str(s)
-    return Dataset(name=f"custom_{g.stem}", grammar=grammar, samples=pick(samples, n, seed),
+    return Dataset(name=f"custom_{_stem(g).stem}", grammar=grammar, samples=pick(samples, n, seed),
                    meta={"source": source, "format": fmt})
 
 

@@ -103,6 +103,24 @@ def test_jsonl_text_and_optional_id(tmp_path, fmt):
     assert ds.meta["format"] == "jsonl"
 
 
+def test_gzip_files_are_read_decompressed(tmp_path):
+    """Corpora ship gzipped (``../shared/data/code/*.jsonl.gz``): a name ending ``.gz`` is read decompressed, its
+    format and ids from the name without that ending; a damaged one is refused by name."""
+    import gzip
+
+    s = tmp_path / "docs.jsonl.gz"
+    s.write_bytes(gzip.compress("".join(json.dumps({"text": t}) + "\n" for t in PRETTY).encode()))
+    ds = load(grammar(tmp_path), s)
+    assert [x.text for x in ds.samples] == PRETTY and ds.meta["format"] == "jsonl"
+    assert [x.id for x in ds.samples] == ["docs-0000", "docs-0001", "docs-0002"]
+    lines = tmp_path / "one.txt.gz"
+    lines.write_bytes(gzip.compress("\n".join(DOCS).encode()))
+    assert [x.id for x in load(grammar(tmp_path), lines).samples] == ["one-0000", "one-0001", "one-0002"]
+    bad = tmp_path / "cut.jsonl.gz"
+    bad.write_bytes(s.read_bytes()[:20])
+    refused(grammar(tmp_path), bad, names=bad, fix="is not a whole gzip file")
+
+
 def test_jsonl_lines_end_at_newline_only(tmp_path):
     """A JSON string may hold U+2028 or U+0085 raw (json.dumps with ensure_ascii=False writes them so): a line of
     JSON Lines ends at "\n" only (str.splitlines would cut the object there); a CRLF line end is read too."""
