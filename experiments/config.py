@@ -30,8 +30,8 @@ class ConfigError(ValueError):
 @dataclass
 class Limits:
     sample_timeout_s: float = 120.0    # one sample (all its masks), else outcome "timeout"
-    run_timeout_s: float = 3600.0      # the cell's samples (compiles and warm-ups not counted: their own limits
-                                       # below); samples after it are "skipped"
+    run_timeout_s: float = 3600.0      # the cell's samples (the first compile and warm-up not counted: their own
+                                       # limits below); samples after it are "skipped"
     compile_timeout_s: float = 900.0   # engine init
     memory_mb: float = 16000.0         # resident memory of the worker process (and its children), else "oom"
     warmup_timeout_s: Optional[float] = None   # the untimed warm-up sample (first-use costs such as a JIT on an

@@ -219,30 +219,30 @@ class _Ctx:
         self.dataset, self.tokenizer, self.engine_name, self.opts = dataset, tokenizer, engine_name, opts
         self.version, self.progress, self.warm_ids = version, progress, warm_ids
         self.run_deadline, self.audited = run_deadline, audited
-
-    def outside_run_time(self, fn, *args, **kw):
-        """``fn(*args, **kw)``, its time added to the run's deadline: a compile and a warm-up have limits of their
-        own (``limits.compile_timeout_s``, ``limits.warmup_timeout_s``), so ``limits.run_timeout_s`` counts the
-        samples' time only, as the SLURM time it is summed into does (``launcher.slurm_minutes``). A first run on
-        an empty numba cache compiles for minutes; that used to leave no run time for the samples."""
-        t0 = time.monotonic()
-        try:
-            return fn(*args, **kw)
-        finally:
-            self.run_deadline += time.monotonic() - t0
+        self.started = False    # the session's first worker start is done (start: outside the run's time)
 
     def start(self, batch: dict | None = None, group=None):
         """(worker, None) or (None, failure): :func:`supervisor.start_worker` with this session's arguments, for
-        the dataset's grammar or (a dataset of many grammars) ``group``'s, warmed up on that group's first sample;
-        outside the run's time (:meth:`outside_run_time`)."""
-        if group is None:
-            return self.outside_run_time(start_worker, self.cfg, self.session, self.cell, self.engine_name,
-                                         self.opts, self.dataset.grammar, self.tokenizer, self.warm_ids,
-                                         self.version, self.progress, batch)
-        warm = group.samples[0].ids(self.tokenizer) if self.cfg.warmup else None
-        return self.outside_run_time(start_worker, self.cfg, self.session, self.cell, self.engine_name, self.opts,
-                                     group.grammar, self.tokenizer, warm, self.version, self.progress, batch,
-                                     group=group.id)
+        the dataset's grammar or (a dataset of many grammars) ``group``'s, warmed up on that group's first sample.
+
+        The session's first start is outside the run's time: its time moves the run's deadline on. That compile and
+        warm-up have limits of their own (``limits.compile_timeout_s``, ``limits.warmup_timeout_s``), and the
+        SLURM time adds them to ``limits.run_timeout_s`` (``launcher.slurm_minutes``); a first run on an empty
+        numba cache compiles for minutes, which used to leave no run time for the samples. A restart after a
+        failure and a dataset's next grammars (a compile per group) are run time, as before: a bounded total."""
+        t0 = time.monotonic()
+        try:
+            if group is None:
+                return start_worker(self.cfg, self.session, self.cell, self.engine_name, self.opts,
+                                    self.dataset.grammar, self.tokenizer, self.warm_ids, self.version, self.progress,
+                                    batch)
+            warm = group.samples[0].ids(self.tokenizer) if self.cfg.warmup else None
+            return start_worker(self.cfg, self.session, self.cell, self.engine_name, self.opts, group.grammar,
+                                self.tokenizer, warm, self.version, self.progress, batch, group=group.id)
+        finally:
+            if not self.started:
+                self.started = True
+                self.run_deadline += time.monotonic() - t0
 
     def ready_for(self, sup, group, compiled: list) -> dict | None:
         """A dataset of many grammars: make the worker hold ``group``'s grammar (``compiled[0]``: the group it
@@ -251,8 +251,8 @@ class _Ctx:
             return None
         failure = None
         if sup.worker is not None:
-            failure, usable = self.outside_run_time(switch_grammar, self.cfg, self.session, self.cell, sup.worker,
-                                                    group.grammar, group.id, self.version)
+            failure, usable = switch_grammar(self.cfg, self.session, self.cell, sup.worker, group.grammar, group.id,
+                                             self.version)
             if not usable:
                 sup.kill()
         else:
