@@ -47,7 +47,7 @@ def test_pack_refuses_two_commits_and_files_without_by_work(tmp_path):
     doc["git_commit"] = "0" * 40
     (tmp_path / "b.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
     with pytest.raises(ValueError, match="2 commits"):
-        report.pack([a, tmp_path / "b.json.gz"], tmp_path / "p.json.gz")
+        report.pack(*report.read([a, tmp_path / "b.json.gz"]), tmp_path / "p.json.gz")
     c = write_bench(tmp_path / "c.json", [{"dataset": "sample", "steps": 3}])
     with pytest.raises(ValueError, match="no record with by_work"):
         report.read([c])

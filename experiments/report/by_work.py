@@ -36,10 +36,9 @@ def read(paths) -> tuple[list[dict], list[dict]]:
     return records, docs
 
 
-def pack(paths, out: Path) -> Path:
-    """One bench file of the records of ``paths`` (same commit and machine, else a ValueError naming them),
-    without the lists of :data:`DROPPED`."""
-    records, docs = read(paths)
+def pack(records: list[dict], docs: list[dict], out: Path) -> Path:
+    """One bench file of ``records`` (from :func:`read`, with its files' provenance ``docs``: one commit and one
+    machine, else a ValueError naming them), without the lists of :data:`DROPPED`."""
     commits = {d["git_commit"] for d in docs}
     hosts = {json.dumps(d["machine"], sort_keys=True) for d in docs}
     if len(commits) > 1 or len(hosts) > 1:
@@ -98,7 +97,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     records, docs = read(args.files)
     if args.pack:
-        print(pack(args.files, args.pack))
+        print(pack(records, docs, args.pack))
     commits = sorted({d["git_commit"][:7] for d in docs})
     cpus = sorted({str((d["machine"] or {}).get("cpu", "?")) for d in docs})
     head = [f"Masks by the kind of work each did (`bench masks --by-work`): {len(records)} cells, commit "
