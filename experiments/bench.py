@@ -83,8 +83,9 @@ def time_masks(engine: str, opts: dict, name: str, ds, tok, args) -> dict:
     prefix = np.array(cols["step"], dtype=np.int64)
     n = max(1, len(steps.rows))
     rec = {"dataset": name, "dataset_name": ds.name, "tokenizer": tok.name, "engine": engine, "options": opts,
-           "samples": len(streams), "steps": len(steps.rows), "work_per_mask": {k: round(v / n, 2) for k, v in sorted(steps.work.items())},
-           "outcomes": outcomes, "info": info}
+           "samples": len(streams), "steps": len(steps.rows),
+           "work_per_mask": {k: round(v / n, 2) for k, v in sorted(steps.work.items())}, "outcomes": outcomes,
+           "info": info}
     if not args.counters and us.size:
         pp = per_prefix(prefix, us)
         rec.update({

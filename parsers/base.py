@@ -261,6 +261,9 @@ class Engine(ABC):
     plot_style: ClassVar[tuple[str, str] | None] = None
     #: True for the engines built in this project: the figures draw them thicker and on top, easy to find
     plot_emphasis: ClassVar[bool] = False
+    #: the work counters a by-work table shows per mask, over all masks and over the slowest 1%
+    #: (``report.by_work``): column -> the counters summed into it. Empty: no such columns
+    headline_counters: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __init__(self, **options):
         self.opts = self.check_options(options)

@@ -51,3 +51,13 @@ def test_pack_refuses_two_commits_and_files_without_by_work(tmp_path):
     c = write_bench(tmp_path / "c.json", [{"dataset": "sample", "steps": 3}])
     with pytest.raises(ValueError, match="no record with by_work"):
         report.read([c])
+
+
+def test_counter_columns_come_from_the_engines_headline_counters():
+    """The table's counter columns are the engines' own (Engine.headline_counters): Valiant's chart steps and
+    searches; an engine naming none (PSC) gets none, and no other engine's counter names."""
+    psc = {**_record("x", 1), "engine": "psc"}
+    head, sep, row = report.table([psc])
+    assert "chart steps" not in head and head.count("|") == sep.count("|") == row.count("|") == 7
+    head = report.table([_record("y", 1)])[0]
+    assert "chart steps a mask" in head and "searches a mask" in head

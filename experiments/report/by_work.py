@@ -65,27 +65,39 @@ def kinds_frame(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _work(w: dict, *keys) -> float:
-    return sum(w.get(k, 0) for k in keys)
+def _headline(records: list[dict]) -> dict[str, tuple[str, ...]]:
+    """The counter columns of the table: the union, in order, of each record's engine's ``headline_counters``
+    (an engine that is not registered here adds none)."""
+    from gcdbench.parsers.registry import engine_class
+
+    cols: dict[str, tuple[str, ...]] = {}
+    for name in dict.fromkeys(r["engine"] for r in records):
+        try:
+            cols.update(getattr(engine_class(name, runnable=False), "headline_counters", {}))
+        except Exception:   # noqa: BLE001 - an engine whose module does not import here names no columns
+            continue
+    return cols
 
 
 def table(records: list[dict]) -> list[str]:
     """The markdown table: per cell its masks, p50 and p99, the kind taking most of the time, the kinds of its
-    slowest 1% (masks of each), and chart steps and searches a mask over all masks and over that tail."""
+    slowest 1% (masks of each), and per headline counter of the engines (Valiant: chart steps, searches) its
+    amount a mask over all masks and over that tail."""
+    cols = _headline(records)
     lines = ["| set | masks | p50 µs | p99 µs | most of the time (share of time, of masks) | the slowest 1% by kind "
-             "(masks) | chart steps a mask: all / slowest 1% | searches a mask: all / slowest 1% |",
-             "|---|---|---|---|---|---|---|---|"]
+             "(masks) |" + "".join(f" {c} a mask: all / slowest 1% |" for c in cols),
+             "|---|---|---|---|---|---|" + "---|" * len(cols)]
     for r in records:
         bw = r["by_work"]
         top = bw["kinds"][0]
         tail = sorted((k for k in bw["kinds"] if k["in_tail"]), key=lambda k: -k["in_tail"])
         tail_text = "; ".join(f"{k['kind']} ({k['in_tail']})" for k in tail)
         a, t = bw["work_per_mask"], bw["work_per_tail_mask"]
-        steps = f"{_work(a, 'chart_steps', 'base_steps'):.2f} / {_work(t, 'chart_steps', 'base_steps'):.2f}"
-        searches = f"{_work(a, 'searches'):.2f} / {_work(t, 'searches'):.2f}"
+        counts = "".join(f" {sum(a.get(k, 0) for k in keys):.2f} / {sum(t.get(k, 0) for k in keys):.2f} |"
+                         for keys in cols.values())
         lines.append(f"| {r.get('dataset_name', r['dataset'])} | {r['steps']} | {r['mask_median_us']} | "
                      f"{r['mask_p99_us']} | {top['kind']} ({top['time_share']:.0%}, {top['mask_share']:.0%}) | "
-                     f"{tail_text} | {steps} | {searches} |")
+                     f"{tail_text} |{counts}")
     return lines
 
 

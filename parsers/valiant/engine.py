@@ -425,6 +425,7 @@ class ValiantEngine(Engine):
                 "base_charts_skipped": t[N_STATS + 1], "chain_searches": t[N_STATS + 2],
                 "token_sets_cached": t[AC_HITS], "token_sets_assembled": t[AC_FILLS], "masks_reused": self._mm_hits}
 
+    headline_counters = {"chart steps": ("chart_steps", "base_steps"), "searches": ("searches",)}
     #: chart steps of one mask (in searches and of base charts), grouped for work_kind
     _STEP_BINS = ((0, "0"), (1, "1"), (4, "2-4"), (16, "5-16"))
 
